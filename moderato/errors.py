@@ -1,0 +1,67 @@
+"""The exceptions moderato raises; every one names what went wrong."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class ModeratoError(Exception):
+    """Base class of every moderato exception."""
+
+
+class RateLimitConfigError(ModeratoError, ValueError):
+    """A rate, cost, algorithm or option is invalid; raised before Redis is contacted."""
+
+
+class BackendError(ModeratoError):
+    """The backend could not give a decision (connection, timeout, error reply, bad reply)."""
+
+
+class RedisReplyError(BackendError):
+    """Redis answered with an error reply; ``message`` is Redis's own text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RateLimitCallbackError(ModeratoError):
+    """A key, tenant, cost or rate callback raised; the request is not let through."""
+
+    def __init__(self, callback: str, error: BaseException) -> None:
+        super().__init__(f"rate limit {callback} callback failed: {error!r}")
+        self.callback = callback
+        self.error = error
+
+
+class RateLimitExceeded(ModeratoError):
+    """A request was denied.
+
+    ``status_code`` is 429 for a temporary denial (``retry_after`` seconds, rounded
+    up) and 422 for a permanent one (the cost exceeds the policy's capacity;
+    ``retry_after`` and ``reset_at`` are None: waiting cannot help).
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: int,
+        remaining: int,
+        retry_after: Optional[int],
+        reset_at: Optional[float],
+        window_seconds: int,
+        rate: str,
+    ) -> None:
+        self.limit = limit
+        self.remaining = remaining
+        self.retry_after = retry_after
+        self.reset_at = reset_at
+        self.window_seconds = window_seconds
+        self.rate = rate
+        self.permanent = retry_after is None
+        self.status_code = 422 if self.permanent else 429
+        if self.permanent:
+            detail = f"cost exceeds the capacity of '{rate}'; waiting cannot help"
+        else:
+            detail = f"retry after {retry_after} s"
+        super().__init__(f"rate limit '{rate}' exceeded: {detail}")

@@ -1,0 +1,1 @@
+"""Where decisions are made: Redis (scripts) or, later, in process."""

@@ -1,0 +1,318 @@
+"""RateLimiter: the manual API every integration is built on."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from . import _accel
+from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, ScriptArg, get_algorithm
+from .backends.base import Backend, Decision
+from .errors import RateLimitConfigError, RateLimitExceeded
+from .policy import SCALE, Policy, cost_scaled, policy_for, validate_cost
+from .results import CheckResult, PolicyState
+
+Identity = Union[str, bytes]
+
+GLOBAL_SCOPE = "global"
+
+
+class RateLimiter:
+    """Decides whether a request may proceed, atomically, on Redis's clock.
+
+    ``redis_url`` selects the backend (``redis://``, ``rediss://``,
+    ``unix://``). Nothing connects until ``connect()`` or the first check.
+    """
+
+    def __init__(
+        self,
+        redis_url: str = "redis://localhost:6379",
+        *,
+        key_prefix: str = "moderato",
+        default_algorithm: str = DEFAULT_ALGORITHM,
+        enable_metrics: bool = False,
+        fail_open: bool = False,
+        identity_secret: Optional[bytes] = None,
+        connect_timeout_s: float = 1.0,
+        command_timeout_s: float = 0.5,
+        connections_per_loop: int = 1,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        client_name: Optional[str] = None,
+    ) -> None:
+        self.redis_url = redis_url
+        self.key_prefix = key_prefix
+        self.default_algorithm = get_algorithm(default_algorithm).name
+        self.enable_metrics = enable_metrics
+        self.fail_open = fail_open
+        self._identity_secret = identity_secret
+        try:
+            # Building one key validates the prefix and the secret up front.
+            _accel.build_keys(key_prefix, "fw", "", "", "", (1,), identity_secret)
+        except (TypeError, ValueError) as error:
+            raise RateLimitConfigError(str(error)) from None
+        self._backend: Backend = _make_backend(
+            redis_url,
+            connect_timeout_s=connect_timeout_s,
+            command_timeout_s=command_timeout_s,
+            connections_per_loop=connections_per_loop,
+            ssl_context=ssl_context,
+            client_name=client_name,
+        )
+        self._policy_args: dict[tuple[str, Policy], tuple[ScriptArg, ...]] = {}
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect now (optional: checks connect lazily); raises BackendError on failure."""
+        await self._backend.connect()
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+    async def __aenter__(self) -> RateLimiter:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    # -- decisions ---------------------------------------------------------------
+
+    async def check(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        cost: int = 1,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+    ) -> bool:
+        """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded."""
+        result = await self.check_with_info(
+            key, rate, cost=cost, tenant_type=tenant_type, scope=scope, algorithm=algorithm
+        )
+        if not result.allowed:
+            raise exceeded(result)
+        return True
+
+    async def check_with_info(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        cost: int = 1,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+    ) -> CheckResult:
+        """Decide and charge; always returns a CheckResult, denied or not."""
+        policy = policy_for(rate)
+        charged = cost_scaled(validate_cost(cost))
+        chosen = self._algorithm(algorithm)
+        decision = await self._decide(chosen, policy, key, tenant_type, scope, charged, True)
+        return _result(decision, policy, chosen)
+
+    async def get_usage(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """A read-only snapshot (not a reservation) of the identity's quota.
+
+        ``current`` and ``remaining`` are whole requests of the most
+        restrictive policy; ``policies`` lists every policy of ``rate``.
+        """
+        policy = policy_for(rate)
+        chosen = self._algorithm(algorithm)
+        decision = await self._decide(chosen, policy, key, tenant_type, scope, 0, False)
+        result = _result(decision, policy, chosen)
+        return {
+            "limit": result.limit,
+            "current": result.limit - (result.remaining or 0),
+            "remaining": result.remaining,
+            "reset_at": result.reset_at,
+            "window_seconds": result.window_seconds,
+            "rate": policy.text,
+            "algorithm": chosen.name,
+            "policies": [
+                {
+                    "limit": state.limit,
+                    "window_seconds": state.window_seconds,
+                    "current": state.limit - (state.remaining or 0),
+                    "remaining": state.remaining,
+                    "reset_at": state.reset_at,
+                }
+                for state in result.policies
+            ],
+        }
+
+    async def reset(
+        self,
+        key: Identity,
+        *,
+        rate: Optional[str] = None,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+    ) -> int:
+        """Forget the identity's usage; returns the number of keys deleted.
+
+        With ``rate`` the keys are known exactly and deleted in one script
+        call. Without it every window and algorithm of this identity, tenant
+        and scope is found with SCAN, which walks the whole keyspace: fine for
+        an admin action, not for a request path.
+        """
+        tenant = _tenant(tenant_type)
+        if rate is None:
+            pattern = self._build(_accel.key_pattern, tenant, scope, key)
+            return await self._backend.delete_matching(pattern)
+        policy = policy_for(rate)
+        chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
+        keys: list[bytes] = []
+        windows: list[int] = []
+        for each in chosen:
+            keys.extend(self._keys(each, policy, key, tenant, scope))
+            windows.extend(policy.windows_s)
+        return await self._backend.reset(keys, windows)
+
+    # -- internals ---------------------------------------------------------------
+
+    def _algorithm(self, name: Optional[str]) -> Algorithm:
+        return get_algorithm(self.default_algorithm if name is None else name)
+
+    def _build(self, function: Any, *parts: object) -> Any:
+        try:
+            return function(self.key_prefix, *parts, self._identity_secret)
+        except (TypeError, ValueError) as error:
+            raise RateLimitConfigError(str(error)) from None
+
+    def _keys(
+        self, algorithm: Algorithm, policy: Policy, key: object, tenant: str, scope: object
+    ) -> list[bytes]:
+        _check_identity(key, scope)
+        try:
+            keys: list[bytes] = _accel.build_keys(
+                self.key_prefix,
+                algorithm.key_tag,
+                tenant,
+                scope,
+                key,
+                policy.windows_s,
+                self._identity_secret,
+            )
+        except (TypeError, ValueError) as error:
+            raise RateLimitConfigError(str(error)) from None
+        return keys
+
+    def _args(self, algorithm: Algorithm, policy: Policy) -> tuple[ScriptArg, ...]:
+        cache_key = (algorithm.name, policy)
+        args = self._policy_args.get(cache_key)
+        if args is None:
+            args = tuple(arg for rate in policy.rates for arg in algorithm.policy_args(rate))
+            self._policy_args[cache_key] = args
+        return args
+
+    async def _decide(
+        self,
+        algorithm: Algorithm,
+        policy: Policy,
+        key: object,
+        tenant_type: Optional[str],
+        scope: object,
+        charged_scaled: int,
+        apply: bool,
+    ) -> Decision:
+        keys = self._keys(algorithm, policy, key, _tenant(tenant_type), scope)
+        args: Sequence[ScriptArg] = (
+            charged_scaled,
+            1 if apply else 0,
+            *self._args(algorithm, policy),
+        )
+        return await self._backend.decide(algorithm, keys, args, len(policy.rates))
+
+
+def _tenant(tenant_type: object) -> str:
+    if tenant_type is None:
+        return ""
+    if not isinstance(tenant_type, str):
+        raise RateLimitConfigError(
+            f"tenant_type must be a string or None, got {type(tenant_type).__name__}"
+        )
+    return tenant_type
+
+
+def _check_identity(key: object, scope: object) -> None:
+    if not isinstance(key, (str, bytes)):
+        raise RateLimitConfigError(
+            f"key must be a str or bytes identity, got {type(key).__name__} {key!r:.80}"
+        )
+    if not isinstance(scope, str):
+        raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")
+
+
+def _retry_after_s(retry_ms: int) -> Optional[int]:
+    # Round up: a client that waits the advertised seconds must find room.
+    return None if retry_ms < 0 else -(-retry_ms // 1000)
+
+
+def _result(decision: Decision, policy: Policy, algorithm: Algorithm) -> CheckResult:
+    allowed, deciding, replies = decision
+    states = tuple(
+        PolicyState(
+            limit=rate.limit,
+            window_seconds=rate.window_s,
+            remaining=remaining_scaled // SCALE,
+            retry_after=_retry_after_s(retry_ms),
+            reset_at=None if reset_ms < 0 else reset_ms / 1000,
+        )
+        for rate, (remaining_scaled, retry_ms, reset_ms) in zip(policy.rates, replies)
+    )
+    top = states[deciding]
+    return CheckResult(
+        allowed=allowed,
+        limit=top.limit,
+        remaining=top.remaining,
+        retry_after=top.retry_after,
+        reset_at=top.reset_at,
+        window_seconds=top.window_seconds,
+        rate=policy.text,
+        algorithm=algorithm.name,
+        policies=states,
+    )
+
+
+def exceeded(result: CheckResult) -> RateLimitExceeded:
+    """The exception for a denied CheckResult (429 temporary, 422 permanent)."""
+    return RateLimitExceeded(
+        limit=result.limit,
+        remaining=result.remaining if result.remaining is not None else 0,
+        retry_after=result.retry_after,
+        reset_at=result.reset_at,
+        window_seconds=result.window_seconds,
+        rate=result.rate,
+    )
+
+
+def _make_backend(redis_url: str, **options: Any) -> Backend:
+    if not isinstance(redis_url, str):
+        raise RateLimitConfigError(f"redis_url must be a string, got {type(redis_url).__name__}")
+    from .backends.redis import RedisBackend
+    from .redis import RedisClient
+
+    try:
+        client = RedisClient.from_url(redis_url, **options)
+    except ValueError as error:
+        raise RateLimitConfigError(str(error)) from None
+    return RedisBackend(client)

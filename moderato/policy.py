@@ -1,0 +1,94 @@
+"""Rates and costs, parsed and validated once, before any backend is contacted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import _accel
+from .errors import RateLimitConfigError
+
+SCALE = 1000
+"""Capacity and costs travel scaled by this factor (1/1000-unit precision)."""
+
+MAX_LIMIT = 9_007_199_254
+"""Largest public limit: scaled capacity times a permille weight stays below 2**53."""
+
+MAX_WINDOW_S = 86_400
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One policy: ``limit`` requests per ``window_s`` seconds."""
+
+    limit: int
+    window_s: int
+
+    @property
+    def capacity_scaled(self) -> int:
+        return self.limit * SCALE
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_s * 1000
+
+    def __str__(self) -> str:
+        return f"{self.limit}/{self.window_s} seconds"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A parsed rate string: one or more rates decided together, atomically."""
+
+    text: str
+    rates: tuple[Rate, ...]
+
+    @property
+    def windows_s(self) -> tuple[int, ...]:
+        return tuple(rate.window_s for rate in self.rates)
+
+    @property
+    def smallest_limit(self) -> int:
+        return min(rate.limit for rate in self.rates)
+
+
+def parse_rate(text: str) -> tuple[Rate, ...]:
+    """Parse ``"100/minute"``, ``"10 per second"``, ``"5/10 minutes"`` or several joined by ``;``.
+
+    Raises ``ValueError`` naming the input and the accepted grammar.
+    """
+    return tuple(Rate(limit, window_s) for limit, window_s in _accel.parse_rate(text))
+
+
+@lru_cache(maxsize=4096)
+def policy_for(text: str) -> Policy:
+    """The cached Policy for a rate string; bad rates become RateLimitConfigError."""
+    if not isinstance(text, str):
+        raise RateLimitConfigError(
+            f"rate must be a string such as '100/minute', got {type(text).__name__}"
+        )
+    try:
+        rates = parse_rate(text)
+    except ValueError as exc:
+        raise RateLimitConfigError(str(exc)) from None
+    return Policy(text=text, rates=rates)
+
+
+def validate_cost(cost: object) -> int:
+    """A cost is a positive int; bools, floats and everything else are configuration errors."""
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise RateLimitConfigError(
+            f"cost must be a positive integer, got {type(cost).__name__} {cost!r}"
+        )
+    if cost < 1:
+        raise RateLimitConfigError(f"cost must be a positive integer, got {cost}")
+    return cost
+
+
+def cost_scaled(cost: int) -> int:
+    """Scale a validated cost; any cost above every possible capacity is clamped.
+
+    Clamping keeps the argument inside Lua's exact integer range while still
+    exceeding the largest capacity, so the decision stays a permanent denial.
+    """
+    return min(cost, MAX_LIMIT + 1) * SCALE

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build moderato (with _accel) as a wheel-style install on every pyenv Python
+# from 3.9 to 3.13 found here, and run the accelerator tests against it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+found=0
+for minor in 9 10 11 12 13; do
+  py=""
+  if command -v pyenv >/dev/null 2>&1; then
+    v=$(pyenv versions --bare 2>/dev/null | grep -E "^3\.${minor}(\.[0-9]+)?$" | sort -V | tail -1 || true)
+    [ -n "$v" ] && py="$(pyenv root)/versions/$v/bin/python"
+  fi
+  [ -z "$py" ] && py=$(command -v "python3.${minor}" || true)
+  [ -z "$py" ] && { echo "== Python 3.${minor}: not installed here, skipped"; continue; }
+  found=$((found + 1))
+  venv="$root/.venv-3.${minor}"
+  echo "== Python 3.${minor} ($py)"
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip setuptools wheel
+  "$venv/bin/python" -m pip install -q pytest hypothesis hiredis
+  "$venv/bin/python" -m pip install -q --no-deps --force-reinstall --no-build-isolation "$root"
+  # The pytest script (not `python -m pytest`) keeps the source tree off
+  # sys.path, so the installed build is the one under test.
+  (cd "$root" && "$venv/bin/pytest" -q -p no:cacheprovider tests/test_accel.py)
+done
+if [ "$found" -eq 0 ]; then echo "no Python 3.9-3.13 found" >&2; exit 1; fi

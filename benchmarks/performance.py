@@ -51,7 +51,8 @@ def redis_benchmark(port: int, clients: int, pipeline: int, requests: int, algor
     script = load_script(algo.script)
     subprocess.run(
         ["redis-cli", "-p", str(port), "SCRIPT", "LOAD", script.source.decode()],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     key = f"bench:{algo.key_tag}:{{:global:rb}}:60"
     args = [str(1000), "1", str(1_000_000 * 1000), "60"]
@@ -59,9 +60,23 @@ def redis_benchmark(port: int, clients: int, pipeline: int, requests: int, algor
         args.append("")
     command = ["EVALSHA", script.sha, "1", key, *args]
     out = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", str(clients),
-         "-P", str(pipeline), "-q", "--csv", *command],
-        check=True, capture_output=True, text=True,
+        [
+            "redis-benchmark",
+            "-p",
+            str(port),
+            "-n",
+            str(requests),
+            "-c",
+            str(clients),
+            "-P",
+            str(pipeline),
+            "-q",
+            "--csv",
+            *command,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     match = re.search(r'"[^"]*","([0-9.]+)"', out)
     if not match:
@@ -138,7 +153,9 @@ async def run_moderato(url: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     async with RateLimiter(url, key_prefix="bench") as limiter:
         await limiter.check_with_info("warmup", RATE, algorithm=args.algorithm)
-        seq = [await sequential(limiter, args.sequential, args.algorithm) for _ in range(args.trials)]
+        seq = [
+            await sequential(limiter, args.sequential, args.algorithm) for _ in range(args.trials)
+        ]
         progress(f"sequential: {statistics.median(s['checks_per_s'] for s in seq):,.0f} checks/s")
         results["sequential"] = {
             "checks_per_s": summary([s["checks_per_s"] for s in seq]),
@@ -173,11 +190,15 @@ def main() -> None:
     try:
         env = environment(server.port)
         progress(f"redis-server {env['redis']} on port {server.port}; python {env['python']}")
-        floor = [redis_benchmark(server.port, 1, 1, bench_requests // 4, args.algorithm)
-                 for _ in range(args.trials)]
+        floor = [
+            redis_benchmark(server.port, 1, 1, bench_requests // 4, args.algorithm)
+            for _ in range(args.trials)
+        ]
         progress(f"redis-benchmark -c 1 -P 1: {statistics.median(floor):,.0f} ops/s")
-        ceiling = [redis_benchmark(server.port, 50, 16, bench_requests, args.algorithm)
-                   for _ in range(args.trials)]
+        ceiling = [
+            redis_benchmark(server.port, 50, 16, bench_requests, args.algorithm)
+            for _ in range(args.trials)
+        ]
         progress(f"redis-benchmark -c 50 -P 16: {statistics.median(ceiling):,.0f} ops/s")
         moderato = asyncio.run(run_moderato(server.url, args))
     finally:
@@ -197,7 +218,8 @@ def main() -> None:
         "ratios": {
             "sequential_vs_floor": seq_median / floor_median,
             **{
-                f"tasks_{tasks}_vs_ceiling": moderato["concurrent"][tasks]["median"] / ceiling_median
+                f"tasks_{tasks}_vs_ceiling": moderato["concurrent"][tasks]["median"]
+                / ceiling_median
                 for tasks in moderato["concurrent"]
             },
         },
@@ -211,12 +233,16 @@ def main() -> None:
     print(f"  redis-benchmark -c 1 -P 1    {floor_median:>10,.0f} ops/s")
     print(f"  redis-benchmark -c 50 -P 16  {ceiling_median:>10,.0f} ops/s")
     seq = moderato["sequential"]
-    print(f"  moderato sequential          {seq_median:>10,.0f} checks/s "
-          f"(p50 {seq['p50_us']['median']:.0f} us, p99 {seq['p99_us']['median']:.0f} us) "
-          f"= {report['ratios']['sequential_vs_floor']:.0%} of the floor")
+    print(
+        f"  moderato sequential          {seq_median:>10,.0f} checks/s "
+        f"(p50 {seq['p50_us']['median']:.0f} us, p99 {seq['p99_us']['median']:.0f} us) "
+        f"= {report['ratios']['sequential_vs_floor']:.0%} of the floor"
+    )
     for tasks, stats in moderato["concurrent"].items():
-        print(f"  moderato {tasks:>4} tasks           {stats['median']:>10,.0f} checks/s "
-              f"= {report['ratios'][f'tasks_{tasks}_vs_ceiling']:.0%} of the ceiling")
+        print(
+            f"  moderato {tasks:>4} tasks           {stats['median']:>10,.0f} checks/s "
+            f"= {report['ratios'][f'tasks_{tasks}_vs_ceiling']:.0%} of the ceiling"
+        )
     print(f"raw results: {path.relative_to(ROOT)}")
 
 

@@ -29,8 +29,10 @@ async def main() -> None:
         usage = await limiter.get_usage("demo-user", "5/minute")
         print(f"usage of 5/minute: current={usage['current']} remaining={usage['remaining']}")
         huge = await limiter.check_with_info("demo-user", "5/minute", cost=6)
-        print(f"cost 6 on 5/minute: allowed={huge.allowed} retry_after={huge.retry_after} "
-              "(permanent: waiting cannot help)")
+        print(
+            f"cost 6 on 5/minute: allowed={huge.allowed} retry_after={huge.retry_after} "
+            "(permanent: waiting cannot help)"
+        )
 
 
 if __name__ == "__main__":

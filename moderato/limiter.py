@@ -2,28 +2,44 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, ScriptArg, get_algorithm
 from .backends.base import Backend, Decision
-from .errors import RateLimitConfigError, RateLimitExceeded
+from .breaker import CircuitBreaker
+from .errors import BackendError, RateLimitConfigError, RateLimitExceeded
+from .metrics import Metrics, metrics_for
 from .policy import SCALE, Policy, cost_scaled, policy_for, validate_cost
 from .results import CheckResult, PolicyState
 
 Identity = Union[str, bytes]
+T = TypeVar("T")
 
 GLOBAL_SCOPE = "global"
+
+logger = logging.getLogger("moderato")
 
 
 class RateLimiter:
     """Decides whether a request may proceed, atomically, on Redis's clock.
 
     ``redis_url`` selects the backend (``redis://``, ``rediss://``,
-    ``unix://``). Nothing connects until ``connect()`` or the first check.
+    ``unix://``). Nothing connects until ``connect()`` or the first check, so
+    an application can start while Redis is down.
+
+    Failure policy: by default a check Redis cannot decide raises
+    ``BackendError`` (fail closed). ``fail_open=True`` lets it through
+    instead, logged and counted in metrics (which it therefore turns on).
+    ``shadow=True`` decides and counts but never denies, for rolling out a
+    new limit. After ``breaker_failures`` consecutive backend failures,
+    checks fail fast for ``breaker_cooldown_s`` before one probe is tried.
     """
 
     def __init__(
@@ -40,12 +56,30 @@ class RateLimiter:
         connections_per_loop: int = 1,
         ssl_context: Optional[ssl.SSLContext] = None,
         client_name: Optional[str] = None,
+        shadow: bool = False,
+        breaker_failures: int = 5,
+        breaker_cooldown_s: float = 1.0,
+        metrics_namespace: str = "moderato",
+        metrics_registry: Optional[Any] = None,
     ) -> None:
         self.redis_url = redis_url
         self.key_prefix = key_prefix
         self.default_algorithm = get_algorithm(default_algorithm).name
-        self.enable_metrics = enable_metrics
-        self.fail_open = fail_open
+        self.fail_open = bool(fail_open)
+        self.shadow = bool(shadow)
+        # A bypass must always be counted: fail-open turns metrics on.
+        self.enable_metrics = bool(enable_metrics) or self.fail_open
+        self.metrics: Optional[Metrics] = (
+            metrics_for(metrics_namespace, metrics_registry) if self.enable_metrics else None
+        )
+        try:
+            self.breaker = CircuitBreaker(
+                breaker_failures, breaker_cooldown_s, on_change=self._breaker_changed
+            )
+        except ValueError as error:
+            raise RateLimitConfigError(str(error)) from None
+        if self.metrics is not None:
+            self.metrics.set_breaker_state(self.breaker.state)
         self._identity_secret = identity_secret
         try:
             # Building one key validates the prefix and the secret up front.
@@ -94,10 +128,20 @@ class RateLimiter:
         tenant_type: Optional[str] = None,
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
+        shadow: Optional[bool] = None,
     ) -> bool:
-        """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded."""
+        """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
+
+        Returns True when admitted (also for a fail-open bypass or a shadow denial).
+        """
         result = await self.check_with_info(
-            key, rate, cost=cost, tenant_type=tenant_type, scope=scope, algorithm=algorithm
+            key,
+            rate,
+            cost=cost,
+            tenant_type=tenant_type,
+            scope=scope,
+            algorithm=algorithm,
+            shadow=shadow,
         )
         if not result.allowed:
             raise exceeded(result)
@@ -112,13 +156,43 @@ class RateLimiter:
         tenant_type: Optional[str] = None,
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
+        shadow: Optional[bool] = None,
     ) -> CheckResult:
-        """Decide and charge; always returns a CheckResult, denied or not."""
+        """Decide and charge; always returns a CheckResult, denied or not.
+
+        ``shadow`` (default: the limiter's setting) turns a denial into an
+        admission that is logged and counted as ``shadow_denied``.
+        """
         policy = policy_for(rate)
-        charged = cost_scaled(validate_cost(cost))
+        cost = validate_cost(cost)
         chosen = self._algorithm(algorithm)
-        decision = await self._decide(chosen, policy, key, tenant_type, scope, charged, True)
-        return _result(decision, policy, chosen)
+        metrics = self.metrics
+        started_s = time.perf_counter() if metrics is not None else 0.0
+        try:
+            decision = await self._guarded(
+                "decide",
+                self._decide(chosen, policy, key, tenant_type, scope, cost_scaled(cost), True),
+            )
+        except BackendError as error:
+            # Never bypass a cost no quota could ever hold: that is a denial, not an outage.
+            if not self.fail_open or cost > policy.smallest_limit:
+                if metrics is not None:
+                    metrics.checks.labels(chosen.name, "error").inc()
+                raise
+            return self._bypass(policy, chosen, error)
+        result = _result(decision, policy, chosen)
+        if not result.allowed and (self.shadow if shadow is None else shadow):
+            result = _shadowed(result, scope)
+        if metrics is not None:
+            metrics.check_duration.labels(chosen.name).observe(time.perf_counter() - started_s)
+            if result.shadow_denied:
+                outcome = "shadow_denied"
+            else:
+                outcome = "allowed" if result.allowed else "denied"
+            metrics.checks.labels(chosen.name, outcome).inc()
+            if not result.allowed:
+                metrics.limit_exceeded.labels(chosen.name).inc()
+        return result
 
     async def get_usage(
         self,
@@ -136,7 +210,9 @@ class RateLimiter:
         """
         policy = policy_for(rate)
         chosen = self._algorithm(algorithm)
-        decision = await self._decide(chosen, policy, key, tenant_type, scope, 0, False)
+        decision = await self._guarded(
+            "usage", self._decide(chosen, policy, key, tenant_type, scope, 0, False)
+        )
         result = _result(decision, policy, chosen)
         return {
             "limit": result.limit,
@@ -176,8 +252,8 @@ class RateLimiter:
         """
         tenant = _tenant(tenant_type)
         if rate is None:
-            pattern = self._build(_accel.key_pattern, tenant, scope, key)
-            return await self._backend.delete_matching(pattern)
+            pattern = self._build(_accel.key_pattern, tenant, _scope(scope), _identity(key))
+            return await self._guarded("reset", self._backend.delete_matching(pattern))
         policy = policy_for(rate)
         chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
         keys: list[bytes] = []
@@ -185,9 +261,70 @@ class RateLimiter:
         for each in chosen:
             keys.extend(self._keys(each, policy, key, tenant, scope))
             windows.extend(policy.windows_s)
-        return await self._backend.reset(keys, windows)
+        return await self._guarded("reset", self._backend.reset(keys, windows))
 
     # -- internals ---------------------------------------------------------------
+
+    async def _guarded(self, operation: str, call: Awaitable[T]) -> T:
+        """Run one backend call through the circuit breaker, counting its outcome."""
+        if not self.breaker.allow():
+            _discard(call)
+            self._count_operation(operation, "short_circuited")
+            raise BackendError(
+                f"backend circuit breaker is open after repeated failures; "
+                f"next attempt in {self.breaker.retry_in_s():.2f} s"
+            )
+        try:
+            result = await call
+        except RateLimitConfigError:
+            # The backend answered (it refused an argument): it is healthy.
+            self.breaker.success()
+            raise
+        except BackendError:
+            self.breaker.failure()
+            self._count_operation(operation, "error")
+            raise
+        except BaseException:
+            self.breaker.abandon()
+            raise
+        self.breaker.success()
+        self._count_operation(operation, "ok")
+        return result
+
+    def _count_operation(self, operation: str, status: str) -> None:
+        if self.metrics is not None:
+            self.metrics.backend_operations.labels(operation, status).inc()
+
+    def _breaker_changed(self, state: str) -> None:
+        if self.metrics is not None:
+            self.metrics.set_breaker_state(state)
+
+    def _bypass(self, policy: Policy, algorithm: Algorithm, error: BackendError) -> CheckResult:
+        logger.warning(
+            "moderato: fail-open bypass of %s (%s): backend could not decide: %s",
+            policy.text,
+            algorithm.name,
+            error,
+        )
+        if self.metrics is not None:
+            self.metrics.fail_open.labels(algorithm.name).inc()
+            self.metrics.checks.labels(algorithm.name, "bypassed").inc()
+        unknown = tuple(
+            PolicyState(rate.limit, rate.window_s, None, None, None) for rate in policy.rates
+        )
+        tightest = min(unknown, key=lambda state: state.limit)
+        return CheckResult(
+            allowed=True,
+            limit=tightest.limit,
+            remaining=None,
+            retry_after=None,
+            reset_at=None,
+            window_seconds=tightest.window_seconds,
+            rate=policy.text,
+            algorithm=algorithm.name,
+            policies=unknown,
+            bypassed=True,
+        )
 
     def _algorithm(self, name: Optional[str]) -> Algorithm:
         return get_algorithm(self.default_algorithm if name is None else name)
@@ -201,14 +338,13 @@ class RateLimiter:
     def _keys(
         self, algorithm: Algorithm, policy: Policy, key: object, tenant: str, scope: object
     ) -> list[bytes]:
-        _check_identity(key, scope)
         try:
             keys: list[bytes] = _accel.build_keys(
                 self.key_prefix,
                 algorithm.key_tag,
                 tenant,
-                scope,
-                key,
+                _scope(scope),
+                _identity(key),
                 policy.windows_s,
                 self._identity_secret,
             )
@@ -253,13 +389,33 @@ def _tenant(tenant_type: object) -> str:
     return tenant_type
 
 
-def _check_identity(key: object, scope: object) -> None:
+def _identity(key: object) -> Identity:
     if not isinstance(key, (str, bytes)):
         raise RateLimitConfigError(
             f"key must be a str or bytes identity, got {type(key).__name__} {key!r:.80}"
         )
+    return key
+
+
+def _scope(scope: object) -> str:
     if not isinstance(scope, str):
         raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")
+    return scope
+
+
+def _discard(call: Awaitable[Any]) -> None:
+    close = getattr(call, "close", None)
+    if close is not None:
+        close()  # a coroutine never awaited would warn
+
+
+def _shadowed(result: CheckResult, scope: object) -> CheckResult:
+    logger.info(
+        "moderato: shadow mode let through a request denied by %s (scope %r)",
+        result.rate,
+        scope,
+    )
+    return replace(result, allowed=True, shadow_denied=True)
 
 
 def _retry_after_s(retry_ms: int) -> Optional[int]:

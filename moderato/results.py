@@ -40,6 +40,8 @@ class CheckResult:
     policies: tuple[PolicyState, ...] = ()
     bypassed: bool = False
     """True when the backend could not decide and fail-open let the request through."""
+    shadow_denied: bool = False
+    """True when the limit denied the request but shadow mode let it through."""
 
     @property
     def permanent(self) -> bool:

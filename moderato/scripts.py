@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 SCRIPT_NAMES = ("fixed_window", "token_bucket", "sliding_window", "reset")
@@ -32,7 +32,7 @@ def scripts_dir() -> Path:
     raise FileNotFoundError(f"moderato's Lua scripts were not found (searched {searched})")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_script(name: str) -> Script:
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}; expected one of {', '.join(SCRIPT_NAMES)}")

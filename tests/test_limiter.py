@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from redis_servers import RedisServer
 
 from moderato import (
     BackendError,
@@ -17,7 +18,6 @@ from moderato import (
     RateLimitExceeded,
     parse_rate,
 )
-from redis_servers import RedisServer
 
 ALGORITHMS = ("fixed_window", "token_bucket", "sliding_window")
 
@@ -47,16 +47,18 @@ async def test_permanent_denial_has_no_retry_and_charges_nothing(
     limiter: RateLimiter, algorithm: str
 ) -> None:
     await limiter.check("user:2", "100/minute", cost=10, algorithm=algorithm)
-    decision = await limiter.check_with_info(
-        "user:2", "100/minute", cost=101, algorithm=algorithm
-    )
+    decision = await limiter.check_with_info("user:2", "100/minute", cost=101, algorithm=algorithm)
     assert not decision.allowed
     assert decision.retry_after is None and decision.reset_at is None
     assert decision.permanent and decision.status_code == 422
     assert decision.remaining == 90
     with pytest.raises(RateLimitExceeded) as info:
         await limiter.check("user:2", "100/minute", cost=101, algorithm=algorithm)
-    assert (info.value.status_code, info.value.retry_after, info.value.reset_at) == (422, None, None)
+    assert (info.value.status_code, info.value.retry_after, info.value.reset_at) == (
+        422,
+        None,
+        None,
+    )
     assert info.value.limit == 100
     # Smaller requests still use the uncharged quota.
     usage = await limiter.get_usage("user:2", "100/minute", algorithm=algorithm)
@@ -69,7 +71,12 @@ async def test_check_raises_429_with_retry_after(limiter: RateLimiter) -> None:
     with pytest.raises(RateLimitExceeded) as info:
         await limiter.check("user:3", "3/minute")
     error = info.value
-    assert (error.status_code, error.limit, error.remaining, error.window_seconds) == (429, 3, 0, 60)
+    assert (error.status_code, error.limit, error.remaining, error.window_seconds) == (
+        429,
+        3,
+        0,
+        60,
+    )
     now = time.time()
     assert error.retry_after is not None and 1 <= error.retry_after <= 60
     assert error.reset_at is not None and now < error.reset_at <= now + 60.001
@@ -224,8 +231,10 @@ def _process_worker(url: str, algorithm: str, count: int, start_at: float, out) 
             while time.time() < start_at:
                 await asyncio.sleep(0.001)
             results = await asyncio.gather(
-                *(limiter.check_with_info("shared", "100/hour", algorithm=algorithm)
-                  for _ in range(count))
+                *(
+                    limiter.check_with_info("shared", "100/hour", algorithm=algorithm)
+                    for _ in range(count)
+                )
             )
             return sum(r.allowed for r in results)
 
@@ -276,7 +285,9 @@ async def test_scripts_reload_after_flush_and_restart(own_redis_server: RedisSer
     async with RateLimiter(own_redis_server.url, key_prefix="test") as limiter:
         assert await limiter.check("k", "10/minute")
         own_redis_server.command("SCRIPT", "FLUSH")
-        results = await asyncio.gather(*(limiter.check_with_info("k", "10/minute") for _ in range(5)))
+        results = await asyncio.gather(
+            *(limiter.check_with_info("k", "10/minute") for _ in range(5))
+        )
         assert [r.remaining for r in results] == [8, 7, 6, 5, 4]
         own_redis_server.restart()
         deadline = time.monotonic() + 2

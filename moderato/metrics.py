@@ -1,0 +1,100 @@
+"""Prometheus collectors (the ``moderato[metrics]`` extra).
+
+Labels are drawn from small fixed sets (algorithm names, results, operation
+names): never keys, identities, scopes or tenants, whose values are unbounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from .errors import RateLimitConfigError
+
+RESULTS = ("allowed", "denied", "bypassed", "shadow_denied", "error")
+BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
+
+_registered: dict[tuple[str, int], Metrics] = {}
+_registered_lock = threading.Lock()
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise RateLimitConfigError(
+            "metrics need the prometheus_client package: pip install 'moderato[metrics]' "
+            "(fail_open=True turns metrics on, so it needs it too)"
+        ) from None
+    return prometheus_client
+
+
+class Metrics:
+    """The collectors of one namespace in one registry."""
+
+    def __init__(self, namespace: str, registry: Any) -> None:
+        prometheus = _prometheus()
+        options = {"namespace": namespace, "registry": registry}
+        self.checks = prometheus.Counter(
+            "checks", "Rate limit checks by outcome", ["algorithm", "result"], **options
+        )
+        self.check_duration = prometheus.Histogram(
+            "check_duration_seconds",
+            "Time to decide one check, backend round trip included",
+            ["algorithm"],
+            buckets=(
+                0.0001,
+                0.00025,
+                0.0005,
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1.0,
+            ),
+            **options,
+        )
+        self.limit_exceeded = prometheus.Counter(
+            "limit_exceeded", "Checks denied because a limit was exceeded", ["algorithm"], **options
+        )
+        self.backend_operations = prometheus.Counter(
+            "backend_operations",
+            "Backend calls by operation and status",
+            ["operation", "status"],
+            **options,
+        )
+        self.fail_open = prometheus.Counter(
+            "fail_open",
+            "Checks let through because the backend could not decide",
+            ["algorithm"],
+            **options,
+        )
+        self.breaker_state = prometheus.Gauge(
+            "circuit_breaker_state",
+            "Backend circuit breaker: 0 closed, 1 open, 2 half-open",
+            **options,
+        )
+
+    def set_breaker_state(self, state: str) -> None:
+        self.breaker_state.set(BREAKER_STATES[state])
+
+
+def metrics_for(namespace: str = "moderato", registry: Optional[Any] = None) -> Metrics:
+    """The shared collectors of ``namespace`` in ``registry`` (the default one if None).
+
+    Several limiters in one process share them: Prometheus refuses to
+    register one metric name twice in a registry.
+    """
+    prometheus = _prometheus()
+    target = prometheus.REGISTRY if registry is None else registry
+    with _registered_lock:
+        key = (namespace, id(target))
+        metrics = _registered.get(key)
+        if metrics is None:
+            metrics = _registered[key] = Metrics(namespace, target)
+        return metrics

@@ -1,5 +1,7 @@
 """moderato: rate limiting for async Python web apps, decided atomically in Redis."""
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     BackendError,
     ModeratoError,
@@ -11,11 +13,28 @@ from .limiter import RateLimiter
 from .policy import Policy, Rate, parse_rate
 from .results import CheckResult, PolicyState
 
+if TYPE_CHECKING:
+    from .integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
+
 __version__ = "0.1.0"
+
+# The HTTP integration needs Starlette (the `fastapi` extra); the core does not,
+# so those names are imported on first use.
+_HTTP_NAMES = ("ClientIdentity", "RateLimitHeadersMiddleware", "RateLimitMiddleware")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HTTP_NAMES:
+        from . import integrations
+
+        return getattr(integrations, name)
+    raise AttributeError(f"module 'moderato' has no attribute {name!r}")
+
 
 __all__ = [
     "BackendError",
     "CheckResult",
+    "ClientIdentity",
     "ModeratoError",
     "Policy",
     "PolicyState",
@@ -23,6 +42,8 @@ __all__ = [
     "RateLimitCallbackError",
     "RateLimitConfigError",
     "RateLimitExceeded",
+    "RateLimitHeadersMiddleware",
+    "RateLimitMiddleware",
     "RateLimiter",
     "__version__",
     "parse_rate",

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, ScriptArg, get_algorithm
@@ -25,6 +25,11 @@ T = TypeVar("T")
 GLOBAL_SCOPE = "global"
 
 logger = logging.getLogger("moderato")
+
+if TYPE_CHECKING:  # the HTTP integration imports Starlette; the core must not need it
+    from .integrations.decorator import F
+    from .integrations.dependency import RateLimitDependency
+    from .integrations.rule import CostSpec, KeySpec, RateSpec, TenantSpec
 
 
 class RateLimiter:
@@ -377,6 +382,48 @@ class RateLimiter:
             *self._args(algorithm, policy),
         )
         return await self._backend.decide(algorithm, keys, args, len(policy.rates))
+
+    # -- HTTP integration (moderato.integrations) ---------------------------------
+
+    def limit(
+        self,
+        rate: RateSpec,
+        *,
+        key: Optional[KeySpec] = None,
+        algorithm: Optional[str] = None,
+        scope: Optional[str] = None,
+        cost: CostSpec = 1,
+        tenant: Optional[TenantSpec] = None,
+    ) -> Callable[[F], F]:
+        """Decorate a FastAPI or Starlette endpoint (``async def`` or ``def``) with a limit.
+
+        ``rate``, ``key``, ``tenant`` and ``cost`` may be values or callbacks of the
+        request (sync or async). ``key`` defaults to the client IP; ``scope`` to the
+        route's method and templates. Static configuration errors, including a
+        static cost above capacity, raise RateLimitConfigError here.
+        """
+        from .integrations.decorator import limit
+
+        return limit(
+            self, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+        )
+
+    def dependency(
+        self,
+        rate: RateSpec,
+        *,
+        key: Optional[KeySpec] = None,
+        algorithm: Optional[str] = None,
+        scope: Optional[str] = None,
+        cost: CostSpec = 1,
+        tenant: Optional[TenantSpec] = None,
+    ) -> RateLimitDependency:
+        """The same limit as a FastAPI dependency, for ``Depends(...)`` or router dependencies."""
+        from .integrations.dependency import dependency
+
+        return dependency(
+            self, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+        )
 
 
 def _tenant(tenant_type: object) -> str:

@@ -1,0 +1,222 @@
+"""``@limiter.limit(...)``: a rate limit on one FastAPI or Starlette endpoint.
+
+The endpoint needs no ``request`` parameter. The wrapper finds the Request
+itself: Starlette passes it positionally; for FastAPI, the wrapper's
+signature reuses the endpoint's own Request parameter if it has one, or else
+adds a keyword-only one. FastAPI leaves Request parameters out of OpenAPI, so
+the schema is the same as without the decorator.
+
+The wrapper is always ``async``: the check must be awaited. A plain ``def``
+endpoint then runs in the thread pool, as the framework would have run it.
+Decorators stack; the outer one decides first, and each decision is charged
+on its own (use one ``"10/second;1000/day"`` rate for an atomic pair).
+
+A generator endpoint (FastAPI's JSON Lines and server-sent-event streams)
+starts its response before its body runs, too late to answer 429. Its check
+therefore becomes a FastAPI dependency, added to the signature, which FastAPI
+resolves before the response starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..errors import RateLimitConfigError
+from ..policy import policy_for
+from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+REQUEST_PARAMETER = "moderato_request"
+"""The keyword-only Request parameter added to endpoints that declare none."""
+
+LIMIT_PARAMETER = "moderato_limit"
+"""Prefix of the dependency parameters added to generator endpoints."""
+
+if TYPE_CHECKING:
+    from ..limiter import RateLimiter
+
+
+def limit(
+    limiter: RateLimiter,
+    rate: RateSpec,
+    *,
+    key: Optional[KeySpec] = None,
+    algorithm: Optional[str] = None,
+    scope: Optional[str] = None,
+    cost: CostSpec = 1,
+    tenant: Optional[TenantSpec] = None,
+) -> Callable[[F], F]:
+    """A decorator that limits an endpoint; see ``RateLimiter.limit``.
+
+    Configuration errors (bad rate, algorithm, scope, or a static cost above
+    the capacity of the rate's smallest policy) raise RateLimitConfigError
+    here, at decoration time.
+    """
+    rule = LimitRule(
+        limiter, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+    )
+
+    def decorate(func: F) -> F:
+        if not callable(func):
+            raise RateLimitConfigError(f"limit() decorates a callable, got {type(func).__name__}")
+        stacked: list[LimitRule] = list(getattr(func, _RULES_ATTRIBUTE, ()))
+        for inner in stacked:
+            _check_distinct_buckets(rule, inner)
+        endpoint_rule = copy.copy(rule)
+        endpoint_rule.endpoint = func
+        wrapper = _wrap(func, endpoint_rule)
+        setattr(wrapper, _RULES_ATTRIBUTE, (*stacked, endpoint_rule))
+        return cast(F, wrapper)
+
+    return decorate
+
+
+_RULES_ATTRIBUTE = "__moderato_rules__"
+
+
+def _check_distinct_buckets(outer: LimitRule, inner: LimitRule) -> None:
+    """Stacked limits that would count in one Redis key are a configuration error.
+
+    A key is prefix + algorithm + tenant + scope + identity + window: two
+    decorators on one route with the same window, identity and scope would
+    both charge (and read) the same counter.
+    """
+    if outer.limiter is not inner.limiter or outer.scope != inner.scope:
+        return
+    if outer.key is not inner.key or outer.tenant is not inner.tenant:
+        return
+    if not isinstance(outer.rate, str) or not isinstance(inner.rate, str):
+        return
+    default = outer.limiter.default_algorithm
+    if (outer.algorithm or default) != (inner.algorithm or default):
+        return
+    shared = set(policy_for(outer.rate).windows_s) & set(policy_for(inner.rate).windows_s)
+    if shared:
+        raise RateLimitConfigError(
+            f"stacked limits '{outer.rate}' and '{inner.rate}' both have a {min(shared)} s "
+            "window on one route and would share one counter; combine them into one rate "
+            "string, or give one of them its own scope="
+        )
+
+
+def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+        return _wrap_generator(func, rule)
+    signature = inspect.signature(func)
+    request_parameter = _request_parameter(func, signature)
+    injected = request_parameter is None
+    is_async = _is_async(func)
+
+    @functools.wraps(func)
+    async def limited(*args: Any, **kwargs: Any) -> Any:
+        if injected:
+            request = kwargs.pop(REQUEST_PARAMETER, None)
+        else:
+            request = kwargs.get(cast(str, request_parameter))
+        if not isinstance(request, Request):
+            request = next((arg for arg in args if isinstance(arg, Request)), None)
+        if request is None:
+            raise RateLimitConfigError(
+                f"{func.__qualname__} was called without a Request; a rate-limited "
+                "endpoint must be called by FastAPI or Starlette routing"
+            )
+        await rule.enforce(request)
+        if is_async:
+            return await func(*args, **kwargs)
+        return await run_in_threadpool(func, *args, **kwargs)
+
+    if injected:
+        signature = _with_request_parameter(signature)
+    limited.__signature__ = signature  # type: ignore[attr-defined]
+    return limited
+
+
+def _wrap_generator(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
+    signature = inspect.signature(func)
+    parameters = list(signature.parameters.values())
+    taken = {p.name for p in parameters}
+    name = next(
+        f"{LIMIT_PARAMETER}_{n}"
+        for n in range(len(taken) + 1)
+        if f"{LIMIT_PARAMETER}_{n}" not in taken
+    )
+
+    async def check(request: Request) -> None:
+        await rule.enforce(request)
+
+    from fastapi import Depends  # generator endpoints exist only in FastAPI
+
+    added = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=Depends(check))
+    # Before the limits of inner decorators, so that the outer one is checked first.
+    position = next(
+        (i for i, p in enumerate(parameters) if p.name.startswith(LIMIT_PARAMETER)),
+        len(parameters)
+        - (1 if parameters and parameters[-1].kind is inspect.Parameter.VAR_KEYWORD else 0),
+    )
+    parameters.insert(position, added)
+
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def limited_stream(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop(name, None)
+            async for item in func(*args, **kwargs):
+                yield item
+
+        wrapper: Callable[..., Any] = limited_stream
+    else:
+
+        @functools.wraps(func)
+        def limited_sync_stream(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop(name, None)
+            yield from func(*args, **kwargs)
+
+        wrapper = limited_sync_stream
+    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _request_parameter(func: Callable[..., Any], signature: inspect.Signature) -> Optional[str]:
+    """The name of the endpoint's own Request parameter, if it declares one.
+
+    FastAPI fills exactly one Request parameter per endpoint, so a second one
+    would be left without a value: reuse the endpoint's (or an inner
+    decorator's) instead of adding another.
+    """
+    namespace = getattr(inspect.unwrap(func), "__globals__", {})
+    for parameter in signature.parameters.values():
+        annotation = parameter.annotation
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, namespace)  # resolves "Request" as FastAPI would
+            except Exception:
+                continue
+        if isinstance(annotation, type) and issubclass(annotation, Request):
+            return parameter.name
+    return None
+
+
+def _with_request_parameter(signature: inspect.Signature) -> inspect.Signature:
+    parameters = list(signature.parameters.values())
+    added = inspect.Parameter(REQUEST_PARAMETER, inspect.Parameter.KEYWORD_ONLY, annotation=Request)
+    # Keyword-only parameters go before **kwargs, if any.
+    position = len(parameters)
+    if parameters and parameters[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        position -= 1
+    parameters.insert(position, added)
+    return signature.replace(parameters=parameters)
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+        getattr(func, "__call__", None)  # noqa: B004 - async callable objects
+    )

@@ -1,0 +1,222 @@
+"""The two pure-ASGI middlewares.
+
+``RateLimitHeadersMiddleware`` reports what decorators and dependencies
+decided (quota headers on their responses) and turns moderato's exceptions
+into responses. ``RateLimitMiddleware`` does the same and also enforces an
+app-wide rule before the application sees the request.
+
+Both translate only moderato's exceptions, and only before the response has
+started: once headers are on the wire a second response would corrupt the
+stream, so the error propagates instead. In a mounted sub-application,
+install the middleware on the child: the child's own error middleware answers
+500 before an exception reaches the parent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Optional
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import RateLimitConfigError
+from .callbacks import RequestCallback, call_callback, callback_failed
+from .decisions import claim_headers, recorded
+from .headers import HeaderList, HeaderStyle, render, report, validate_style
+from .identity import ClientIdentity, ProxyHeader
+from .responses import error_response, send_json
+from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
+
+if TYPE_CHECKING:
+    from ..limiter import RateLimiter
+
+ExemptPredicate = RequestCallback[bool]
+
+
+class RateLimitHeadersMiddleware:
+    """Adds rate-limit headers to limited responses; answers 429/422/503 for moderato errors.
+
+    ``headers``: ``"legacy"`` (X-RateLimit-*), ``"ietf"`` (RateLimit-Policy and
+    RateLimit), ``"both"``, or None (no quota headers; Retry-After stays).
+    """
+
+    def __init__(self, app: ASGIApp, *, headers: HeaderStyle = "legacy") -> None:
+        self.app = app
+        self.headers = validate_style(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await serve(self.app, scope, receive, send, self.headers)
+
+
+class RateLimitMiddleware:
+    """An app-wide limit, enforced before the application runs; rejected requests never reach it.
+
+    - ``rate``: one or more policies (``"50/second;10000/day"``), decided atomically;
+    - ``key``: identity callback; by default the ``api_key_header`` value if
+      sent, else the client IP (forwarding headers believed only from
+      ``trusted_proxies``);
+    - ``cost`` for every request, or ``costs`` per exact path (``{"/export": 20}``);
+    - ``exempt_paths``: exact paths, or prefixes ending in ``*``; ``exempt``:
+      predicates of the request (sync or async). Health checks belong here:
+      limiting them gets healthy instances restarted under load;
+    - ``scope``: the bucket's name, shared by every path (give two app-wide
+      middlewares different scopes);
+    - ``headers``: as for RateLimitHeadersMiddleware, whose job this middleware
+      also does for decorated endpoints below it.
+
+    Paths are matched without the ASGI root path, so the same configuration
+    works behind a proxy prefix or on a mounted sub-application.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limiter: RateLimiter,
+        rate: RateSpec,
+        algorithm: Optional[str] = None,
+        key: Optional[KeySpec] = None,
+        tenant: Optional[TenantSpec] = None,
+        cost: CostSpec = 1,
+        costs: Optional[Mapping[str, int]] = None,
+        exempt_paths: Iterable[str] = (),
+        exempt: Iterable[ExemptPredicate] = (),
+        scope: str = "app",
+        headers: HeaderStyle = "legacy",
+        api_key_header: Optional[str] = "X-API-Key",
+        trusted_proxies: Iterable[str] = (),
+        proxy_header: ProxyHeader = "x-forwarded-for",
+    ) -> None:
+        self.app = app
+        self.headers = validate_style(headers)
+        if not isinstance(scope, str) or not scope:
+            raise RateLimitConfigError("scope must be a non-empty string")
+        self.scope = scope
+        if key is None:
+            key = ClientIdentity(
+                api_key_header=api_key_header,
+                trusted_proxies=trusted_proxies,
+                proxy_header=proxy_header,
+            )
+
+        def rule_for(charge: CostSpec) -> LimitRule:
+            return LimitRule(
+                limiter, rate, key=key, algorithm=algorithm, scope=scope, cost=charge, tenant=tenant
+            )
+
+        self.rule = rule_for(cost)
+        self.path_rules = {path: rule_for(charge) for path, charge in (costs or {}).items()}
+        if isinstance(exempt_paths, str):
+            exempt_paths = (exempt_paths,)
+        paths = list(exempt_paths)
+        self.exempt_exact = frozenset(path for path in paths if not path.endswith("*"))
+        self.exempt_prefixes = tuple(path[:-1] for path in paths if path.endswith("*"))
+        self.exempt = tuple(exempt)
+        for predicate in self.exempt:
+            if not callable(predicate):
+                raise RateLimitConfigError(
+                    f"exempt predicates must be callable, got {predicate!r:.80}"
+                )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = route_path(scope)
+        if path in self.exempt_exact or path.startswith(self.exempt_prefixes):
+            await serve(self.app, scope, receive, send, self.headers)
+            return
+        # No receive: callbacks may read headers, never the body the app still needs.
+        request = Request(scope)
+        try:
+            if not await self._exempt(request):
+                await self.path_rules.get(path, self.rule).enforce(request, scope=self.scope)
+        except Exception as error:
+            if not await send_error(error, scope, send, self.headers):
+                raise
+            return
+        await serve(self.app, scope, receive, send, self.headers)
+
+    async def _exempt(self, request: Request) -> bool:
+        for predicate in self.exempt:
+            verdict = await call_callback("exempt", predicate, request)
+            if not isinstance(verdict, bool):
+                raise callback_failed(
+                    "exempt", f"exempt predicate returned {type(verdict).__name__}, not bool"
+                )
+            if verdict:
+                return True
+        return False
+
+
+async def serve(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, style: HeaderStyle
+) -> None:
+    """Run ``app``, adding decision headers to its response and answering moderato errors."""
+    response_started = False
+
+    async def send_with_headers(message: Message) -> None:
+        nonlocal response_started
+        if message["type"] == "http.response.start":
+            response_started = True
+            if claim_headers(scope):
+                message = _with_headers(message, _decision_headers(scope, style))
+        await send(message)
+
+    try:
+        await app(scope, receive, send_with_headers)
+    except Exception as error:
+        if response_started or not await send_error(error, scope, send, style):
+            raise
+
+
+async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderStyle) -> bool:
+    """Answer a moderato exception; False (nothing sent) for any other exception."""
+    response = error_response(error)
+    if response is None:
+        return False
+    headers: HeaderList = []
+    if response.denial is not None:
+        denial_report = report(recorded(scope), response.denial)
+        if denial_report is not None:
+            headers = render(denial_report, style, time.time())
+    # This response is complete: middlewares further out must not add to it.
+    claim_headers(scope)
+    await send_json(send, response.status, response.body, headers)
+    return True
+
+
+def _decision_headers(scope: Scope, style: HeaderStyle) -> HeaderList:
+    decisions = recorded(scope)
+    if not decisions:
+        return []
+    decision_report = report(decisions)
+    return [] if decision_report is None else render(decision_report, style, time.time())
+
+
+def _with_headers(message: Message, extra: HeaderList) -> Message:
+    if not extra:
+        return message
+    headers = list(message.get("headers", ()))
+    present = {name.lower() for name, _ in headers}
+    # The application's own values win (e.g. its handler already set Retry-After).
+    headers.extend((name, value) for name, value in extra if name not in present)
+    return {**message, "headers": headers}
+
+
+def route_path(scope: Scope) -> str:
+    """The path below the ASGI root path, as routing sees it."""
+    path = str(scope.get("path", ""))
+    root_path = str(scope.get("root_path", ""))
+    if (
+        root_path
+        and path.startswith(root_path)
+        and path[len(root_path) : len(root_path) + 1] in ("", "/")
+    ):
+        return path[len(root_path) :] or "/"
+    return path

@@ -1,0 +1,259 @@
+"""The default scope of a decorated endpoint: method + root path + mount templates + route template.
+
+A scope names the bucket a rule counts in. It is built from templates, not
+concrete paths, so ``/users/1`` and ``/users/2`` share one quota per identity
+(a client cannot mint fresh quotas by varying a path parameter) while two
+routes, or one sub-app mounted at two templates, never do::
+
+    GET:/tenants/{tenant}/items/{item_id}
+    POST://{region}.example.com/api/v1/jobs         (under a Host route)
+
+The routing tree is walked once per application (from the outermost router,
+which Starlette records in ``scope["router"]``) and indexed by endpoint; a
+request then costs a dictionary lookup, plus a regex match only when one
+endpoint is reachable through several templates.
+
+When the template cannot be recovered (an opaque ASGI app between two
+routers, a path rewritten after routing, an app that is not a Starlette
+routing tree at all) the scope falls back to ``METHOD:fallback:<module>.<qualname>``
+of the endpoint, and a warning is logged once. Limiting is never skipped;
+pass ``scope=`` explicitly to choose the bucket yourself.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from starlette.routing import BaseRoute, Host, Mount, Route, WebSocketRoute, compile_path
+from starlette.types import Scope
+
+logger = logging.getLogger("moderato")
+
+FALLBACK_MARKER = "fallback"
+_MAX_DEPTH = 32
+_MAX_UNWRAP = 16
+
+_iter_route_contexts: Optional[Callable[[list[Any]], Iterator[Any]]]
+try:  # Newer FastAPI keeps an included router as one route, with per-inclusion paths.
+    from fastapi.routing import iter_route_contexts as _fastapi_route_contexts
+
+    _iter_route_contexts = _fastapi_route_contexts
+except ImportError:  # pragma: no cover - Starlette only, or a FastAPI that flattens includes
+    _iter_route_contexts = None
+
+
+@dataclass(frozen=True)
+class _Template:
+    """One way to reach an endpoint: its full path template and optional host template."""
+
+    path: str
+    host: Optional[str]
+    path_regex: Optional[re.Pattern[str]]
+    host_regex: Optional[re.Pattern[str]]
+
+    def matches(self, route_path: str, host: Optional[str]) -> bool:
+        if self.path_regex is not None and not self.path_regex.match(route_path):
+            return False
+        if self.host_regex is None:
+            return True
+        return host is not None and self.host_regex.match(host) is not None
+
+    def render(self, method: str, root_path: str) -> str:
+        host = f"//{self.host}" if self.host is not None else ""
+        return f"{method}:{host}{root_path}{self.path}"
+
+
+@dataclass
+class _Index:
+    """Every template under one outermost router, by endpoint identity."""
+
+    templates: dict[int, list[_Template]] = field(default_factory=dict)
+    endpoints: list[object] = field(default_factory=list)
+    """Keeps the endpoints alive so their ids stay unique while indexed."""
+    misses: set[int] = field(default_factory=set)
+
+
+_indexes: dict[int, tuple[weakref.ref[Any], _Index]] = {}
+_warned: set[str] = set()
+
+
+def route_scope(scope: Scope, endpoint: Optional[Callable[..., Any]] = None) -> str:
+    """The default scope for this request's route (see the module docstring).
+
+    ``endpoint`` names the fallback when the routing tree gives no answer;
+    by default the routed endpoint, ``scope["endpoint"]``.
+    """
+    method = str(scope.get("method", "GET")).upper()
+    routed = scope.get("endpoint")
+    router = scope.get("router")
+    if routed is not None and router is not None:
+        templates = _templates_for(router, routed)
+        if templates:
+            root_path = _original_root_path(scope)
+            template = _choose(templates, scope, root_path)
+            if template is not None:
+                return template.render(method, root_path)
+    return _fallback(method, endpoint if endpoint is not None else routed)
+
+
+def _templates_for(router: Any, endpoint: object) -> Optional[list[_Template]]:
+    index = _index(router)
+    templates = index.templates.get(id(endpoint))
+    if templates is None and id(endpoint) not in index.misses:
+        # Routes can be added after the first request; look once more, then remember.
+        index = _index(router, rebuild=True)
+        templates = index.templates.get(id(endpoint))
+        if templates is None:
+            index.misses.add(id(endpoint))
+    return templates
+
+
+def _index(router: Any, *, rebuild: bool = False) -> _Index:
+    entry = _indexes.get(id(router))
+    if entry is not None and entry[0]() is router and not rebuild:
+        return entry[1]
+    index = _Index()
+    _walk(getattr(router, "routes", []), index, prefix="", host=None, depth=0)
+    if entry is not None and entry[0]() is router:
+        index.misses = entry[1].misses
+    key = id(router)
+
+    def forget(_: weakref.ref[Any], key: int = key) -> None:
+        _indexes.pop(key, None)
+
+    _indexes[key] = (weakref.ref(router, forget), index)
+    return index
+
+
+def _walk(
+    routes: Sequence[Any], index: _Index, *, prefix: str, host: Optional[str], depth: int
+) -> None:
+    if depth > _MAX_DEPTH:
+        return
+    for original, effective in _expand(routes):
+        path = getattr(effective, "path", None)
+        if isinstance(original, Mount):
+            children = _child_routes(getattr(effective, "app", None))
+            if children is not None:
+                _walk(children, index, prefix=prefix + str(path or ""), host=host, depth=depth + 1)
+        elif isinstance(original, Host):
+            children = _child_routes(getattr(effective, "app", None))
+            if children is not None:
+                _walk(children, index, prefix=prefix, host=original.host, depth=depth + 1)
+        elif isinstance(original, WebSocketRoute):
+            continue
+        elif isinstance(original, Route) or (path is not None and hasattr(effective, "endpoint")):
+            endpoint = getattr(effective, "endpoint", None)
+            if endpoint is None or path is None:
+                continue
+            template = _template(prefix + str(path), host)
+            index.templates.setdefault(id(endpoint), []).append(template)
+            index.endpoints.append(endpoint)
+
+
+def _expand(routes: Sequence[Any]) -> Iterator[tuple[Any, Any]]:
+    """(original route, object carrying its effective path) for each route.
+
+    FastAPI's included routers share route objects between inclusions and
+    hold the prefixed path in a per-inclusion context; older FastAPI and
+    Starlette routes carry their full path themselves.
+    """
+    if _iter_route_contexts is None:
+        for route in routes:
+            yield route, route
+        return
+    for context in _iter_route_contexts(list(routes)):
+        yield context.original_route, context
+
+
+def _child_routes(app: Any) -> Optional[Sequence[BaseRoute]]:
+    # A mount's app may be wrapped in middleware; the routing tree is usually
+    # reachable through the conventional ``.app`` attribute.
+    for _ in range(_MAX_UNWRAP):
+        if app is None:
+            return None
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, list):
+            return routes
+        app = getattr(app, "app", None)
+    return None
+
+
+def _template(path: str, host: Optional[str]) -> _Template:
+    return _Template(path=path, host=host, path_regex=_compile(path), host_regex=_compile(host))
+
+
+def _compile(template: Optional[str]) -> Optional[re.Pattern[str]]:
+    if template is None:
+        return None
+    try:
+        regex, _, _ = compile_path(template)
+    except (AssertionError, ValueError):
+        # e.g. a parameter name used by both a mount and its route: matching
+        # cannot tell templates apart, so this one is taken as matching.
+        return None
+    return regex
+
+
+def _original_root_path(scope: Scope) -> str:
+    # Starlette's mounts extend root_path and keep the original in app_root_path.
+    root = scope.get("app_root_path")
+    if root is None:
+        root = scope.get("root_path", "")
+    return str(root)
+
+
+def _choose(templates: list[_Template], scope: Scope, root_path: str) -> Optional[_Template]:
+    if len(templates) == 1:
+        return templates[0]
+    route_path = _route_path(str(scope.get("path", "")), root_path)
+    host = _host(scope)
+    for template in templates:
+        if template.matches(route_path, host):
+            return template
+    return None
+
+
+def _route_path(path: str, root_path: str) -> str:
+    if (
+        root_path
+        and path.startswith(root_path)
+        and path[len(root_path) : len(root_path) + 1] in ("", "/")
+    ):
+        return path[len(root_path) :]
+    return path
+
+
+def _host(scope: Scope) -> Optional[str]:
+    for key, value in scope.get("headers", ()):
+        if key == b"host":
+            host = value.decode("latin-1").lower()
+            if host.startswith("["):
+                return str(host.split("]", 1)[0] + "]")
+            return str(host.split(":", 1)[0])
+    return None
+
+
+def _fallback(method: str, endpoint: Optional[Callable[..., Any]]) -> str:
+    if endpoint is None:
+        name = "unknown"
+    else:
+        module = getattr(endpoint, "__module__", None) or "unknown"
+        qualname = getattr(endpoint, "__qualname__", None) or type(endpoint).__qualname__
+        name = f"{module}.{qualname}"
+    fallback = f"{method}:{FALLBACK_MARKER}:{name}"
+    if fallback not in _warned:
+        _warned.add(fallback)
+        logger.warning(
+            "moderato could not discover the route template for %s (opaque ASGI mount, "
+            "path rewriting, or not a Starlette routing tree); limiting under the fallback "
+            "scope %r. Pass scope=... to the rule to choose the bucket explicitly.",
+            name,
+            fallback,
+        )
+    return fallback

@@ -1,0 +1,199 @@
+"""The same guarantees over real TCP: uvicorn on a free loopback port, redis-server behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any, Callable
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from http_helpers import rate_headers
+from redis_servers import RedisServer, free_port
+
+from moderato import RateLimiter
+from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
+
+Serve = Callable[[Any], Awaitable[str]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start apps under uvicorn in this event loop; stop them after the test."""
+    running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+
+    async def start(app: Any) -> str:
+        port = free_port()
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            # uvicorn would otherwise rewrite the client from X-Forwarded-For
+            # itself (it trusts 127.0.0.1); moderato's own rules are under test.
+            proxy_headers=False,
+        )
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        deadline = time.monotonic() + 5
+        while not server.started:
+            if task.done() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            await asyncio.sleep(0.01)
+        running.append((server, task))
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, task in running:
+        server.should_exit = True
+        await asyncio.wait_for(task, timeout=5)
+
+
+def seed_app(limiter: RateLimiter, hits: list[str]) -> FastAPI:
+    # Seed 000's Basic Example shape: connect in the lifespan, close on shutdown.
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await limiter.connect()
+        try:
+            yield
+        finally:
+            await limiter.close()
+
+    app = FastAPI(lifespan=lifespan)
+    app.add_middleware(
+        RateLimitMiddleware,
+        limiter=limiter,
+        rate="20/10 minutes",
+        algorithm="token_bucket",
+        exempt_paths=["/healthz"],
+        scope="seed-burst",
+    )
+
+    @app.get("/work")
+    async def work() -> dict[str, str]:
+        hits.append("work")
+        return {"done": "yes"}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        hits.append("healthz")
+        return {"status": "ok"}
+
+    return app
+
+
+async def test_seed_burst_over_tcp(redis_url: str, serve: Serve) -> None:
+    hits: list[str] = []
+    limiter = RateLimiter(redis_url, key_prefix="tcp")
+    base_url = await serve(seed_app(limiter, hits))
+    limits = httpx.Limits(max_connections=50)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=10) as http:
+        burst = [http.get("/work", headers={"x-api-key": "burst"}) for _ in range(200)]
+        other = http.get("/work", headers={"x-api-key": "bystander"})
+        responses = await asyncio.gather(*burst[:100], other, *burst[100:])
+        other_response = responses.pop(100)
+        health = await asyncio.gather(*(http.get("/healthz") for _ in range(20)))
+    statuses = [r.status_code for r in responses]
+    assert (statuses.count(200), statuses.count(429)) == (20, 180)
+    for response in responses:
+        if response.status_code == 429:
+            retry_after_s = int(response.headers["retry-after"])
+            assert 1 <= retry_after_s <= 30
+            assert response.json() == {
+                "error": "Rate limit exceeded",
+                "retry_after": retry_after_s,
+                "limit": 20,
+            }
+    assert other_response.status_code == 200
+    assert [r.status_code for r in health] == [200] * 20
+    assert hits.count("work") == 21 and hits.count("healthz") == 20
+
+
+async def test_paced_client_over_tcp_is_never_limited(redis_url: str, serve: Serve) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="tcp")
+    app = FastAPI()
+    app.add_middleware(
+        RateLimitMiddleware, limiter=limiter, rate="20/second", algorithm="token_bucket"
+    )
+
+    @app.get("/work")
+    async def work() -> dict[str, str]:
+        return {}
+
+    base_url = await serve(app)
+    interval_s = 1 / 16  # 80% of the rate
+    statuses = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=5) as http:
+        started = time.monotonic()
+        for n in range(24):
+            delay_s = started + n * interval_s - time.monotonic()
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
+            statuses.append((await http.get("/work", headers={"x-api-key": "paced"})).status_code)
+    assert statuses == [200] * 24
+    await limiter.close()
+
+
+async def test_decorated_endpoint_and_proxy_identity_over_tcp(redis_url: str, serve: Serve) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="tcp", default_algorithm="token_bucket")
+    behind_proxy = ClientIdentity(trusted_proxies=["127.0.0.1/32"])
+    app = FastAPI()
+    app.add_middleware(RateLimitHeadersMiddleware)
+
+    @app.get("/api/users")
+    @limiter.limit("2/hour")
+    async def get_users(request: Request) -> dict[str, list[str]]:
+        return {"users": ["Alice", "Bob"]}
+
+    @app.post("/login")
+    @limiter.limit("1/hour", key=behind_proxy)
+    def login() -> dict[str, str]:
+        return {"token": "t"}
+
+    base_url = await serve(app)
+    async with httpx.AsyncClient(base_url=base_url, timeout=5) as http:
+        # Direct clients: a forged X-Forwarded-For does not escape the limit.
+        users = [
+            await http.get("/api/users", headers={"x-forwarded-for": f"198.51.100.{n}"})
+            for n in range(3)
+        ]
+        # Behind the (trusted) loopback proxy: the forwarded client is the identity.
+        logins = [
+            await http.post("/login", headers={"x-forwarded-for": forwarded})
+            for forwarded in ("203.0.113.1", "203.0.113.2", "9.9.9.9, 203.0.113.1")
+        ]
+    assert [r.status_code for r in users] == [200, 200, 429]
+    assert (users[0].headers["x-ratelimit-limit"], users[0].headers["x-ratelimit-remaining"]) == (
+        "2",
+        "1",
+    )
+    assert users[2].json()["limit"] == 2
+    assert [r.status_code for r in logins] == [200, 200, 429]
+    await limiter.close()
+
+
+async def test_backend_down_over_tcp(own_redis_server: RedisServer, serve: Serve) -> None:
+    limiter = RateLimiter(own_redis_server.url, key_prefix="tcp", connect_timeout_s=0.2)
+    app = FastAPI()
+    app.add_middleware(RateLimitHeadersMiddleware)
+
+    @app.get("/limited")
+    @limiter.limit("5/minute")
+    async def limited() -> dict[str, str]:
+        return {}
+
+    base_url = await serve(app)
+    async with httpx.AsyncClient(base_url=base_url, timeout=5) as http:
+        assert (await http.get("/limited")).status_code == 200
+        own_redis_server.stop()
+        down = await http.get("/limited")
+    assert down.status_code == 503
+    assert down.json() == {"error": "Rate limit backend unavailable"}
+    assert rate_headers(down) == {}
+    await limiter.close()

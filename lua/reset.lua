@@ -1,0 +1,99 @@
+--[[ moderato: reset, atomic over 1..16 base keys.
+
+KEYS[i]  base key of policy i
+ARGV[i]  window_s of KEYS[i]: decimal integer 1..86400
+
+Deletes every key any algorithm derives from each base at the current time:
+the fixed/sliding window counters <base>:<index> and <base>:<index - 1>
+(index = floor(now_ms / window_ms)), the token buckets <base>:bucket:v2 and
+the legacy <base>:bucket, and the base itself. Replies with the number of
+keys deleted. A bad argument is "MODERATO_ARG ..." and deletes nothing.
+]]
+
+local MAX_WINDOW_S = 86400
+local MAX_POLICIES = 16
+
+local function fail(message)
+  error({ moderato_error = 'MODERATO_ARG ' .. message }, 0)
+end
+
+local function shown(value)
+  if type(value) ~= 'string' then
+    return tostring(value)
+  end
+  local text = value
+  if #text > 40 then
+    text = string.sub(text, 1, 40) .. '...'
+  end
+  return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
+end
+
+-- window_s as a number, or nil unless it is a decimal integer 1..86400.
+local function parse_window_s(text)
+  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+    return nil
+  end
+  local digits = string.gsub(text, '^0+', '')
+  if #digits > 5 then
+    return nil
+  end
+  local window_s = tonumber('0' .. digits)
+  if window_s < 1 or window_s > MAX_WINDOW_S then
+    return nil
+  end
+  return window_s
+end
+
+-- floor(numerator / denominator) for non-negative integers below 2^53, exactly.
+local function floor_div(numerator, denominator)
+  return (numerator - math.fmod(numerator, denominator)) / denominator
+end
+
+local function reset()
+  local policy_count = #KEYS
+  if policy_count < 1 or policy_count > MAX_POLICIES then
+    fail('expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got ' .. policy_count)
+  end
+  if #ARGV ~= policy_count then
+    fail('expected one window_s argument per key (' .. policy_count .. '), got ' .. #ARGV)
+  end
+  local windows_s = {}
+  for i = 1, policy_count do
+    windows_s[i] = parse_window_s(ARGV[i])
+    if not windows_s[i] then
+      fail('ARGV[' .. i .. '] (window_s of KEYS[' .. i .. ']) must be an integer 1..'
+        .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[i]))
+    end
+  end
+
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+  -- Each key once, so the count is the number of keys that existed.
+  local doomed, seen = {}, {}
+  local function add(key)
+    if not seen[key] then
+      seen[key] = true
+      doomed[#doomed + 1] = key
+    end
+  end
+  for i = 1, policy_count do
+    local base = KEYS[i]
+    local window_index = floor_div(now_ms, windows_s[i] * 1000)
+    add(base .. ':' .. string.format('%d', window_index))
+    add(base .. ':' .. string.format('%d', window_index - 1))
+    add(base .. ':bucket:v2')
+    add(base .. ':bucket')
+    add(base)
+  end
+  return redis.call('DEL', unpack(doomed))
+end
+
+local ok, result = pcall(reset)
+if ok then
+  return result
+end
+if type(result) == 'table' and result.moderato_error then
+  return redis.error_reply(result.moderato_error)
+end
+error(result, 0)

@@ -1,0 +1,496 @@
+"""An exact, pure-Python model of moderato's decision scripts (lua/*.lua).
+
+It is the oracle the scripts are tested against (and, later, the in-process
+backend): the same state, the same arguments, the same reply. It states the
+math of /work/shared/ALGORITHMS.md as directly as Python allows -- unbounded
+ints, so ``elapsed * capacity // window`` needs none of the splitting the Lua
+code does to stay below 2^53 -- and it searches for retry instants in ways
+independent of the scripts' (scans and bisections over the exact functions
+rather than float estimates corrected by them).
+
+The one place it uses floats is the custom token refill rate, which the seed
+keeps in floating point; there it performs the scripts' operations in the
+same order on IEEE doubles, so the results agree bit for bit.
+
+State is a dict of Redis keys: ``{key: Entry(value, expire_at_ms)}`` where the
+value is an int (a string key holding a decimal integer) or a dict of ints (a
+hash), and ``expire_at_ms`` is the absolute expiry (PEXPIRETIME) or None. A
+key is gone once the clock passes its expiry, as in Redis (expired iff
+``now_ms > expire_at_ms``).
+
+Every decision function has the signature
+``(state, now_ms, cost_scaled, apply, policies) -> (reply, new_state)`` and
+leaves its input untouched. The reply is the flat layout of docs/internals.md:
+``[allowed, deciding, remaining_scaled, retry_ms, reset_ms, ...]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+MAX_SAFE_INTEGER = 2**53
+MAX_CAPACITY_SCALED = 9_007_199_254_000
+MAX_WINDOW_S = 86_400
+MAX_POLICIES = 16
+MAX_STATE_TIME_MS = 2**52
+"""A stored token-bucket base beyond this is corrupt (room is left to add waits below 2^53)."""
+TOKEN_EXPIRY_MARGIN_MS = 60_000
+BUCKET_SUFFIX = ":bucket:v2"
+
+Value = Union[int, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Entry:
+    value: Value
+    expire_at_ms: Optional[int] = None
+
+
+State = dict[str, Entry]
+
+
+@dataclass(frozen=True)
+class Policy:
+    key: str
+    """The policy's base key (KEYS[i])."""
+    capacity_scaled: int
+    window_s: int
+    refill_scaled_per_s: Optional[float] = None
+    """Token bucket only: None for the exact public rule, else a custom rate."""
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_s * 1000
+
+
+class ModelArgumentError(ValueError):
+    """The scripts answer this with a MODERATO_ARG error reply."""
+
+
+class ModelStateError(ValueError):
+    """The scripts answer this with a MODERATO_STATE error reply."""
+
+
+# -- helpers shared by every algorithm -------------------------------------------------
+
+
+def expire(state: Mapping[str, Entry], now_ms: int) -> State:
+    """The keys still alive at now_ms (Redis: a key is expired once now > its expiry)."""
+    return {
+        key: entry
+        for key, entry in state.items()
+        if entry.expire_at_ms is None or now_ms <= entry.expire_at_ms
+    }
+
+
+def validate(cost_scaled: int, apply: bool, policies: Sequence[Policy], *, token: bool) -> None:
+    """The argument checks every script makes before touching a key."""
+    if not 1 <= len(policies) <= MAX_POLICIES:
+        raise ModelArgumentError(f"expected 1..{MAX_POLICIES} policies, got {len(policies)}")
+    keys = [policy.key for policy in policies]
+    if len(set(keys)) != len(keys):
+        raise ModelArgumentError("base keys must be distinct")
+    if not (1 if apply else 0) <= cost_scaled <= MAX_SAFE_INTEGER:
+        raise ModelArgumentError(f"cost_scaled {cost_scaled} out of range")
+    for policy in policies:
+        if not 1 <= policy.capacity_scaled <= MAX_CAPACITY_SCALED:
+            raise ModelArgumentError(f"capacity_scaled {policy.capacity_scaled} out of range")
+        if not 1 <= policy.window_s <= MAX_WINDOW_S:
+            raise ModelArgumentError(f"window_s {policy.window_s} out of range")
+        rate = policy.refill_scaled_per_s
+        if rate is not None:
+            if not token:
+                raise ModelArgumentError("only the token bucket takes a refill rate")
+            # The scripts compare in doubles; capacity / 86400 is the correctly rounded quotient.
+            if not (
+                math.isfinite(rate)
+                and policy.capacity_scaled / MAX_WINDOW_S <= rate <= MAX_CAPACITY_SCALED
+            ):
+                raise ModelArgumentError(f"refill_scaled_per_s {rate!r} out of range")
+
+
+@dataclass
+class Verdict:
+    """One policy's view of the request, on the state as read (no writes yet)."""
+
+    fits: bool
+    permanent: bool
+    remaining_uncharged: int
+    remaining_charged: int = 0
+    reset_charged_ms: int = 0
+    reset_uncharged_ms: int = 0
+    retry_ms: int = 0
+    reset_denied_ms: int = 0
+    write: Callable[[State], None] = field(default=lambda state: None)
+
+
+def conclude(verdicts: Sequence[Verdict], apply: bool, state: State) -> tuple[list[int], State]:
+    """Admit iff every policy fits; pick the deciding policy; only then apply the writes."""
+    allowed = all(verdict.fits for verdict in verdicts)
+    triples: list[tuple[int, int, int]] = []
+    for verdict in verdicts:
+        if verdict.permanent:
+            triples.append((verdict.remaining_uncharged, -1, -1))
+        elif allowed:
+            triples.append((verdict.remaining_charged, 0, verdict.reset_charged_ms))
+        elif verdict.fits:
+            triples.append((verdict.remaining_uncharged, 0, verdict.reset_uncharged_ms))
+        else:
+            triples.append((verdict.remaining_uncharged, verdict.retry_ms, verdict.reset_denied_ms))
+    if allowed:
+        # The fewest remaining feeds the headers; min() keeps the lowest index on ties.
+        deciding = min(range(len(triples)), key=lambda i: triples[i][0])
+    else:
+        # The longest wait, a permanent one counting as infinite; lowest index on ties.
+        deciding = max(
+            range(len(triples)),
+            key=lambda i: (math.inf if triples[i][1] == -1 else triples[i][1], -i),
+        )
+    reply = [int(allowed), deciding]
+    for triple in triples:
+        reply.extend(triple)
+    new_state = dict(state)
+    if allowed and apply:
+        for verdict in verdicts:
+            verdict.write(new_state)
+    return reply, new_state
+
+
+def _counter(state: State, key: str) -> int:
+    entry = state.get(key)
+    if entry is None:
+        return 0
+    if not isinstance(entry.value, int) or not 0 <= entry.value <= MAX_SAFE_INTEGER:
+        raise ModelStateError(f"key {key!r} holds {entry.value!r}")
+    return entry.value
+
+
+def _increment(state: State, key: str, amount: int, expire_at_ms: int) -> None:
+    state[key] = Entry(_counter(state, key) + amount, expire_at_ms)
+
+
+def _decide(
+    evaluate: Callable[[State, int, int, Policy], Verdict],
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+    *,
+    token: bool = False,
+) -> tuple[list[int], State]:
+    validate(cost_scaled, apply, policies, token=token)
+    live = expire(state, now_ms)
+    verdicts = [evaluate(live, now_ms, cost_scaled, policy) for policy in policies]
+    return conclude(verdicts, apply, live)
+
+
+# -- fixed window ----------------------------------------------------------------------
+
+
+def _fixed_window_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    window_ms = policy.window_ms
+    window_index = now_ms // window_ms
+    window_end_ms = (window_index + 1) * window_ms
+    key = f"{policy.key}:{window_index}"
+    used_scaled = _counter(state, key)
+    headroom_scaled = policy.capacity_scaled - used_scaled
+    return Verdict(
+        fits=cost_scaled <= headroom_scaled,
+        permanent=cost_scaled > policy.capacity_scaled,
+        remaining_uncharged=max(0, headroom_scaled),
+        remaining_charged=max(0, headroom_scaled - cost_scaled),
+        reset_charged_ms=window_end_ms,
+        reset_uncharged_ms=window_end_ms,
+        retry_ms=window_end_ms - now_ms,
+        reset_denied_ms=window_end_ms,
+        write=lambda new: _increment(new, key, cost_scaled, window_end_ms),
+    )
+
+
+def fixed_window(
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+) -> tuple[list[int], State]:
+    return _decide(_fixed_window_verdict, state, now_ms, cost_scaled, apply, policies)
+
+
+# -- token bucket ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    tokens_scaled: int
+    base_ms: int
+    credited_scaled: int
+
+
+def _custom_credit_scaled(rate: float, elapsed_ms: int) -> int:
+    """Float accrual, exactly as the script computes it: (elapsed * rate) / 1000, floored."""
+    return math.floor(float(elapsed_ms) * rate / 1000.0)
+
+
+def read_bucket(state: State, key: str) -> Optional[Bucket]:
+    entry = state.get(key)
+    if entry is None:
+        return None
+    fields = entry.value
+    if not isinstance(fields, dict):
+        raise ModelStateError(f"key {key!r} is not a hash")
+    limits = {"tokens": MAX_SAFE_INTEGER, "base": MAX_STATE_TIME_MS, "credited": MAX_SAFE_INTEGER}
+    for name, high in limits.items():
+        value = fields.get(name)
+        if not isinstance(value, int) or not 0 <= value <= high:
+            raise ModelStateError(f"field {name} of {key!r} is {value!r}")
+    return Bucket(fields["tokens"], fields["base"], fields["credited"])
+
+
+def refill(policy: Policy, bucket: Optional[Bucket], now_ms: int) -> tuple[Bucket, int]:
+    """The bucket brought up to now_ms, and the ms elapsed since its (new) base.
+
+    ALGORITHMS.md's rule, plus what the scripts do with state no consistent
+    history produces (a clock that stepped back, a changed capacity or rate):
+    credit nothing and restart the accrual at now.
+    """
+    capacity = policy.capacity_scaled
+    if bucket is None:
+        return Bucket(capacity, now_ms, 0), 0
+    now_eff_ms = max(now_ms, bucket.base_ms)  # a base ahead of the clock: no time has passed
+    elapsed_ms = now_eff_ms - bucket.base_ms
+    tokens = min(bucket.tokens_scaled, capacity)
+    credited = bucket.credited_scaled
+    base_ms = bucket.base_ms
+    rate = policy.refill_scaled_per_s
+
+    if rate is None:
+        window_ms = policy.window_ms
+        due = elapsed_ms * capacity // window_ms
+        inconsistent = credited >= capacity or due < credited
+    else:
+        due = _custom_credit_scaled(rate, elapsed_ms)
+        inconsistent = due < credited
+
+    if inconsistent:
+        base_ms, credited, elapsed_ms = now_eff_ms, 0, 0
+        full = tokens >= capacity
+    else:
+        tokens = min(capacity, tokens + due - credited)
+        credited = due
+        full = tokens == capacity
+        if not full and rate is not None and due > MAX_SAFE_INTEGER:
+            raise ModelStateError("custom refill accrual passed 2^53")
+        if rate is None and elapsed_ms >= policy.window_ms:
+            # Rebase at whole windows so credited stays below capacity.
+            whole_windows = elapsed_ms // policy.window_ms
+            base_ms += whole_windows * policy.window_ms
+            elapsed_ms -= whole_windows * policy.window_ms
+            credited -= whole_windows * capacity
+    if full:
+        # A full bucket discards idle credit, fractions too.
+        return Bucket(capacity, now_eff_ms, 0), 0
+    return Bucket(tokens, base_ms, credited), elapsed_ms
+
+
+def wait_end_after_base_ms(
+    policy: Policy, bucket: Bucket, elapsed_ms: int, need_scaled: int
+) -> int:
+    """The ms after the bucket's base at which need_scaled more units are credited."""
+    rate = policy.refill_scaled_per_s
+    if rate is None:
+        # Smallest t with floor(t * C / W) >= credited + need: ceil((credited + need) * W / C).
+        target = bucket.credited_scaled + need_scaled
+        return -(-target * policy.window_ms // policy.capacity_scaled)
+    # The scripts add in doubles; so does the model.
+    target_f = float(bucket.credited_scaled) + float(need_scaled)
+
+    def reached(t: int) -> bool:
+        return _custom_credit_scaled(rate, t) >= target_f
+
+    # The accrual is monotone in t: bracket by doubling, then bisect.
+    low, step = elapsed_ms, 1
+    high = low
+    while not reached(high):
+        low, high, step = high + 1, high + step, step * 2
+    while low < high:
+        middle = (low + high) // 2
+        if reached(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def bucket_ttl_ms(policy: Policy) -> int:
+    full_refill_ms = policy.window_ms
+    if policy.refill_scaled_per_s is not None:
+        full_refill_ms = max(
+            full_refill_ms,
+            math.ceil(float(policy.capacity_scaled) * 1000.0 / policy.refill_scaled_per_s),
+        )
+    return 2 * full_refill_ms + TOKEN_EXPIRY_MARGIN_MS
+
+
+def _token_bucket_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    key = policy.key + BUCKET_SUFFIX
+    capacity = policy.capacity_scaled
+    bucket, elapsed_ms = refill(policy, read_bucket(state, key), now_ms)
+    tokens = bucket.tokens_scaled
+
+    def reset_ms(need_scaled: int) -> int:
+        return bucket.base_ms + wait_end_after_base_ms(policy, bucket, elapsed_ms, need_scaled)
+
+    def write(new: State) -> None:
+        fields = {
+            "tokens": tokens - cost_scaled,
+            "base": bucket.base_ms,
+            "credited": bucket.credited_scaled,
+        }
+        new[key] = Entry(fields, now_ms + bucket_ttl_ms(policy))
+
+    fits = cost_scaled <= tokens
+    permanent = cost_scaled > capacity
+    verdict = Verdict(fits=fits, permanent=permanent, remaining_uncharged=tokens, write=write)
+    if fits:
+        verdict.remaining_charged = tokens - cost_scaled
+        verdict.reset_charged_ms = reset_ms(capacity - tokens + cost_scaled)
+        verdict.reset_uncharged_ms = reset_ms(capacity - tokens)
+    elif not permanent:
+        verdict.reset_denied_ms = reset_ms(cost_scaled - tokens)
+        verdict.retry_ms = verdict.reset_denied_ms - now_ms
+    return verdict
+
+
+def token_bucket(
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+) -> tuple[list[int], State]:
+    return _decide(_token_bucket_verdict, state, now_ms, cost_scaled, apply, policies, token=True)
+
+
+# -- sliding window --------------------------------------------------------------------
+
+
+def previous_weight_permille(window_s: int, elapsed_s: int) -> int:
+    return (window_s - elapsed_s) * 1000 // window_s
+
+
+def _first_second(seconds: range, fits: Callable[[int], bool]) -> Optional[int]:
+    """The first second of the range that fits (fits is monotone: false, then true)."""
+    low, high = seconds.start, seconds.stop  # search [low, high); high means none
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low if low < seconds.stop else None
+
+
+def _sliding_window_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    window_s, window_ms, capacity = policy.window_s, policy.window_ms, policy.capacity_scaled
+    window_index = now_ms // window_ms
+    window_start_ms = window_index * window_ms
+    window_end_ms = window_start_ms + window_ms
+    elapsed_s = (now_ms - window_start_ms) // 1000
+    current_key = f"{policy.key}:{window_index}"
+    previous_key = f"{policy.key}:{window_index - 1}"
+    current = _counter(state, current_key)
+    previous = _counter(state, previous_key)
+
+    def estimate(previous_scaled: int, current_scaled: int, second: int) -> int:
+        return previous_scaled * previous_weight_permille(window_s, second) // 1000 + current_scaled
+
+    headroom = capacity - estimate(previous, current, elapsed_s)
+    fits = cost_scaled <= headroom
+    permanent = cost_scaled > capacity
+
+    def write(new: State) -> None:
+        _increment(new, current_key, cost_scaled, window_end_ms + window_ms)
+        old = new.get(previous_key)
+        if old is not None and old.expire_at_ms is None:
+            new[previous_key] = Entry(old.value, window_end_ms)
+
+    verdict = Verdict(
+        fits=fits,
+        permanent=permanent,
+        remaining_uncharged=max(0, headroom),
+        remaining_charged=max(0, headroom - cost_scaled),
+        reset_charged_ms=window_end_ms,
+        reset_uncharged_ms=window_end_ms,
+        write=write,
+    )
+    if not fits and not permanent:
+        # The first whole second at which the same estimate admits the cost, with no other
+        # traffic: later in this window, else in the next (this counter becomes the previous
+        # one), else at the start of the one after.
+        second = _first_second(
+            range(elapsed_s + 1, window_s),
+            lambda s: estimate(previous, current, s) + cost_scaled <= capacity,
+        )
+        if second is not None:
+            retry_at_ms = window_start_ms + second * 1000
+        else:
+            second = _first_second(
+                range(window_s), lambda s: estimate(current, 0, s) + cost_scaled <= capacity
+            )
+            if second is not None:
+                retry_at_ms = window_end_ms + second * 1000
+            else:
+                retry_at_ms = window_end_ms + window_ms
+        verdict.reset_denied_ms = retry_at_ms
+        verdict.retry_ms = retry_at_ms - now_ms
+    return verdict
+
+
+def sliding_window(
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+) -> tuple[list[int], State]:
+    return _decide(_sliding_window_verdict, state, now_ms, cost_scaled, apply, policies)
+
+
+# -- reset -----------------------------------------------------------------------------
+
+
+def reset(
+    state: Mapping[str, Entry], now_ms: int, keys: Sequence[str], windows_s: Sequence[int]
+) -> tuple[int, State]:
+    """Deletes every key the algorithms derive from each base now; returns how many existed."""
+    if not 1 <= len(keys) <= MAX_POLICIES or len(windows_s) != len(keys):
+        raise ModelArgumentError("expected 1..16 keys, one window_s each")
+    if not all(1 <= window_s <= MAX_WINDOW_S for window_s in windows_s):
+        raise ModelArgumentError("window_s out of range")
+    live = expire(state, now_ms)
+    doomed: set[str] = set()
+    for base, window_s in zip(keys, windows_s):
+        window_index = now_ms // (window_s * 1000)
+        doomed.update(
+            {
+                f"{base}:{window_index}",
+                f"{base}:{window_index - 1}",
+                base + BUCKET_SUFFIX,
+                f"{base}:bucket",
+                base,
+            }
+        )
+    deleted = sum(1 for key in doomed if key in live)
+    return deleted, {key: entry for key, entry in live.items() if key not in doomed}
+
+
+DECIDERS: dict[str, Callable[..., tuple[list[int], State]]] = {
+    "fixed_window": fixed_window,
+    "token_bucket": token_bucket,
+    "sliding_window": sliding_window,
+}

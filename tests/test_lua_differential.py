@@ -1,0 +1,406 @@
+"""The Lua scripts against the exact reference model, on generated call sequences.
+
+Each example runs a sequence of calls -- clock steps from 0 ms to several days,
+costs from 0 (peeks) to above capacity, 1 to 3 policies with small and extreme
+capacities and windows -- through the shipped scripts (clocked copies) on a
+real Redis and through tests/reference_model.py. At every step the reply and
+the whole stored state (values as stored, and absolute expiries) must be equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import pytest_asyncio
+import reference_model as model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lua_harness import DAY_MS, LuaHarness, clock_origin_ms, model_snapshot, open_harness
+from redis_servers import RedisServer
+
+from moderato.errors import RedisReplyError
+
+TAGS = {"fixed_window": "fw", "token_bucket": "tb", "sliding_window": "sw"}
+
+_BOUNDED = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
+# Sequences of up to 25 calls; single calls from a drawn state are cheap, so they get more.
+EXAMPLES = settings(max_examples=60, **_BOUNDED)  # type: ignore[arg-type]
+STATE_EXAMPLES = settings(max_examples=150, **_BOUNDED)  # type: ignore[arg-type]
+
+
+@pytest_asyncio.fixture
+async def lua(redis_server: RedisServer) -> AsyncIterator[LuaHarness]:
+    async with open_harness(redis_server) as harness:
+        yield harness
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call. Clock steps and costs may be relative to the policies and their state:
+
+    delta: ("ms", n) or ("window", policy, numerator, denominator, jitter_ms);
+    cost:  ("scaled", n) or ("remaining", policy, numerator, denominator, plus): that
+           fraction of what the policy has left just before the call, plus a nudge.
+    """
+
+    delta: tuple[object, ...]
+    cost: tuple[object, ...]
+    apply: bool
+
+
+@dataclass(frozen=True)
+class Scenario:
+    start_offset_ms: int
+    policies: tuple[model.Policy, ...]
+    steps: tuple[Step, ...]
+
+
+windows_s = st.one_of(st.sampled_from([1, 2, 3, 7, 60, 3600, 86_400]), st.integers(1, 86_400))
+capacities_scaled = st.one_of(
+    st.sampled_from(
+        [1, 999, 1000, 1001, 3000, 10_000, model.MAX_CAPACITY_SCALED, model.MAX_CAPACITY_SCALED - 1]
+    ),
+    # What public rates produce; small limits divide common windows, which is where the
+    # float estimate of a refill time lands exactly on (and may round past) an integer.
+    st.integers(1, 1000).map(lambda limit: limit * 1000),
+    st.sampled_from([1, 2, 3, 4, 5, 6, 10, 12, 30, 100]).map(lambda limit: limit * 1000),
+    st.integers(1, 30_000),
+    st.integers(1, model.MAX_CAPACITY_SCALED),
+)
+
+
+def refill_rates(capacity_scaled: int) -> st.SearchStrategy[float]:
+    lowest = capacity_scaled / model.MAX_WINDOW_S
+    highest = float(model.MAX_CAPACITY_SCALED)
+    return st.one_of(
+        st.sampled_from([lowest, highest]),
+        st.floats(min_value=lowest, max_value=highest, allow_nan=False, allow_infinity=False),
+        # rates a caller would pick: whole units per second
+        st.integers(1, 1000).map(float).filter(lambda rate: lowest <= rate <= highest),
+    )
+
+
+@st.composite
+def policy_sets(draw: st.DrawFn, algorithm: str) -> tuple[model.Policy, ...]:
+    count = draw(st.integers(1, 3))
+    windows = draw(st.lists(windows_s, min_size=count, max_size=count, unique=True))
+    policies = []
+    for window_s in windows:
+        capacity_scaled = draw(capacities_scaled)
+        rate = None
+        if algorithm == "token_bucket" and draw(st.integers(0, 3)) == 0:
+            rate = draw(refill_rates(capacity_scaled))
+        key = f"test:{TAGS[algorithm]}:{{tenant:scope:client}}:{window_s}"
+        policies.append(model.Policy(key, capacity_scaled, window_s, rate))
+    return tuple(policies)
+
+
+def steps_for(count: int) -> st.SearchStrategy[Step]:
+    policy = st.integers(0, count - 1)
+    fractions = st.sampled_from([(1, 1), (1, 2), (1, 3), (9, 10), (1, 10), (3, 2)])
+    deltas = st.one_of(
+        st.tuples(st.just("ms"), st.sampled_from([0, 1, 999, 1000, 1001])),
+        st.tuples(st.just("ms"), st.integers(0, 3 * DAY_MS)),
+        st.tuples(
+            st.just("window"),
+            policy,
+            st.integers(1, 25),
+            st.sampled_from([1, 2, 3, 10]),
+            st.integers(-1, 1),
+        ),
+    )
+    costs = st.one_of(
+        st.tuples(st.just("scaled"), st.integers(1, 5000)),
+        st.tuples(st.just("scaled"), st.just(model.MAX_SAFE_INTEGER)),
+        st.tuples(st.just("remaining"), policy, fractions, st.integers(-1, 1)),
+        st.tuples(st.just("capacity"), policy, fractions, st.integers(-1, 1)),
+    )
+    return st.builds(Step, deltas, costs, st.sampled_from([True, True, True, False]))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, algorithm: str) -> Scenario:
+    policies = draw(policy_sets(algorithm))
+    steps = draw(st.lists(steps_for(len(policies)), min_size=1, max_size=25))
+    start_offset_ms = draw(
+        st.one_of(st.integers(0, 2 * DAY_MS), st.sampled_from([0, 999, DAY_MS - 1]))
+    )
+    return Scenario(start_offset_ms, policies, tuple(steps))
+
+
+def resolve_delta(step: Step, policies: tuple[model.Policy, ...]) -> int:
+    if step.delta[0] == "ms":
+        return int(step.delta[1])  # type: ignore[call-overload]
+    _, index, numerator, denominator, jitter = step.delta
+    return max(0, policies[index].window_ms * numerator // denominator + jitter)  # type: ignore
+
+
+def resolve_cost(step: Step, policies: tuple[model.Policy, ...], remaining: list[int]) -> int:
+    kind = step.cost[0]
+    if kind == "scaled":
+        cost = int(step.cost[1])  # type: ignore[call-overload]
+    else:
+        _, index, (numerator, denominator), plus = step.cost  # type: ignore[misc]
+        whole = remaining[index] if kind == "remaining" else policies[index].capacity_scaled
+        cost = max(1, whole * numerator // denominator + plus)
+    # A peek may also ask about cost 0 (a usage read).
+    if not step.apply and kind == "scaled" and cost == 1:
+        return 0
+    return cost
+
+
+def script_args(
+    algorithm: str, cost_scaled: int, apply: bool, policies: tuple[model.Policy, ...]
+) -> list[str]:
+    args = [str(cost_scaled), "1" if apply else "0"]
+    for policy in policies:
+        args += [str(policy.capacity_scaled), str(policy.window_s)]
+        if algorithm == "token_bucket":
+            rate = policy.refill_scaled_per_s
+            args.append("" if rate is None else repr(rate))
+    return args
+
+
+def check_retry_hint(
+    decide: Callable[..., tuple[list[int], model.State]],
+    state: model.State,
+    now_ms: int,
+    cost_scaled: int,
+    policies: tuple[model.Policy, ...],
+    retry_ms: int,
+) -> None:
+    """A retry hint is exact with no other traffic: denied 1 ms before it, admitted at it."""
+    before, _ = decide(state, now_ms + retry_ms - 1, cost_scaled, False, policies)
+    at, _ = decide(state, now_ms + retry_ms, cost_scaled, False, policies)
+    assert (before[0], at[0]) == (0, 1), (retry_ms, before, at)
+
+
+async def run_scenario(lua: LuaHarness, algorithm: str, scenario: Scenario) -> None:
+    await lua.flush()
+    decide = model.DECIDERS[algorithm]
+    policies = scenario.policies
+    keys = [policy.key for policy in policies]
+    now_ms = clock_origin_ms() + scenario.start_offset_ms
+    state: model.State = {}
+    for number, step in enumerate(scenario.steps):
+        now_ms += resolve_delta(step, policies)
+        await lua.set_clock(now_ms)
+        await lua.expire_due(now_ms)
+        usage, _ = decide(state, now_ms, 0, False, policies)
+        cost_scaled = resolve_cost(step, policies, usage[2::3])
+        before = model.expire(state, now_ms)
+        expected, state = decide(state, now_ms, cost_scaled, step.apply, policies)
+        reply = await lua.run(
+            algorithm, keys, script_args(algorithm, cost_scaled, step.apply, policies)
+        )
+        where = f"step {number} at +{now_ms - clock_origin_ms()} ms, cost {cost_scaled}: {step}"
+        assert reply == expected, where
+        assert await lua.snapshot() == model_snapshot(state), where
+        retry_ms = expected[3 + 3 * expected[1]]
+        if expected[0] == 0 and retry_ms > 0:
+            check_retry_hint(decide, before, now_ms, cost_scaled, policies, retry_ms)
+
+
+@EXAMPLES
+@given(scenario=scenarios("fixed_window"))
+async def test_fixed_window_matches_model(lua: LuaHarness, scenario: Scenario) -> None:
+    await run_scenario(lua, "fixed_window", scenario)
+
+
+@EXAMPLES
+@given(scenario=scenarios("token_bucket"))
+async def test_token_bucket_matches_model(lua: LuaHarness, scenario: Scenario) -> None:
+    await run_scenario(lua, "token_bucket", scenario)
+
+
+@EXAMPLES
+@given(scenario=scenarios("sliding_window"))
+async def test_sliding_window_matches_model(lua: LuaHarness, scenario: Scenario) -> None:
+    await run_scenario(lua, "sliding_window", scenario)
+
+
+# -- from arbitrary stored state ---------------------------------------------------------
+#
+# Sequences only reach states a consistent history produces. These start from any state
+# the scripts accept: counters above a (since lowered) capacity, buckets written under
+# another capacity or rate, a base ahead of the clock, keys that lost their expiry.
+
+
+@st.composite
+def stored_states(
+    draw: st.DrawFn, algorithm: str, policies: tuple[model.Policy, ...], now_ms: int
+) -> model.State:
+    state: model.State = {}
+    expiry = st.one_of(st.none(), st.integers(now_ms, now_ms + 3 * DAY_MS))
+    for policy in policies:
+        capacity = policy.capacity_scaled
+        window_ms = policy.window_ms
+        amounts = st.one_of(
+            st.integers(0, capacity),
+            st.sampled_from([0, capacity]),
+            st.integers(0, model.MAX_SAFE_INTEGER),
+        )
+        if algorithm != "token_bucket":
+            index = now_ms // window_ms
+            for window_index in (index, index - 1):
+                if draw(st.booleans()):
+                    key = f"{policy.key}:{window_index}"
+                    state[key] = model.Entry(draw(amounts), draw(expiry))
+            continue
+        if not draw(st.integers(0, 4)):
+            continue  # no bucket yet
+        # Where the clock stands from the stored base: within the first window, in the
+        # second (one whole-window rebase), later, behind the base, or days on.
+        elapsed_ms = draw(
+            st.one_of(
+                st.integers(0, window_ms - 1),
+                st.integers(window_ms, 2 * window_ms - 1),
+                st.integers(2 * window_ms, 3 * window_ms),
+                st.integers(-5000, -1),
+                st.integers(0, 3 * DAY_MS),
+            )
+        )
+        # When the bucket was last written: any time up to now, often the latest possible
+        # (a high credited with few tokens is the state a one-window rebase leaves non-full).
+        latest_ms = max(0, min(elapsed_ms, window_ms - 1))
+        credited_elapsed_ms = draw(
+            st.one_of(
+                st.integers(0, latest_ms),
+                st.integers(latest_ms - latest_ms // 10, latest_ms),
+            )
+        )
+        if policy.refill_scaled_per_s is None:
+            consistent = credited_elapsed_ms * capacity // window_ms
+        else:
+            consistent = math.floor(
+                float(credited_elapsed_ms) * policy.refill_scaled_per_s / 1000.0
+            )
+        credited = draw(
+            st.one_of(
+                st.just(consistent),
+                st.just(consistent),
+                st.integers(0, model.MAX_SAFE_INTEGER),
+                st.just(model.MAX_SAFE_INTEGER - 1000),
+            )
+        )
+        tokens = draw(
+            st.one_of(
+                st.just(0),
+                st.integers(0, capacity // 10),
+                st.integers(0, capacity),
+                st.just(capacity),
+                st.integers(capacity, model.MAX_SAFE_INTEGER),
+            )
+        )
+        fields = {"tokens": tokens, "base": now_ms - elapsed_ms, "credited": credited}
+        state[policy.key + model.BUCKET_SUFFIX] = model.Entry(fields, draw(expiry))
+    return state
+
+
+async def run_from_state(lua: LuaHarness, algorithm: str, data: st.DataObject) -> None:
+    decide = model.DECIDERS[algorithm]
+    policies = data.draw(policy_sets(algorithm), label="policies")
+    keys = [policy.key for policy in policies]
+    now_ms = clock_origin_ms() + data.draw(st.integers(0, 2 * DAY_MS), label="start")
+    state = data.draw(stored_states(algorithm, policies, now_ms), label="state")
+    await lua.flush()
+    await lua.load_state(state)
+    for number, step in enumerate(
+        data.draw(st.lists(steps_for(len(policies)), min_size=1, max_size=3), label="steps")
+    ):
+        now_ms += resolve_delta(step, policies) if number else 0
+        await lua.set_clock(now_ms)
+        await lua.expire_due(now_ms)
+        try:
+            usage, _ = decide(state, now_ms, 0, False, policies)
+            cost_scaled = resolve_cost(step, policies, usage[2::3])
+        except model.ModelStateError:
+            cost_scaled = 1
+        args = script_args(algorithm, cost_scaled, step.apply, policies)
+        where = f"step {number} at +{now_ms - clock_origin_ms()} ms, cost {cost_scaled}: {step}"
+        try:
+            expected, state = decide(state, now_ms, cost_scaled, step.apply, policies)
+        except model.ModelStateError:
+            before = await lua.dump()
+            with pytest.raises(RedisReplyError, match=r"^MODERATO_STATE "):
+                await lua.run(algorithm, keys, args)
+            assert await lua.dump() == before, where
+            return
+        reply = await lua.run(algorithm, keys, args)
+        assert reply == expected, where
+        assert await lua.snapshot() == model_snapshot(state), where
+
+
+@STATE_EXAMPLES
+@given(data=st.data())
+async def test_fixed_window_matches_model_from_any_state(
+    lua: LuaHarness, data: st.DataObject
+) -> None:
+    await run_from_state(lua, "fixed_window", data)
+
+
+@STATE_EXAMPLES
+@given(data=st.data())
+async def test_token_bucket_matches_model_from_any_state(
+    lua: LuaHarness, data: st.DataObject
+) -> None:
+    await run_from_state(lua, "token_bucket", data)
+
+
+@STATE_EXAMPLES
+@given(data=st.data())
+async def test_sliding_window_matches_model_from_any_state(
+    lua: LuaHarness, data: st.DataObject
+) -> None:
+    await run_from_state(lua, "sliding_window", data)
+
+
+# -- properties of the model itself --------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    capacity_scaled=capacities_scaled,
+    window_s=windows_s,
+    custom=st.booleans(),
+    data=st.data(),
+)
+def test_token_refill_depends_on_time_alone(
+    capacity_scaled: int, window_s: int, custom: bool, data: st.DataObject
+) -> None:
+    """Refilling at t1 and then t2 gives what refilling once at t2 gives.
+
+    This is why a denial need not save the refilled bucket (ALGORITHMS.md notes
+    that a denial loses no progress): the scripts write only on admission.
+    """
+    rate = data.draw(refill_rates(capacity_scaled)) if custom else None
+    policy = model.Policy("k", capacity_scaled, window_s, rate)
+    start_ms = 1_700_000_000_000
+    tokens = data.draw(st.integers(0, capacity_scaled))
+    bucket, _ = model.refill(policy, model.Bucket(tokens, start_ms, 0), start_ms)
+    first_ms = start_ms + data.draw(st.integers(0, 3 * window_s * 1000))
+    second_ms = first_ms + data.draw(st.integers(0, 3 * window_s * 1000))
+    saved, _ = model.refill(policy, bucket, first_ms)
+    twice = model.refill(policy, saved, second_ms)
+    once = model.refill(policy, bucket, second_ms)
+    # The same tokens and the same future; the base may differ by whole windows.
+    assert twice[0].tokens_scaled == once[0].tokens_scaled
+    for need in (0, 1, capacity_scaled - once[0].tokens_scaled):
+        assert twice[0].base_ms + model.wait_end_after_base_ms(
+            policy, twice[0], twice[1], need
+        ) == once[0].base_ms + model.wait_end_after_base_ms(policy, once[0], once[1], need)
+
+
+@pytest.mark.parametrize("window_s", [1, 7, 60, 86_400])
+def test_sliding_weight_falls_with_each_second(window_s: int) -> None:
+    weights = [model.previous_weight_permille(window_s, s) for s in range(window_s)]
+    assert weights[0] == 1000
+    assert all(a >= b for a, b in zip(weights, weights[1:]))
+    assert weights[-1] == 1000 // window_s

@@ -1,0 +1,493 @@
+"""RedisClient: per-event-loop multiplexed connections, lazy connect, reconnect with backoff.
+
+A limiter is shared by code running on several event loops (an app's loop,
+pytest-asyncio's per-test loops, worker threads each running their own loop),
+and asyncio objects belong to one loop. So the client keeps, per loop, a small
+pool of ``connections_per_loop`` connections used round-robin, each one
+multiplexing every command of that loop (see connection.py).
+
+Finding the caller's pool. ``asyncio.get_running_loop()`` costs a getpid()
+system call on Python 3.9 to 3.11 (a fork check), about 0.25 us here: a tenth
+of the client's whole CPU cost per command. So the hot path looks the pool up
+by thread id instead and checks that its loop is running in this very thread
+(``BaseEventLoop._thread_id``, set by run_forever() for exactly that span; a
+thread runs one loop at a time). Anything else (first use, another loop in the
+same thread, a loop that is not a BaseEventLoop) takes the slow path through
+get_running_loop().
+
+The mappings (loop -> pool, thread id -> pool) are plain dicts replaced
+wholesale (copy on write) under a threading.Lock when a loop registers or
+leaves, so the hot path reads them with no lock at all. A loop leaves when it
+shuts down (asyncio.run() and asyncio.Runner close the loop's async generators
+first; a parked one closes the pool then, see _Pool.arm_shutdown_hook); loops
+closed without that step are swept out whenever another loop registers and on
+close(). Finished loops do not pile up, and their connections are closed.
+
+Reconnect: a lost connection fails its pending commands with BackendError; the
+next command opens a new connection at once. A connect that fails (refused,
+timed out, handshake refused or unanswered) starts a backoff (BACKOFF_START_S,
+doubling, capped at BACKOFF_CAP_S) during which commands fail fast with a
+BackendError saying when the next attempt is due: callers are not held up by a
+dead server, and the client is back within BACKOFF_CAP_S of Redis returning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import ssl
+import threading
+from asyncio import get_running_loop
+from collections.abc import AsyncGenerator, Iterable, Sequence
+from threading import get_ident
+from typing import Any
+
+from ..errors import BackendError, RedisReplyError
+from ._encoding import Arg, encode_command, encode_evalsha
+from .connection import RedisConnection, ScriptLike
+from .url import RedisAddress, client_name_problem, parse_url
+
+__all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "RedisClient", "ScriptLike"]
+
+BACKOFF_START_S = 0.025
+BACKOFF_CAP_S = 0.5
+_MAX_CONNECTIONS_PER_LOOP = 64
+
+
+class _Slot:
+    """One connection position of a loop's pool, with its reconnect backoff."""
+
+    __slots__ = ("_connection", "failures", "last_error", "pool", "retry_at")
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self._connection: RedisConnection | None = None
+        self.failures = 0
+        # loop.time() before which no new connect is attempted.
+        self.retry_at = 0.0
+        self.last_error: BackendError | None = None
+
+    @property
+    def connection(self) -> RedisConnection | None:
+        return self._connection
+
+    @connection.setter
+    def connection(self, connection: RedisConnection | None) -> None:
+        self._connection = connection
+        if len(self.pool.slots) == 1:
+            self.pool.only = connection
+
+    def connection_closed(
+        self, connection: RedisConnection, error: BackendError | None, healthy: bool
+    ) -> None:
+        if connection is not self._connection or error is None:
+            return  # a stale connection, or closed on purpose: no backoff
+        if healthy:
+            # It worked, then dropped (a restart, a network blip): retry at once.
+            self.failures = 0
+            self.retry_at = 0.0
+        else:
+            self.failures += 1
+            delay_s = min(BACKOFF_START_S * 2 ** (self.failures - 1), BACKOFF_CAP_S)
+            self.retry_at = self.pool.loop.time() + delay_s
+        self.last_error = error
+
+
+class _Pool:
+    """The connections of one event loop."""
+
+    __slots__ = (
+        "_shutdown_hook",
+        "base_loop",
+        "client",
+        "loop",
+        "next_index",
+        "only",
+        "slots",
+    )
+
+    def __init__(self, client: RedisClient, loop: asyncio.AbstractEventLoop, size: int) -> None:
+        self.client = client
+        self.loop = loop
+        # The loop again when it is a BaseEventLoop (it has _thread_id), else None.
+        self.base_loop: Any = loop if isinstance(loop, asyncio.BaseEventLoop) else None
+        self.slots = [_Slot(self) for _ in range(size)]
+        self.next_index = 0
+        # With one connection per loop, that connection while it is open: the hot
+        # path reads this and skips pick().
+        self.only: RedisConnection | None = None
+        self._shutdown_hook: AsyncGenerator[None, None] | None = None
+
+    def pick(self) -> RedisConnection:
+        """The next connection in turn, opened if need be; BackendError during a backoff."""
+        slots = self.slots
+        if len(slots) == 1:
+            slot = slots[0]
+        else:
+            index = self.next_index
+            slot = slots[index]
+            self.next_index = index + 1 if index + 1 < len(slots) else 0
+        connection = slot.connection
+        if connection is not None and connection.usable:
+            return connection
+        wait_s = slot.retry_at - self.loop.time()
+        if wait_s > 0:
+            raise BackendError(
+                f"{slot.last_error}; not retrying yet: "
+                f"next connect attempt in {math.ceil(wait_s * 1000)} ms"
+            )
+        return self.client._open(slot)
+
+    def failed(self, error: BaseException) -> asyncio.Future[Any]:
+        future = self.loop.create_future()
+        future.set_exception(error)
+        return future
+
+    def arm_shutdown_hook(self) -> None:
+        """Have the loop close this pool when it shuts down (call from the loop's thread).
+
+        asyncio has no "loop closing" callback, but asyncio.run(), asyncio.Runner
+        (pytest-asyncio's per-test loops) and uvloop all close every live async
+        generator of the loop (shutdown_asyncgens) before closing it. So one
+        generator, started here and parked at its first yield, runs its
+        ``finally`` then, while the loop still runs: the connections close
+        cleanly and the loop leaves the client's mappings. A loop closed without
+        that step is swept out later (see RedisClient._register).
+        """
+        hook = _close_at_loop_shutdown(self)
+        with contextlib.suppress(StopIteration):
+            # Runs to the first yield synchronously: nothing in it awaits.
+            hook.__anext__().send(None)
+        # The loop only keeps a weak reference to its async generators.
+        self._shutdown_hook = hook
+
+    def release(self) -> None:
+        """Close the connections now (from the loop's thread) and retire the hook."""
+        hook, self._shutdown_hook = self._shutdown_hook, None
+        if hook is None:
+            self.shutdown()
+            return
+        with contextlib.suppress(StopIteration):
+            hook.aclose().send(None)  # runs its finally: shutdown()
+
+    def shutdown(self) -> None:
+        self.client._forget(self)
+        for slot in self.slots:
+            connection, slot.connection = slot.connection, None
+            if connection is not None:
+                connection.close_nowait()
+
+    def discard(self) -> None:
+        """Drop the connections of a loop that is already closed (nothing can run on it)."""
+        self._shutdown_hook = None
+        for slot in self.slots:
+            connection, slot.connection = slot.connection, None
+            if connection is not None:
+                connection.discard()
+
+
+async def _close_at_loop_shutdown(pool: _Pool) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        pool.shutdown()
+
+
+class RedisClient:
+    """A minimal asyncio Redis client (RESP2) that pipelines every command of a loop turn.
+
+    Nothing connects until the first command or ``connect()``. Use it from a
+    running event loop; one client may serve any number of loops and threads.
+
+    Time limits: a command gets ``command_timeout_s`` from the loop turn it was
+    issued in, whether its connection is ready or still connecting; a connect
+    (TCP, TLS and the handshake) gets ``connect_timeout_s`` and goes on in the
+    background for later commands even when the first ones time out. So no
+    command waits longer than ``command_timeout_s`` (twice that when a NOSCRIPT
+    reply has to be repaired with EVAL), and ``connect()`` no longer than
+    ``connect_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        address: RedisAddress | str,
+        *,
+        connect_timeout_s: float = 1.0,
+        command_timeout_s: float = 0.5,
+        connections_per_loop: int = 1,
+        ssl_context: ssl.SSLContext | None = None,
+        client_name: str | None = None,
+    ) -> None:
+        if isinstance(address, str):
+            address = parse_url(address)
+        elif not isinstance(address, RedisAddress):
+            raise TypeError(
+                f"address must be a RedisAddress or a URL str, got {type(address).__name__}"
+            )
+        self.address = address
+        self.connect_timeout_s = _positive_seconds("connect_timeout_s", connect_timeout_s)
+        self.command_timeout_s = _positive_seconds("command_timeout_s", command_timeout_s)
+        if isinstance(connections_per_loop, bool) or not isinstance(connections_per_loop, int):
+            raise TypeError(
+                f"connections_per_loop must be an int, got {type(connections_per_loop).__name__}"
+            )
+        if not 1 <= connections_per_loop <= _MAX_CONNECTIONS_PER_LOOP:
+            raise ValueError(
+                f"connections_per_loop must be 1..{_MAX_CONNECTIONS_PER_LOOP}, "
+                f"got {connections_per_loop}"
+            )
+        self.connections_per_loop = connections_per_loop
+        if ssl_context is not None:
+            if not isinstance(ssl_context, ssl.SSLContext):
+                raise TypeError(
+                    f"ssl_context must be an ssl.SSLContext, got {type(ssl_context).__name__}"
+                )
+            if not address.tls:
+                raise ValueError(
+                    f"ssl_context was given but {address} is not a TLS address; use rediss://"
+                )
+        self._ssl_context = ssl_context
+        if client_name is not None:
+            if not isinstance(client_name, str):
+                raise TypeError(f"client_name must be a str, got {type(client_name).__name__}")
+            problem = client_name_problem(client_name)
+            if problem:
+                raise ValueError(problem)
+        # An explicit client_name wins over the URL's ?client_name=.
+        self.client_name = client_name if client_name is not None else address.client_name
+
+        self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+        # The hot path's shortcut; holds only pools of BaseEventLoops (see the module doc).
+        self._pools_by_thread: dict[int, _Pool] = {}
+        self._pools_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisClient:
+        """``RedisClient(parse_url(url), **options)``; a bad URL is a ValueError."""
+        return cls(parse_url(url), **options)
+
+    def __repr__(self) -> str:
+        return f"<RedisClient {self.address} loops={len(self._pools)}>"
+
+    # -- commands ----------------------------------------------------------------
+    #
+    # execute() and evalsha() are plain methods returning the reply's future
+    # rather than coroutines: a coroutine object and frame per command cost about
+    # as much CPU as everything else the client does for it. Await the result,
+    # or hand it to gather()/wait()/ensure_future(); it is not a coroutine, so
+    # asyncio.create_task() does not take it. Errors (including "server
+    # unreachable") surface when it is awaited; only a wrong argument type
+    # raises (TypeError) at the call itself.
+
+    def execute(self, *args: Arg) -> asyncio.Future[Any]:
+        """Run one command; the future resolves to its reply (bytes, int, list or None).
+
+        It raises RedisReplyError for an error reply and BackendError when the
+        server cannot be reached or does not reply within ``command_timeout_s``.
+        """
+        payload = encode_command(*args)  # first: a TypeError is raised whatever else
+        thread = get_ident()
+        pool = self._pools_by_thread.get(thread)
+        if pool is None or pool.base_loop._thread_id != thread:
+            pool = self._current_pool()
+        connection = pool.only
+        if connection is None or not connection.usable:
+            try:
+                connection = pool.pick()
+            except BackendError as error:
+                return pool.failed(error)
+        return connection.send(payload)
+
+    def evalsha(
+        self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]
+    ) -> asyncio.Future[Any]:
+        """Run a Lua script by its SHA1; the future resolves to the script's reply.
+
+        ``keys`` and ``args`` are tuples or lists, kept until the reply arrives
+        (do not mutate them meanwhile). If the server lacks the script (SCRIPT
+        FLUSH, a restart, a failover) it is sent again as EVAL, which also
+        caches it; that second round trip has its own timeout, so such a call
+        may take up to twice ``command_timeout_s``.
+        """
+        payload = encode_evalsha(script.sha, keys, args)
+        thread = get_ident()
+        pool = self._pools_by_thread.get(thread)
+        if pool is None or pool.base_loop._thread_id != thread:
+            pool = self._current_pool()
+        connection = pool.only
+        if connection is None or not connection.usable:
+            try:
+                connection = pool.pick()
+            except BackendError as error:
+                return pool.failed(error)
+        return connection.send_script(payload, script, keys, args)
+
+    async def execute_many(
+        self, commands: Iterable[Sequence[Arg]], *, raise_on_error: bool = True
+    ) -> list[Any]:
+        """Run several commands as one pipeline (not a transaction); replies in order.
+
+        With ``raise_on_error`` the first error reply is raised once every reply
+        is in; without it, error replies are returned in place as RedisReplyError.
+        A BackendError (timeout, lost connection) is always raised.
+        """
+        payloads = [encode_command(*command) for command in commands]
+        if not payloads:
+            return []
+        futures = self._current_pool().pick().send_many(payloads)
+        try:
+            await asyncio.wait(futures)
+        except BaseException:
+            # Cancelled: nobody will read these, so none may hold an unread exception.
+            for future in futures:
+                future.cancel()
+            raise
+        replies: list[Any] = []
+        first_error: BaseException | None = None
+        for future in futures:
+            error = future.exception()
+            if error is None:
+                replies.append(future.result())
+            elif isinstance(error, RedisReplyError) and not raise_on_error:
+                replies.append(error)
+            elif first_error is None or (
+                isinstance(first_error, RedisReplyError) and not isinstance(error, RedisReplyError)
+            ):
+                # A transport failure outranks an error reply: it says more.
+                first_error = error
+        if first_error is not None:
+            raise first_error
+        return replies
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open this loop's connections now; raise BackendError if any cannot be opened.
+
+        Unlike a command, this tries even while a reconnect backoff is running.
+        """
+        pool = self._current_pool()
+        connections = []
+        for slot in pool.slots:  # all connect at once
+            connection = slot.connection
+            if connection is None or not connection.usable:
+                connection = self._open(slot)
+            connections.append(connection)
+        for connection in connections:
+            await connection.wait_ready()
+
+    async def close(self) -> None:
+        """Close every connection (of every loop); pending commands fail with BackendError.
+
+        The client stays usable: the next command connects again.
+        """
+        with self._pools_lock:
+            pools, self._pools = self._pools, {}
+            self._pools_by_thread = {}
+        current = get_running_loop()
+        for loop, pool in pools.items():
+            if loop is current:
+                pool.release()
+            elif loop.is_closed():
+                pool.discard()
+            else:
+                # Another thread's loop: its connections may only be touched there.
+                try:
+                    loop.call_soon_threadsafe(pool.release)
+                except RuntimeError:  # it closed meanwhile
+                    pool.discard()
+
+    def connections(self) -> list[RedisConnection]:
+        """The current loop's open connections (for diagnostics and tests)."""
+        pool = self._pools.get(get_running_loop())
+        if pool is None:
+            return []
+        return [
+            slot.connection
+            for slot in pool.slots
+            if slot.connection is not None and slot.connection.usable
+        ]
+
+    # -- internals ---------------------------------------------------------------
+
+    def _current_pool(self) -> _Pool:
+        """The running loop's pool (the slow path): registered and shortcut if new."""
+        loop = get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = self._register(loop)
+        thread = get_ident()
+        if pool.base_loop is not None and self._pools_by_thread.get(thread) is not pool:
+            with self._pools_lock:
+                if self._pools.get(loop) is pool:  # not closed meanwhile
+                    by_thread = dict(self._pools_by_thread)
+                    by_thread[thread] = pool
+                    self._pools_by_thread = by_thread
+        return pool
+
+    def _register(self, loop: asyncio.AbstractEventLoop) -> _Pool:
+        """Add a pool for ``loop`` (the running loop), forgetting closed loops."""
+        with self._pools_lock:
+            pool = self._pools.get(loop)
+            if pool is not None:
+                return pool
+            pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+            dead: list[_Pool] = []
+            for other, other_pool in self._pools.items():
+                if other.is_closed():
+                    dead.append(other_pool)
+                else:
+                    pools[other] = other_pool
+            pool = _Pool(self, loop, self.connections_per_loop)
+            pools[loop] = pool
+            # Readers on other threads see the old dict or the new one, never a half-built one.
+            self._pools = pools
+            if dead:
+                self._pools_by_thread = {
+                    thread: alive
+                    for thread, alive in self._pools_by_thread.items()
+                    if alive not in dead
+                }
+        pool.arm_shutdown_hook()
+        for dead_pool in dead:
+            dead_pool.discard()
+        return pool
+
+    def _forget(self, pool: _Pool) -> None:
+        """Remove ``pool`` from the mappings (its loop is shutting down)."""
+        with self._pools_lock:
+            if self._pools.get(pool.loop) is pool:
+                pools = dict(self._pools)
+                del pools[pool.loop]
+                self._pools = pools
+            if any(other is pool for other in self._pools_by_thread.values()):
+                self._pools_by_thread = {
+                    thread: other
+                    for thread, other in self._pools_by_thread.items()
+                    if other is not pool
+                }
+
+    def _open(self, slot: _Slot) -> RedisConnection:
+        if self.address.tls and self._ssl_context is None:
+            # Built once: loading the CA store costs milliseconds.
+            self._ssl_context = ssl.create_default_context()
+        connection = RedisConnection(
+            slot.pool.loop,
+            self.address,
+            command_timeout_s=self.command_timeout_s,
+            ssl_context=self._ssl_context,
+            client_name=self.client_name,
+            on_close=slot.connection_closed,
+        )
+        slot.connection = connection
+        connection.start(self.connect_timeout_s)
+        return connection
+
+
+def _positive_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)

@@ -61,13 +61,13 @@ class RedisServer:
             "--protected-mode", "no",
             *self.extra_args,
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode() if self.process.stderr else ""
-                log = (self.dir / "redis.log").read_text() if (self.dir / "redis.log").exists() else ""
-                raise RuntimeError(f"redis-server exited on start: {err}\n{log}")
+                log_path = self.dir / "redis.log"
+                log = log_path.read_text() if log_path.exists() else ""
+                raise RuntimeError(f"redis-server on port {self.port} exited on start:\n{log}")
             if self.ping():
                 return self
             time.sleep(0.02)

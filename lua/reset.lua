@@ -1,17 +1,19 @@
---[[ moderato: reset, atomic over 1..16 base keys.
+--[[ moderato: reset, atomic over 1..256 base keys.
 
-KEYS[i]  base key of policy i
+KEYS[i]  base key of policy i (up to 16 policies of up to 16 algorithms at once)
 ARGV[i]  window_s of KEYS[i]: decimal integer 1..86400
 
 Deletes every key any algorithm derives from each base at the current time:
 the fixed/sliding window counters <base>:<index> and <base>:<index - 1>
 (index = floor(now_ms / window_ms)), the token buckets <base>:bucket:v2 and
-the legacy <base>:bucket, and the base itself. Replies with the number of
-keys deleted. A bad argument is "MODERATO_ARG ..." and deletes nothing.
+the legacy <base>:bucket, the GCRA state <base>:gcra, the sliding log
+<base>:log, the leaky bucket <base>:leaky, and the base itself. Replies with
+the number of keys deleted. A bad argument is "MODERATO_ARG ..." and deletes
+nothing.
 ]]
 
 local MAX_WINDOW_S = 86400
-local MAX_POLICIES = 16
+local MAX_KEYS = 256
 
 local function fail(message)
   error({ moderato_error = 'MODERATO_ARG ' .. message }, 0)
@@ -51,8 +53,8 @@ end
 
 local function reset()
   local policy_count = #KEYS
-  if policy_count < 1 or policy_count > MAX_POLICIES then
-    fail('expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got ' .. policy_count)
+  if policy_count < 1 or policy_count > MAX_KEYS then
+    fail('expected 1..' .. MAX_KEYS .. ' keys (one base key per policy), got ' .. policy_count)
   end
   if #ARGV ~= policy_count then
     fail('expected one window_s argument per key (' .. policy_count .. '), got ' .. #ARGV)
@@ -84,6 +86,9 @@ local function reset()
     add(base .. ':' .. string.format('%d', window_index - 1))
     add(base .. ':bucket:v2')
     add(base .. ':bucket')
+    add(base .. ':gcra')
+    add(base .. ':log')
+    add(base .. ':leaky')
     add(base)
   end
   return redis.call('DEL', unpack(doomed))

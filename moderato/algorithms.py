@@ -40,6 +40,9 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("fixed_window", "fw", "fixed_window", _capacity_and_window),
         Algorithm("token_bucket", "tb", "token_bucket", _token_bucket_args),
         Algorithm("sliding_window", "sw", "sliding_window", _capacity_and_window),
+        Algorithm("gcra", "gc", "gcra", _capacity_and_window),
+        Algorithm("sliding_log", "sl", "sliding_log", _capacity_and_window),
+        Algorithm("leaky_bucket", "lb", "leaky_bucket", _capacity_and_window),
     )
 }
 

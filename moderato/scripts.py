@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-SCRIPT_NAMES = ("fixed_window", "token_bucket", "sliding_window", "reset")
+SCRIPT_NAMES = (
+    "fixed_window",
+    "token_bucket",
+    "sliding_window",
+    "gcra",
+    "sliding_log",
+    "leaky_bucket",
+    "reset",
+)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # Installed wheels carry the scripts as moderato/lua/; a source checkout keeps

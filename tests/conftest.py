@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from redis_servers import RedisServer, redis_server_binary
 
 

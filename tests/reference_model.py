@@ -13,10 +13,14 @@ keeps in floating point; there it performs the scripts' operations in the
 same order on IEEE doubles, so the results agree bit for bit.
 
 State is a dict of Redis keys: ``{key: Entry(value, expire_at_ms)}`` where the
-value is an int (a string key holding a decimal integer) or a dict of ints (a
-hash), and ``expire_at_ms`` is the absolute expiry (PEXPIRETIME) or None. A
-key is gone once the clock passes its expiry, as in Redis (expired iff
-``now_ms > expire_at_ms``).
+value is an int (a string key holding a decimal integer), a dict of ints (a
+hash) or a SortedSet (member -> integer score), and ``expire_at_ms`` is the
+absolute expiry (PEXPIRETIME) or None. A key is gone once the clock passes its
+expiry, as in Redis (expired iff ``now_ms > expire_at_ms``).
+
+GCRA is stated with exact rationals (``fractions.Fraction``): the theoretical
+arrival time advances by exactly ``cost * window / capacity``, which the script
+stores as whole microseconds plus a remainder in 1/capacity of a microsecond.
 
 Every decision function has the signature
 ``(state, now_ms, cost_scaled, apply, policies) -> (reply, new_state)`` and
@@ -27,20 +31,44 @@ leaves its input untouched. The reply is the flat layout of docs/internals.md:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Optional, Union
 
 MAX_SAFE_INTEGER = 2**53
 MAX_CAPACITY_SCALED = 9_007_199_254_000
 MAX_WINDOW_S = 86_400
 MAX_POLICIES = 16
+MAX_RESET_KEYS = 256
+"""reset takes every algorithm's base keys at once: 16 policies of up to 16 algorithms."""
 MAX_STATE_TIME_MS = 2**52
 """A stored token-bucket base beyond this is corrupt (room is left to add waits below 2^53)."""
 TOKEN_EXPIRY_MARGIN_MS = 60_000
 BUCKET_SUFFIX = ":bucket:v2"
+GCRA_SUFFIX = ":gcra"
+LOG_SUFFIX = ":log"
+LEAKY_SUFFIX = ":leaky"
+DRAINED_EXPIRY_MARGIN_MS = 1000
+"""GCRA, sliding log, leaky bucket: a key expires this long after it would read as empty."""
+US_PER_MS = 1000
+LOG_TOTAL_DIGITS = 16
+"""A log member's running total is zero-padded to this width, so members sort by it."""
 
-Value = Union[int, dict[str, int]]
+
+@dataclass(frozen=True)
+class SortedSet:
+    """A Redis sorted set: each member's score (integers here)."""
+
+    scores: Mapping[str, int]
+
+    def ordered(self) -> list[tuple[int, str]]:
+        """(score, member) in Redis's order: by score, then by member bytes."""
+        return sorted((score, member) for member, score in self.scores.items())
+
+
+Value = Union[int, dict[str, int], SortedSet]
 
 
 @dataclass(frozen=True)
@@ -236,18 +264,26 @@ def _custom_credit_scaled(rate: float, elapsed_ms: int) -> int:
     return math.floor(float(elapsed_ms) * rate / 1000.0)
 
 
-def read_bucket(state: State, key: str) -> Optional[Bucket]:
+def _read_hash(state: State, key: str, limits: Mapping[str, int]) -> Optional[dict[str, int]]:
+    """The hash at key, None if missing; every named field must be an integer 0..its limit."""
     entry = state.get(key)
     if entry is None:
         return None
     fields = entry.value
     if not isinstance(fields, dict):
         raise ModelStateError(f"key {key!r} is not a hash")
-    limits = {"tokens": MAX_SAFE_INTEGER, "base": MAX_STATE_TIME_MS, "credited": MAX_SAFE_INTEGER}
     for name, high in limits.items():
         value = fields.get(name)
         if not isinstance(value, int) or not 0 <= value <= high:
             raise ModelStateError(f"field {name} of {key!r} is {value!r}")
+    return fields
+
+
+def read_bucket(state: State, key: str) -> Optional[Bucket]:
+    limits = {"tokens": MAX_SAFE_INTEGER, "base": MAX_STATE_TIME_MS, "credited": MAX_SAFE_INTEGER}
+    fields = _read_hash(state, key, limits)
+    if fields is None:
+        return None
     return Bucket(fields["tokens"], fields["base"], fields["credited"])
 
 
@@ -336,26 +372,20 @@ def bucket_ttl_ms(policy: Policy) -> int:
     return 2 * full_refill_ms + TOKEN_EXPIRY_MARGIN_MS
 
 
-def _token_bucket_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
-    key = policy.key + BUCKET_SUFFIX
+def _bucket_verdict(
+    policy: Policy, stored: Optional[Bucket], now_ms: int, cost_scaled: int
+) -> tuple[Verdict, Bucket]:
+    """A token bucket's verdict (no write yet) and the bucket brought up to now_ms."""
     capacity = policy.capacity_scaled
-    bucket, elapsed_ms = refill(policy, read_bucket(state, key), now_ms)
+    bucket, elapsed_ms = refill(policy, stored, now_ms)
     tokens = bucket.tokens_scaled
 
     def reset_ms(need_scaled: int) -> int:
         return bucket.base_ms + wait_end_after_base_ms(policy, bucket, elapsed_ms, need_scaled)
 
-    def write(new: State) -> None:
-        fields = {
-            "tokens": tokens - cost_scaled,
-            "base": bucket.base_ms,
-            "credited": bucket.credited_scaled,
-        }
-        new[key] = Entry(fields, now_ms + bucket_ttl_ms(policy))
-
     fits = cost_scaled <= tokens
     permanent = cost_scaled > capacity
-    verdict = Verdict(fits=fits, permanent=permanent, remaining_uncharged=tokens, write=write)
+    verdict = Verdict(fits=fits, permanent=permanent, remaining_uncharged=tokens)
     if fits:
         verdict.remaining_charged = tokens - cost_scaled
         verdict.reset_charged_ms = reset_ms(capacity - tokens + cost_scaled)
@@ -363,6 +393,22 @@ def _token_bucket_verdict(state: State, now_ms: int, cost_scaled: int, policy: P
     elif not permanent:
         verdict.reset_denied_ms = reset_ms(cost_scaled - tokens)
         verdict.retry_ms = verdict.reset_denied_ms - now_ms
+    return verdict, bucket
+
+
+def _token_bucket_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    key = policy.key + BUCKET_SUFFIX
+    verdict, bucket = _bucket_verdict(policy, read_bucket(state, key), now_ms, cost_scaled)
+
+    def write(new: State) -> None:
+        fields = {
+            "tokens": bucket.tokens_scaled - cost_scaled,
+            "base": bucket.base_ms,
+            "credited": bucket.credited_scaled,
+        }
+        new[key] = Entry(fields, now_ms + bucket_ttl_ms(policy))
+
+    verdict.write = write
     return verdict
 
 
@@ -461,6 +507,238 @@ def sliding_window(
     return _decide(_sliding_window_verdict, state, now_ms, cost_scaled, apply, policies)
 
 
+# -- GCRA ------------------------------------------------------------------------------
+#
+# The theoretical arrival time (TAT) is when the virtual bucket is empty again. With
+# W the window in µs and C the capacity, a request of cost c moves it by exactly
+# c * W / C µs; it is admitted iff the new TAT lies at most W ahead of now. So a
+# fresh key admits C scaled units at once, and capacity drains continuously.
+
+
+def read_tat(state: State, key: str, capacity_scaled: int) -> Optional[Fraction]:
+    """The stored TAT in µs, exactly: tat + frac / capacity (a frac >= capacity counts as 1)."""
+    fields = _read_hash(state, key, {"tat": MAX_SAFE_INTEGER, "frac": MAX_SAFE_INTEGER})
+    if fields is None:
+        return None
+    return fields["tat"] + Fraction(min(fields["frac"], capacity_scaled), capacity_scaled)
+
+
+def _ceil_ms(at_us: Fraction) -> int:
+    return math.ceil(at_us / US_PER_MS)
+
+
+def _gcra_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    key = policy.key + GCRA_SUFFIX
+    capacity = policy.capacity_scaled
+    window_us = policy.window_ms * US_PER_MS
+    now_us = now_ms * US_PER_MS
+    tat = read_tat(state, key, capacity)
+    # A passed TAT is an empty bucket; one more than a window ahead (the clock stepped
+    # back) reads as a full one.
+    start = Fraction(now_us)
+    if tat is not None:
+        start = min(max(tat, start), Fraction(now_us + window_us))
+    # The scaled units in the bucket, rounded up: what remains is the whole units left.
+    remaining = capacity - math.ceil((start - now_us) * capacity / window_us)
+    fits = cost_scaled <= remaining
+    permanent = cost_scaled > capacity
+    verdict = Verdict(
+        fits=fits,
+        permanent=permanent,
+        remaining_uncharged=remaining,
+        reset_uncharged_ms=_ceil_ms(start),
+    )
+    if permanent:
+        return verdict
+    new_tat = start + Fraction(cost_scaled * window_us, capacity)
+    if fits:
+        verdict.remaining_charged = remaining - cost_scaled
+        verdict.reset_charged_ms = _ceil_ms(new_tat)
+
+        def write(new: State) -> None:
+            whole_us = math.floor(new_tat)
+            fraction = (new_tat - whole_us) * capacity
+            assert fraction.denominator == 1
+            fields = {"tat": whole_us, "frac": int(fraction)}
+            new[key] = Entry(fields, verdict.reset_charged_ms + DRAINED_EXPIRY_MARGIN_MS)
+
+        verdict.write = write
+    else:
+        # The cost fits once the new TAT lies no more than a window ahead.
+        verdict.reset_denied_ms = _ceil_ms(new_tat - window_us)
+        verdict.retry_ms = verdict.reset_denied_ms - now_ms
+    return verdict
+
+
+def gcra(
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+) -> tuple[list[int], State]:
+    return _decide(_gcra_verdict, state, now_ms, cost_scaled, apply, policies)
+
+
+# -- sliding log -----------------------------------------------------------------------
+#
+# Exact rolling window: usage is the sum of the costs admitted in (now - W, now].
+# Each admission is a member "<total>:<cost>" scored with its instant (ms), where
+# total is the running sum of costs since the log was last empty, zero-padded to 16
+# digits so that members of one instant sort by it. The script reads usage as
+# newest total - (first total in the window - its cost) and bisects the totals for a
+# retry; this model sums costs directly.
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    at_ms: int
+    total_scaled: int
+    """The running total through this entry since the log was last empty."""
+    cost_scaled: int
+
+    @property
+    def member(self) -> str:
+        return log_member(self.total_scaled, self.cost_scaled)
+
+
+_LOG_MEMBER = re.compile(rf"([0-9]{{{LOG_TOTAL_DIGITS}}}):([0-9]+)")
+
+
+def log_member(total_scaled: int, cost_scaled: int) -> str:
+    return f"{total_scaled:0{LOG_TOTAL_DIGITS}d}:{cost_scaled}"
+
+
+def _log_entry(key: str, score: int, member: str) -> LogEntry:
+    match = _LOG_MEMBER.fullmatch(member)
+    if not isinstance(score, int) or not 0 <= score <= MAX_STATE_TIME_MS or match is None:
+        raise ModelStateError(f"log {key!r} holds {member!r} at {score!r}")
+    total, cost = int(match[1]), int(match[2])
+    if not 1 <= cost <= total <= MAX_SAFE_INTEGER:
+        raise ModelStateError(f"log {key!r} holds {member!r}")
+    return LogEntry(score, total, cost)
+
+
+def read_log(state: State, key: str, cutoff_ms: int) -> tuple[Optional[LogEntry], list[LogEntry]]:
+    """The newest entry (in the window or not) and the entries in the window (after cutoff).
+
+    These are the entries a decision reads; older ones are only ever trimmed, unread.
+    Within the window each running total must follow from the previous one.
+    """
+    entry = state.get(key)
+    if entry is None:
+        return None, []
+    if not isinstance(entry.value, SortedSet):
+        raise ModelStateError(f"key {key!r} is not a sorted set")
+    ordered = entry.value.ordered()
+    if not ordered:
+        return None, []
+    newest = _log_entry(key, *ordered[-1])
+    window = [_log_entry(key, score, member) for score, member in ordered if score > cutoff_ms]
+    for previous, following in zip(window, window[1:]):
+        if following.total_scaled != previous.total_scaled + following.cost_scaled:
+            raise ModelStateError(f"log {key!r}: running totals do not chain")
+    return newest, window
+
+
+def _sliding_log_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    key = policy.key + LOG_SUFFIX
+    capacity, window_ms = policy.capacity_scaled, policy.window_ms
+    cutoff_ms = now_ms - window_ms
+    newest, window = read_log(state, key, cutoff_ms)
+    headroom = capacity - sum(entry.cost_scaled for entry in window)
+    # A clock that stepped back never reorders the log: stamp no earlier than the newest.
+    stamp_ms = now_ms if newest is None else max(now_ms, newest.at_ms)
+    verdict = Verdict(
+        fits=cost_scaled <= headroom,
+        permanent=cost_scaled > capacity,
+        remaining_uncharged=max(0, headroom),
+        remaining_charged=max(0, headroom - cost_scaled),
+        reset_uncharged_ms=window[-1].at_ms + window_ms if window else now_ms,
+    )
+    # Allowed: full recovery once the newest entry has left the window (a usage read, of
+    # cost 0, adds none).
+    verdict.reset_charged_ms = stamp_ms + window_ms if cost_scaled else verdict.reset_uncharged_ms
+    if not verdict.fits and not verdict.permanent:
+        # The oldest entries leave first; the cost fits once enough of them have.
+        need, freed = cost_scaled - headroom, 0
+        for entry in window:
+            freed += entry.cost_scaled
+            if freed >= need:
+                verdict.reset_denied_ms = entry.at_ms + window_ms
+                break
+        verdict.retry_ms = verdict.reset_denied_ms - now_ms
+
+    def write(new: State) -> None:
+        kept = window  # trimming drops everything at or before the cutoff
+        total = kept[-1].total_scaled + cost_scaled if kept else cost_scaled
+        if total > MAX_SAFE_INTEGER:
+            # Renumber the running totals from zero (rare: after 2^53 scaled units).
+            base = kept[0].total_scaled - kept[0].cost_scaled
+            kept = [LogEntry(e.at_ms, e.total_scaled - base, e.cost_scaled) for e in kept]
+            total = kept[-1].total_scaled + cost_scaled
+        scores = {entry.member: entry.at_ms for entry in kept}
+        scores[log_member(total, cost_scaled)] = stamp_ms
+        new[key] = Entry(SortedSet(scores), stamp_ms + window_ms + DRAINED_EXPIRY_MARGIN_MS)
+
+    verdict.write = write
+    return verdict
+
+
+def sliding_log(
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+) -> tuple[list[int], State]:
+    return _decide(_sliding_log_verdict, state, now_ms, cost_scaled, apply, policies)
+
+
+# -- leaky bucket (policing) -----------------------------------------------------------
+#
+# A level that drains capacity per window and admits a cost iff level + cost fits.
+# It is the token bucket's dual, tokens = capacity - level, with the same exact
+# public accrual: the hash stores level, base and drained (scaled units drained
+# since base), and an empty bucket discards its idle drain as a full token bucket
+# discards idle credit.
+
+
+def _leaky_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
+    key = policy.key + LEAKY_SUFFIX
+    capacity = policy.capacity_scaled
+    limits = {"level": MAX_SAFE_INTEGER, "base": MAX_STATE_TIME_MS, "drained": MAX_SAFE_INTEGER}
+    fields = _read_hash(state, key, limits)
+    stored = None
+    if fields is not None:
+        # A level above capacity (capacity lowered on a live key) reads as full.
+        tokens = capacity - min(fields["level"], capacity)
+        stored = Bucket(tokens, fields["base"], fields["drained"])
+    verdict, bucket = _bucket_verdict(policy, stored, now_ms, cost_scaled)
+
+    def write(new: State) -> None:
+        fields = {
+            "level": capacity - bucket.tokens_scaled + cost_scaled,
+            "base": bucket.base_ms,
+            "drained": bucket.credited_scaled,
+        }
+        # Allowed: reset_charged_ms is when the level has drained to zero.
+        new[key] = Entry(fields, verdict.reset_charged_ms + DRAINED_EXPIRY_MARGIN_MS)
+
+    verdict.write = write
+    return verdict
+
+
+def leaky_bucket(
+    state: Mapping[str, Entry],
+    now_ms: int,
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+) -> tuple[list[int], State]:
+    return _decide(_leaky_verdict, state, now_ms, cost_scaled, apply, policies)
+
+
 # -- reset -----------------------------------------------------------------------------
 
 
@@ -468,8 +746,8 @@ def reset(
     state: Mapping[str, Entry], now_ms: int, keys: Sequence[str], windows_s: Sequence[int]
 ) -> tuple[int, State]:
     """Deletes every key the algorithms derive from each base now; returns how many existed."""
-    if not 1 <= len(keys) <= MAX_POLICIES or len(windows_s) != len(keys):
-        raise ModelArgumentError("expected 1..16 keys, one window_s each")
+    if not 1 <= len(keys) <= MAX_RESET_KEYS or len(windows_s) != len(keys):
+        raise ModelArgumentError(f"expected 1..{MAX_RESET_KEYS} keys, one window_s each")
     if not all(1 <= window_s <= MAX_WINDOW_S for window_s in windows_s):
         raise ModelArgumentError("window_s out of range")
     live = expire(state, now_ms)
@@ -482,6 +760,9 @@ def reset(
                 f"{base}:{window_index - 1}",
                 base + BUCKET_SUFFIX,
                 f"{base}:bucket",
+                base + GCRA_SUFFIX,
+                base + LOG_SUFFIX,
+                base + LEAKY_SUFFIX,
                 base,
             }
         )
@@ -493,4 +774,7 @@ DECIDERS: dict[str, Callable[..., tuple[list[int], State]]] = {
     "fixed_window": fixed_window,
     "token_bucket": token_bucket,
     "sliding_window": sliding_window,
+    "gcra": gcra,
+    "sliding_log": sliding_log,
+    "leaky_bucket": leaky_bucket,
 }

@@ -8,9 +8,9 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry
+from redis_servers import RedisServer
 
 from moderato import BackendError, RateLimitConfigError, RateLimiter, RateLimitExceeded
-from redis_servers import RedisServer
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -128,8 +128,15 @@ async def test_breaker_opens_fails_fast_and_closes_after_a_probe(
     with pytest.raises(BackendError, match="circuit breaker is open"):
         await limiter.check("k", "50/minute")
     assert time.perf_counter() - started < 0.01  # no connect attempt, no timeout
-    assert sample(registry, "moderato_backend_operations_total",
-                  operation="decide", status="short_circuited") == 1
+    assert (
+        sample(
+            registry,
+            "moderato_backend_operations_total",
+            operation="decide",
+            status="short_circuited",
+        )
+        == 1
+    )
 
     own_redis_server.start()
     await asyncio.sleep(0.35)
@@ -169,11 +176,11 @@ async def test_shadow_mode_decides_but_never_denies(redis_url: str) -> None:
         # Enforcing one call on a shadow limiter.
         with pytest.raises(RateLimitExceeded):
             await limiter.check("s", "3/minute", shadow=False)
-    shadowed = sample(registry, "moderato_checks_total", algorithm="fixed_window",
-                      result="shadow_denied")
+    shadowed = sample(
+        registry, "moderato_checks_total", algorithm="fixed_window", result="shadow_denied"
+    )
     assert shadowed == 3
-    assert sample(registry, "moderato_checks_total", algorithm="fixed_window",
-                  result="denied") == 1
+    assert sample(registry, "moderato_checks_total", algorithm="fixed_window", result="denied") == 1
 
 
 async def test_per_call_shadow_on_an_enforcing_limiter(redis_url: str) -> None:
@@ -198,10 +205,12 @@ async def test_metrics_count_each_outcome(redis_url: str) -> None:
     assert sample(registry, "moderato_checks_total", result="denied", **labels) == 1
     assert sample(registry, "moderato_limit_exceeded_total", **labels) == 1
     assert sample(registry, "moderato_check_duration_seconds_count", **labels) == 4
-    assert sample(registry, "moderato_backend_operations_total",
-                  operation="decide", status="ok") == 4
-    assert sample(registry, "moderato_backend_operations_total",
-                  operation="usage", status="ok") == 1
+    assert (
+        sample(registry, "moderato_backend_operations_total", operation="decide", status="ok") == 4
+    )
+    assert (
+        sample(registry, "moderato_backend_operations_total", operation="usage", status="ok") == 1
+    )
     # Labels never carry keys or identities.
     names = {s.name for m in registry.collect() for s in m.samples}
     labels_seen = {k for m in registry.collect() for s in m.samples for k in s.labels}

@@ -391,7 +391,7 @@ async def test_static_configuration_errors_raise_at_decoration(limiter: RateLimi
     with pytest.raises(RateLimitConfigError):
         limiter.limit("5/fortnight")
     with pytest.raises(RateLimitConfigError):
-        limiter.limit("5/minute", algorithm="leaky_bucket")
+        limiter.limit("5/minute", algorithm="no_such_algorithm")
     with pytest.raises(RateLimitConfigError):
         limiter.limit("5/minute", scope=5)  # type: ignore[arg-type]
     # A cost equal to the capacity is admissible.

@@ -1,0 +1,341 @@
+--[[ moderato: GCRA (generic cell rate algorithm) decision, atomic over 1..16 policies.
+
+KEYS[i]  base key of policy i (distinct)
+ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
+ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
+then per policy i, in KEYS order:
+  ARGV[1 + 2i]  capacity_scaled  1..9007199254000
+  ARGV[2 + 2i]  window_s         1..86400
+
+State: key <base>:gcra, a hash of decimal integer strings holding the theoretical
+arrival time (TAT: when the virtual bucket is empty again), exactly:
+  tat   whole microseconds (Unix time)
+  frac  the remainder in 1/capacity_scaled of a microsecond, 0..capacity_scaled - 1
+A request of cost c moves the TAT from max(TAT, now) by exactly c * W / C µs (W the
+window in µs, C the capacity) and is admitted iff the new TAT is at most W ahead of
+now: a fresh key admits C scaled units at once, capacity drains continuously, and no
+rounding accumulates (the remainder keeps every fraction of a microsecond).
+  remaining = C - ceil((TAT - now) * C / W)        scaled units still admissible
+  reset     = ceil(TAT / 1000)                     ms, when the bucket is empty again
+  retry     = ceil((new TAT - W) / 1000) - now_ms  when the cost fits
+The key expires 1 s after its reset: by then a missing key reads the same (empty).
+A TAT more than one window ahead (the clock stepped back) reads as a full bucket;
+a frac of capacity_scaled or more (capacity lowered) counts as one whole µs.
+Times are now_ms * 1000 µs; every intermediate stays below 2^53 until the year 2255.
+
+Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
+A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
+in both cases nothing has been written. docs/internals.md fixes the contract.
+]]
+
+-- ---- BEGIN shared prelude -------------------------------------------------
+-- Identical in every decision script (a test checks it): Redis runs each
+-- script on its own, so there is nothing to import.
+
+local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
+local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53
+local MAX_WINDOW_S = 86400
+local MAX_POLICIES = 16
+
+-- Refusals are raised as tables; the pcall at the bottom turns them into error replies.
+local function fail(kind, message)
+  error({ moderato_error = kind .. ' ' .. message }, 0)
+end
+
+-- A value for an error message: quoted, printable, and an argument shortened to 40
+-- characters (keys, at most a few hundred bytes, are shown whole: pass max_length).
+local function shown(value, max_length)
+  if type(value) ~= 'string' then
+    return tostring(value)
+  end
+  local text = value
+  max_length = max_length or 40
+  if #text > max_length then
+    text = string.sub(text, 1, max_length) .. '...'
+  end
+  return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
+end
+
+-- Integers are written with %d: tostring() of a large number gives "9.007199254e+15".
+local function decimal(integer)
+  return string.format('%d', integer)
+end
+
+-- The value of a decimal integer string if it lies in [low, high], else nil.
+-- Exact: anything longer than 2^53's digits is refused before tonumber can round it.
+local function parse_integer(text, low, high)
+  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+    return nil
+  end
+  local digits = string.gsub(text, '^0+', '')
+  if #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+    return nil
+  end
+  local value = tonumber('0' .. digits)
+  if value < low or value > high then
+    return nil
+  end
+  return value
+end
+
+-- floor(numerator / denominator) for integers 0 <= numerator <= 2^53, denominator >= 1.
+-- fmod is exact, so numerator - remainder is an exact multiple and the division is exact;
+-- plain '/' then floor could round a quotient just below an integer up to it.
+local function floor_div(numerator, denominator)
+  return (numerator - math.fmod(numerator, denominator)) / denominator
+end
+
+-- Validates KEYS and ARGV; returns cost_scaled, apply and one table per policy.
+-- parse_extra(policy, argv_index) reads an algorithm's fields after capacity and window.
+local function parse_arguments(fields_per_policy, parse_extra)
+  local policy_count = #KEYS
+  if policy_count < 1 or policy_count > MAX_POLICIES then
+    fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
+      .. policy_count)
+  end
+  local expected_argc = 2 + fields_per_policy * policy_count
+  if #ARGV ~= expected_argc then
+    fail('MODERATO_ARG', 'expected ' .. expected_argc .. ' arguments for ' .. policy_count
+      .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy), got ' .. #ARGV)
+  end
+  local seen = {}
+  for i = 1, policy_count do
+    if seen[KEYS[i]] then
+      fail('MODERATO_ARG', 'KEYS[' .. i .. '] repeats KEYS[' .. seen[KEYS[i]] .. ']: one policy per key')
+    end
+    seen[KEYS[i]] = i
+  end
+  local apply_text = ARGV[2]
+  if apply_text ~= '0' and apply_text ~= '1' then
+    fail('MODERATO_ARG', 'ARGV[2] (apply) must be "1" (decide and charge) or "0" (peek), got '
+      .. shown(apply_text))
+  end
+  local apply = apply_text == '1'
+  local cost_scaled = parse_integer(ARGV[1], apply and 1 or 0, MAX_SAFE_INTEGER)
+  if not cost_scaled then
+    fail('MODERATO_ARG', 'ARGV[1] (cost_scaled) must be an integer ' .. (apply and '1' or '0')
+      .. '..9007199254740992' .. (apply and ' when charging' or '') .. ', got ' .. shown(ARGV[1]))
+  end
+  local policies = {}
+  for i = 1, policy_count do
+    local first = 3 + fields_per_policy * (i - 1)
+    local capacity_scaled = parse_integer(ARGV[first], 1, MAX_CAPACITY_SCALED)
+    if not capacity_scaled then
+      fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
+        .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(ARGV[first]))
+    end
+    local window_s = parse_integer(ARGV[first + 1], 1, MAX_WINDOW_S)
+    if not window_s then
+      fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. i
+        .. ') must be an integer 1..' .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
+    end
+    local policy = {
+      number = i, capacity_scaled = capacity_scaled, window_s = window_s, window_ms = window_s * 1000,
+    }
+    if parse_extra then
+      parse_extra(policy, first + 2)
+    end
+    policies[i] = policy
+  end
+  return cost_scaled, apply, policies
+end
+
+-- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
+local function redis_now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- A Redis read that turns an error (e.g. WRONGTYPE) into a state refusal.
+local function read(command, key, ...)
+  local result = redis.pcall(command, key, ...)
+  if type(result) == 'table' and result.err then
+    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' cannot be read: ' .. result.err)
+  end
+  return result
+end
+
+-- Combines the per-policy verdicts into the reply, and applies the writes only
+-- when every policy admits and the caller is charging.
+-- Each verdict: fits, permanent, retry_ms, and for the two outcomes
+-- (charged / not charged) remaining_scaled and reset_ms, plus write().
+local function conclude(verdicts, apply)
+  local allowed = true
+  for i = 1, #verdicts do
+    if not verdicts[i].fits then
+      allowed = false
+    end
+  end
+  local reply = { allowed and 1 or 0, 0 }
+  local deciding, deciding_remaining, deciding_retry = 0, nil, nil
+  for i = 1, #verdicts do
+    local verdict = verdicts[i]
+    local remaining_scaled, retry_ms, reset_ms
+    if verdict.permanent then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, -1, -1
+    elseif allowed then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_charged, 0, verdict.reset_charged_ms
+    elseif verdict.fits then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, 0, verdict.reset_uncharged_ms
+    else
+      remaining_scaled, retry_ms, reset_ms =
+        verdict.remaining_uncharged, verdict.retry_ms, verdict.reset_denied_ms
+    end
+    reply[3 * i] = remaining_scaled
+    reply[3 * i + 1] = retry_ms
+    reply[3 * i + 2] = reset_ms
+    -- Admission: the policy with the fewest remaining feeds the headers. Denial: the
+    -- longest wait, a permanent one (-1) counting as infinite. Ties: the lowest index.
+    if allowed then
+      if deciding_remaining == nil or remaining_scaled < deciding_remaining then
+        deciding, deciding_remaining = i - 1, remaining_scaled
+      end
+    elseif deciding_retry ~= -1
+        and (deciding_retry == nil or retry_ms == -1 or retry_ms > deciding_retry) then
+      deciding, deciding_retry = i - 1, retry_ms
+    end
+  end
+  reply[2] = deciding
+  if allowed and apply then
+    for i = 1, #verdicts do
+      verdicts[i].write()
+    end
+  end
+  return reply
+end
+
+-- ---- END shared prelude ---------------------------------------------------
+
+-- GCRA.
+
+local GCRA_SUFFIX = ':gcra'
+local US_PER_MS = 1000
+local EXPIRY_MARGIN_MS = 1000
+
+-- floor(a * b / m) and (a * b) mod m, exactly, for integers 0 <= a <= m < 2^44 and
+-- 0 <= b < 2^53 (the product may pass 2^53). b is taken in base-256 digits, most
+-- significant first: each step keeps remainder * 256 + a * digit below 2^53.
+local function mul_div_mod(a, b, m)
+  if a == m then
+    return b, 0
+  end
+  local digits = {}
+  while b > 0 do
+    local digit = math.fmod(b, 256)
+    digits[#digits + 1] = digit
+    b = (b - digit) / 256
+  end
+  local quotient, remainder = 0, 0
+  for i = #digits, 1, -1 do
+    local partial = remainder * 256 + a * digits[i]
+    remainder = math.fmod(partial, m)
+    quotient = quotient * 256 + (partial - remainder) / m
+  end
+  return quotient, remainder
+end
+
+-- The stored TAT as (whole µs, frac), or nil for a missing key (an empty bucket).
+local function read_tat(key)
+  local fields = read('HMGET', key, 'tat', 'frac')
+  if not fields[1] and not fields[2] then
+    if read('EXISTS', key) == 1 then
+      fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds a hash without tat and frac')
+    end
+    return nil
+  end
+  local names = { 'tat', 'frac' }
+  local values = {}
+  for i = 1, 2 do
+    values[i] = fields[i] and parse_integer(fields[i], 0, MAX_SAFE_INTEGER)
+    if not values[i] then
+      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
+        .. (fields[i] and shown(fields[i]) or 'missing')
+        .. ', not a decimal integer 0..' .. decimal(MAX_SAFE_INTEGER))
+    end
+  end
+  return values[1], values[2]
+end
+
+-- ceil((us + frac / C) / 1000): the first whole millisecond at or after a TAT.
+local function ceil_ms(us, frac)
+  return floor_div(us + (frac > 0 and 1 or 0) + US_PER_MS - 1, US_PER_MS)
+end
+
+local function evaluate(policy, cost_scaled, now_ms)
+  local key = KEYS[policy.number] .. GCRA_SUFFIX
+  local capacity_scaled = policy.capacity_scaled
+  local window_us = policy.window_ms * US_PER_MS
+  local now_us = now_ms * US_PER_MS
+
+  -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
+  local start_us, start_frac = now_us, 0
+  local tat_us, tat_frac = read_tat(key)
+  if tat_us then
+    if tat_us >= now_us + window_us then
+      start_us = now_us + window_us -- more than a full bucket: the clock stepped back
+    else
+      if tat_frac >= capacity_scaled then
+        tat_us, tat_frac = tat_us + 1, 0
+      end
+      if tat_us >= now_us then
+        start_us, start_frac = tat_us, tat_frac
+      end
+    end
+  end
+
+  -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
+  local backlog_quotient, backlog_remainder =
+    mul_div_mod(start_us - now_us, capacity_scaled, window_us)
+  local level_scaled =
+    backlog_quotient + floor_div(backlog_remainder + start_frac + window_us - 1, window_us)
+  local remaining_scaled = capacity_scaled - level_scaled
+
+  local verdict = {
+    fits = cost_scaled <= remaining_scaled,
+    permanent = cost_scaled > capacity_scaled,
+    remaining_uncharged = remaining_scaled,
+    reset_uncharged_ms = ceil_ms(start_us, start_frac),
+  }
+  if verdict.permanent then
+    return verdict
+  end
+  -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
+  local step_us, step_frac = mul_div_mod(cost_scaled, window_us, capacity_scaled)
+  local new_us, new_frac = start_us + step_us, start_frac + step_frac
+  if new_frac >= capacity_scaled then
+    new_us, new_frac = new_us + 1, new_frac - capacity_scaled
+  end
+  if verdict.fits then
+    verdict.remaining_charged = remaining_scaled - cost_scaled
+    verdict.reset_charged_ms = ceil_ms(new_us, new_frac)
+    verdict.write = function()
+      redis.call('HSET', key, 'tat', decimal(new_us), 'frac', decimal(new_frac))
+      -- Set on every write: this also repairs a key that lost its expiry.
+      redis.call('PEXPIREAT', key, decimal(verdict.reset_charged_ms + EXPIRY_MARGIN_MS))
+    end
+  else
+    -- The cost fits once the new TAT is no more than a window ahead.
+    verdict.reset_denied_ms = ceil_ms(new_us - window_us, new_frac)
+    verdict.retry_ms = verdict.reset_denied_ms - now_ms
+  end
+  return verdict
+end
+
+local function decide()
+  local cost_scaled, apply, policies = parse_arguments(2, nil)
+  local now_ms = redis_now_ms()
+  local verdicts = {}
+  for i = 1, #policies do
+    verdicts[i] = evaluate(policies[i], cost_scaled, now_ms)
+  end
+  return conclude(verdicts, apply)
+end
+
+local ok, result = pcall(decide)
+if ok then
+  return result
+end
+if type(result) == 'table' and result.moderato_error then
+  return redis.error_reply(result.moderato_error)
+end
+error(result, 0)

@@ -1,0 +1,384 @@
+--[[ moderato: leaky bucket (policing, no queueing) decision, atomic over 1..16 policies.
+
+KEYS[i]  base key of policy i (distinct)
+ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
+ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
+then per policy i, in KEYS order:
+  ARGV[1 + 2i]  capacity_scaled  1..9007199254000
+  ARGV[2 + 2i]  window_s         1..86400
+
+State: key <base>:leaky, a hash of decimal integer strings: level (scaled units in the
+bucket), base (ms) and drained (scaled units drained since base). The level drains
+capacity per window, exactly: drained since base = floor(elapsed_ms * C / W). A request
+is admitted iff level + cost <= capacity, else rejected at once (policing: nothing is
+queued). This is the token bucket's dual (tokens = capacity - level) with the token
+bucket's public accrual, rebased at whole windows; an empty bucket discards its idle
+drain, fractions too, as a full token bucket discards idle credit.
+  reset (allowed) = when the level has drained to zero
+  retry (denied)  = when enough has drained for the cost to fit
+The key expires 1 s after the level reaches zero: a missing key reads the same (empty).
+A level above capacity (capacity lowered on a live key) reads as full; state no
+consistent history produces (clock stepped back, capacity changed) drains nothing and
+restarts the drain at now.
+
+Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
+A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
+in both cases nothing has been written. docs/internals.md fixes the contract.
+]]
+
+-- ---- BEGIN shared prelude -------------------------------------------------
+-- Identical in every decision script (a test checks it): Redis runs each
+-- script on its own, so there is nothing to import.
+
+local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
+local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53
+local MAX_WINDOW_S = 86400
+local MAX_POLICIES = 16
+
+-- Refusals are raised as tables; the pcall at the bottom turns them into error replies.
+local function fail(kind, message)
+  error({ moderato_error = kind .. ' ' .. message }, 0)
+end
+
+-- A value for an error message: quoted, printable, and an argument shortened to 40
+-- characters (keys, at most a few hundred bytes, are shown whole: pass max_length).
+local function shown(value, max_length)
+  if type(value) ~= 'string' then
+    return tostring(value)
+  end
+  local text = value
+  max_length = max_length or 40
+  if #text > max_length then
+    text = string.sub(text, 1, max_length) .. '...'
+  end
+  return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
+end
+
+-- Integers are written with %d: tostring() of a large number gives "9.007199254e+15".
+local function decimal(integer)
+  return string.format('%d', integer)
+end
+
+-- The value of a decimal integer string if it lies in [low, high], else nil.
+-- Exact: anything longer than 2^53's digits is refused before tonumber can round it.
+local function parse_integer(text, low, high)
+  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+    return nil
+  end
+  local digits = string.gsub(text, '^0+', '')
+  if #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+    return nil
+  end
+  local value = tonumber('0' .. digits)
+  if value < low or value > high then
+    return nil
+  end
+  return value
+end
+
+-- floor(numerator / denominator) for integers 0 <= numerator <= 2^53, denominator >= 1.
+-- fmod is exact, so numerator - remainder is an exact multiple and the division is exact;
+-- plain '/' then floor could round a quotient just below an integer up to it.
+local function floor_div(numerator, denominator)
+  return (numerator - math.fmod(numerator, denominator)) / denominator
+end
+
+-- Validates KEYS and ARGV; returns cost_scaled, apply and one table per policy.
+-- parse_extra(policy, argv_index) reads an algorithm's fields after capacity and window.
+local function parse_arguments(fields_per_policy, parse_extra)
+  local policy_count = #KEYS
+  if policy_count < 1 or policy_count > MAX_POLICIES then
+    fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
+      .. policy_count)
+  end
+  local expected_argc = 2 + fields_per_policy * policy_count
+  if #ARGV ~= expected_argc then
+    fail('MODERATO_ARG', 'expected ' .. expected_argc .. ' arguments for ' .. policy_count
+      .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy), got ' .. #ARGV)
+  end
+  local seen = {}
+  for i = 1, policy_count do
+    if seen[KEYS[i]] then
+      fail('MODERATO_ARG', 'KEYS[' .. i .. '] repeats KEYS[' .. seen[KEYS[i]] .. ']: one policy per key')
+    end
+    seen[KEYS[i]] = i
+  end
+  local apply_text = ARGV[2]
+  if apply_text ~= '0' and apply_text ~= '1' then
+    fail('MODERATO_ARG', 'ARGV[2] (apply) must be "1" (decide and charge) or "0" (peek), got '
+      .. shown(apply_text))
+  end
+  local apply = apply_text == '1'
+  local cost_scaled = parse_integer(ARGV[1], apply and 1 or 0, MAX_SAFE_INTEGER)
+  if not cost_scaled then
+    fail('MODERATO_ARG', 'ARGV[1] (cost_scaled) must be an integer ' .. (apply and '1' or '0')
+      .. '..9007199254740992' .. (apply and ' when charging' or '') .. ', got ' .. shown(ARGV[1]))
+  end
+  local policies = {}
+  for i = 1, policy_count do
+    local first = 3 + fields_per_policy * (i - 1)
+    local capacity_scaled = parse_integer(ARGV[first], 1, MAX_CAPACITY_SCALED)
+    if not capacity_scaled then
+      fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
+        .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(ARGV[first]))
+    end
+    local window_s = parse_integer(ARGV[first + 1], 1, MAX_WINDOW_S)
+    if not window_s then
+      fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. i
+        .. ') must be an integer 1..' .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
+    end
+    local policy = {
+      number = i, capacity_scaled = capacity_scaled, window_s = window_s, window_ms = window_s * 1000,
+    }
+    if parse_extra then
+      parse_extra(policy, first + 2)
+    end
+    policies[i] = policy
+  end
+  return cost_scaled, apply, policies
+end
+
+-- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
+local function redis_now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- A Redis read that turns an error (e.g. WRONGTYPE) into a state refusal.
+local function read(command, key, ...)
+  local result = redis.pcall(command, key, ...)
+  if type(result) == 'table' and result.err then
+    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' cannot be read: ' .. result.err)
+  end
+  return result
+end
+
+-- Combines the per-policy verdicts into the reply, and applies the writes only
+-- when every policy admits and the caller is charging.
+-- Each verdict: fits, permanent, retry_ms, and for the two outcomes
+-- (charged / not charged) remaining_scaled and reset_ms, plus write().
+local function conclude(verdicts, apply)
+  local allowed = true
+  for i = 1, #verdicts do
+    if not verdicts[i].fits then
+      allowed = false
+    end
+  end
+  local reply = { allowed and 1 or 0, 0 }
+  local deciding, deciding_remaining, deciding_retry = 0, nil, nil
+  for i = 1, #verdicts do
+    local verdict = verdicts[i]
+    local remaining_scaled, retry_ms, reset_ms
+    if verdict.permanent then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, -1, -1
+    elseif allowed then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_charged, 0, verdict.reset_charged_ms
+    elseif verdict.fits then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, 0, verdict.reset_uncharged_ms
+    else
+      remaining_scaled, retry_ms, reset_ms =
+        verdict.remaining_uncharged, verdict.retry_ms, verdict.reset_denied_ms
+    end
+    reply[3 * i] = remaining_scaled
+    reply[3 * i + 1] = retry_ms
+    reply[3 * i + 2] = reset_ms
+    -- Admission: the policy with the fewest remaining feeds the headers. Denial: the
+    -- longest wait, a permanent one (-1) counting as infinite. Ties: the lowest index.
+    if allowed then
+      if deciding_remaining == nil or remaining_scaled < deciding_remaining then
+        deciding, deciding_remaining = i - 1, remaining_scaled
+      end
+    elseif deciding_retry ~= -1
+        and (deciding_retry == nil or retry_ms == -1 or retry_ms > deciding_retry) then
+      deciding, deciding_retry = i - 1, retry_ms
+    end
+  end
+  reply[2] = deciding
+  if allowed and apply then
+    for i = 1, #verdicts do
+      verdicts[i].write()
+    end
+  end
+  return reply
+end
+
+-- ---- END shared prelude ---------------------------------------------------
+
+-- Leaky bucket (policing).
+
+local LEAKY_SUFFIX = ':leaky'
+local MAX_STATE_TIME_MS = 4503599627370496 -- 2^52 ms (~142,000 years): room to add waits below 2^53
+local EXPIRY_MARGIN_MS = 1000
+
+-- The stored bucket, or nil for a missing one (which starts empty).
+local function read_bucket(key)
+  local fields = read('HMGET', key, 'level', 'base', 'drained')
+  if not fields[1] and not fields[2] and not fields[3] then
+    if read('EXISTS', key) == 1 then
+      fail('MODERATO_STATE', 'key ' .. shown(key, 1024)
+        .. ' holds a hash without level, base and drained')
+    end
+    return nil
+  end
+  local names = { 'level', 'base', 'drained' }
+  local highs = { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER }
+  local values = {}
+  for i = 1, 3 do
+    values[i] = fields[i] and parse_integer(fields[i], 0, highs[i])
+    if not values[i] then
+      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
+        .. (fields[i] and shown(fields[i]) or 'missing')
+        .. ', not a decimal integer 0..' .. decimal(highs[i]))
+    end
+  end
+  return { level_scaled = values[1], base_ms = values[2], drained_scaled = values[3] }
+end
+
+-- Exactly floor(elapsed_ms * capacity / window) for 0 <= elapsed_ms <= window.
+-- The product can pass 2^53, so capacity = per_ms_whole * window + per_ms_rest is split:
+-- elapsed * per_ms_whole <= capacity, elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53.
+local function drained_by_scaled(policy, elapsed_ms)
+  return elapsed_ms * policy.per_ms_whole
+    + floor_div(elapsed_ms * policy.per_ms_rest, policy.window_ms)
+end
+
+-- The smallest elapsed_ms in [0, window] draining at least target_scaled
+-- (0 <= target_scaled <= capacity). The float estimate of ceil(target * window / capacity)
+-- is off by at most one; the exact drain function settles it.
+local function elapsed_for_drain_ms(policy, target_scaled)
+  local window_ms = policy.window_ms
+  local elapsed_ms = math.ceil(target_scaled / policy.capacity_scaled * window_ms)
+  elapsed_ms = math.max(0, math.min(window_ms, elapsed_ms))
+  while elapsed_ms < window_ms and drained_by_scaled(policy, elapsed_ms) < target_scaled do
+    elapsed_ms = elapsed_ms + 1
+  end
+  while elapsed_ms > 0 and drained_by_scaled(policy, elapsed_ms - 1) >= target_scaled do
+    elapsed_ms = elapsed_ms - 1
+  end
+  return elapsed_ms
+end
+
+-- Brings a bucket up to now. Returns level_scaled, base_ms, drained_scaled and
+-- elapsed_ms (now - base, never negative), with drained == drained_by(elapsed).
+local function drain(policy, bucket, now_ms)
+  local capacity_scaled = policy.capacity_scaled
+  if not bucket then
+    return 0, now_ms, 0, 0
+  end
+  -- A base ahead of the clock (Redis's clock stepped back) means no time has passed yet.
+  local now_eff_ms = math.max(now_ms, bucket.base_ms)
+  local base_ms = bucket.base_ms
+  local elapsed_ms = now_eff_ms - base_ms
+  -- A lowered capacity caps what is stored.
+  local level_scaled = math.min(bucket.level_scaled, capacity_scaled)
+  local drained_scaled = bucket.drained_scaled
+  local window_ms = policy.window_ms
+  local whole_windows = floor_div(elapsed_ms, window_ms)
+  -- Within the first window the drain due is small enough to compute directly.
+  local due_scaled = whole_windows == 0 and drained_by_scaled(policy, elapsed_ms) or nil
+  local empty
+  if drained_scaled >= capacity_scaled or (due_scaled and due_scaled < drained_scaled) then
+    -- A consistent bucket always has drained_by(elapsed) >= drained < capacity: this one was
+    -- written under another capacity, or the clock stepped back. Restart the drain here.
+    base_ms, drained_scaled, elapsed_ms = now_eff_ms, 0, 0
+    empty = level_scaled == 0
+  elseif whole_windows >= 2 then
+    -- Two windows drain 2 * capacity - drained > capacity units: empty whatever the level.
+    empty = true
+  elseif whole_windows == 1 then
+    -- Due since base = capacity + drained_by(elapsed - window); rebase by one whole window.
+    -- Empty iff capacity + drain - drained >= level, i.e. capacity - level >= drained - drain.
+    local drain_in_window_scaled = drained_by_scaled(policy, elapsed_ms - window_ms)
+    empty = capacity_scaled - level_scaled >= drained_scaled - drain_in_window_scaled
+    if not empty then
+      -- The level stays positive: level > capacity + drain - drained > drain_in_window.
+      level_scaled = level_scaled - drain_in_window_scaled - (capacity_scaled - drained_scaled)
+      base_ms = base_ms + window_ms
+      elapsed_ms = elapsed_ms - window_ms
+      drained_scaled = drain_in_window_scaled
+    end
+  else
+    empty = due_scaled - drained_scaled >= level_scaled
+    if not empty then
+      level_scaled = level_scaled - (due_scaled - drained_scaled)
+      drained_scaled = due_scaled
+    end
+  end
+
+  if empty then
+    -- An empty bucket discards idle drain, fractions too: the drain restarts now.
+    return 0, now_eff_ms, 0, 0
+  end
+  return level_scaled, base_ms, drained_scaled, elapsed_ms
+end
+
+-- Milliseconds after base at which need_scaled more units have drained, given
+-- drained_scaled drained so far. need_scaled <= capacity.
+local function wait_end_after_base_ms(policy, drained_scaled, need_scaled)
+  -- drained + need can pass 2^53; compare through the headroom left in this window.
+  local left_in_window_scaled = policy.capacity_scaled - drained_scaled
+  if need_scaled <= left_in_window_scaled then
+    return elapsed_for_drain_ms(policy, drained_scaled + need_scaled)
+  end
+  return policy.window_ms + elapsed_for_drain_ms(policy, need_scaled - left_in_window_scaled)
+end
+
+local function evaluate(policy, cost_scaled, now_ms)
+  local key = KEYS[policy.number] .. LEAKY_SUFFIX
+  local capacity_scaled = policy.capacity_scaled
+  local level_scaled, base_ms, drained_scaled = drain(policy, read_bucket(key), now_ms)
+  local headroom_scaled = capacity_scaled - level_scaled
+
+  local function at_ms(need_scaled)
+    return base_ms + wait_end_after_base_ms(policy, drained_scaled, need_scaled)
+  end
+
+  local fits = cost_scaled <= headroom_scaled
+  local permanent = cost_scaled > capacity_scaled
+  local verdict = {
+    fits = fits,
+    permanent = permanent,
+    remaining_uncharged = headroom_scaled,
+  }
+  if fits then
+    -- Allowed: reset is when the level has drained to zero, with or without this charge.
+    verdict.remaining_charged = headroom_scaled - cost_scaled
+    verdict.reset_charged_ms = at_ms(level_scaled + cost_scaled)
+    verdict.reset_uncharged_ms = at_ms(level_scaled)
+    verdict.write = function()
+      redis.call('HSET', key, 'level', decimal(level_scaled + cost_scaled),
+        'base', decimal(base_ms), 'drained', decimal(drained_scaled))
+      -- Set on every write: this also repairs a bucket that lost its expiry.
+      redis.call('PEXPIREAT', key, decimal(verdict.reset_charged_ms + EXPIRY_MARGIN_MS))
+    end
+  elseif not permanent then
+    -- Denied: reset is when enough has drained for this cost to fit.
+    verdict.reset_denied_ms = at_ms(cost_scaled - headroom_scaled)
+    verdict.retry_ms = verdict.reset_denied_ms - now_ms
+  end
+  return verdict
+end
+
+local function parse_leaky_policy(policy)
+  policy.per_ms_whole = floor_div(policy.capacity_scaled, policy.window_ms)
+  policy.per_ms_rest = policy.capacity_scaled - policy.per_ms_whole * policy.window_ms
+end
+
+local function decide()
+  local cost_scaled, apply, policies = parse_arguments(2, parse_leaky_policy)
+  local now_ms = redis_now_ms()
+  local verdicts = {}
+  for i = 1, #policies do
+    verdicts[i] = evaluate(policies[i], cost_scaled, now_ms)
+  end
+  return conclude(verdicts, apply)
+end
+
+local ok, result = pcall(decide)
+if ok then
+  return result
+end
+if type(result) == 'table' and result.moderato_error then
+  return redis.error_reply(result.moderato_error)
+end
+error(result, 0)

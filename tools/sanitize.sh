@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build moderato._accel with AddressSanitizer and UndefinedBehaviorSanitizer
+# and run tests/test_accel.py against that build; any memory error or
+# undefined behaviour aborts the run.
+#
+# usage: bash tools/sanitize.sh [python]     (default: .venv/bin/python)
+#
+# The build happens in a scratch copy of the tree, so the in-place .so that
+# everything else imports is left alone. The interpreter itself is not
+# instrumented: libasan is preloaded into it, and PYTHONMALLOC=malloc routes
+# Python's allocations through ASan so that overruns of Python objects show.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${1:-$root/.venv/bin/python}"
+case "$python" in
+  */*) python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")" ;;
+  *) python="$(command -v "$python")" ;;
+esac
+
+libasan="$(gcc -print-file-name=libasan.so)"
+if [ ! -e "$libasan" ]; then
+  echo "sanitize: gcc has no libasan.so (install libasan or gcc's sanitizer runtime)" >&2
+  exit 1
+fi
+
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/moderato-sanitize.XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+tree="$scratch/tree"
+mkdir "$tree"
+cp -R "$root/setup.py" "$root/pyproject.toml" "$root/csrc" "$root/moderato" "$root/tests" "$tree/"
+[ -e "$root/README.md" ] && cp "$root/README.md" "$tree/"
+find "$tree" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
+
+echo "== building moderato._accel with ASan and UBSan ($python)"
+# -fno-wrapv undoes Python's -fwrapv, so a signed overflow is reported too.
+(
+  cd "$tree"
+  CC=gcc \
+    CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g -fno-wrapv" \
+    LDFLAGS="-fsanitize=address,undefined" \
+    "$python" setup.py -q build_ext --inplace --build-temp "$scratch/build"
+)
+
+echo "== running tests/test_accel.py under the sanitizers"
+cd "$tree"
+export ASAN_OPTIONS=detect_leaks=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export PYTHONMALLOC=malloc
+# `python -m pytest` puts the scratch tree first on sys.path; make sure the
+# sanitized build is the one imported before trusting a green run.
+LD_PRELOAD="$libasan" "$python" -c '
+import sys
+import moderato._accel as accel
+if not accel.__file__.startswith(sys.argv[1]):
+    sys.exit(f"sanitize: imported {accel.__file__}, not the sanitized build")
+' "$tree/"
+# --capture=no: a sanitizer report goes to fd 2 just before the process dies,
+# which pytest would otherwise have redirected into a file nobody reads.
+LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no tests/test_accel.py

@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: test test-fast lint format build redis accel-matrix sanitize wheel-check bench bench-quick demo clean
+.PHONY: test test-fast lint format build redis chromium accel-matrix sanitize wheel-check bench bench-quick demo quickstart algorithms-demo clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,demo]'
 	touch $@
 
 build: $(VENV)/.installed
@@ -17,10 +17,13 @@ build: $(VENV)/.installed
 redis:
 	bash tools/ensure-redis.sh
 
-test: build redis
+chromium:
+	bash tools/ensure-chromium.sh
+
+test: build redis chromium
 	$(PY) -m pytest -q
 
-test-fast: build redis
+test-fast: build redis chromium
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(VENV)/.installed
@@ -45,8 +48,16 @@ bench: build redis
 bench-quick: build redis
 	$(PY) benchmarks/performance.py --quick
 
+# The demo app and its live page on http://127.0.0.1:8000/ (memory:// unless
+# MODERATO_REDIS_URL is set).
 demo: build
+	$(PY) -m uvicorn examples.fastapi_app:app --host 127.0.0.1 --port 8000
+
+quickstart: build
 	$(PY) examples/quickstart.py
 
+algorithms-demo: build
+	$(PY) examples/algorithms_demo.py --chart docs/algorithms.png
+
 clean:
-	rm -rf build dist *.egg-info moderato/*.so .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist *.egg-info moderato/*.so .pytest_cache .mypy_cache .ruff_cache test-artifacts

@@ -1,6 +1,6 @@
 """A first look: a few checks against Redis, printed as they are decided.
 
-Run with `make demo`. Uses MODERATO_REDIS_URL (default redis://localhost:6379).
+Run with `make quickstart`. Uses MODERATO_REDIS_URL (default redis://localhost:6379).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ REDIS_URL = os.environ.get("MODERATO_REDIS_URL", "redis://localhost:6379")
 
 async def main() -> None:
     async with RateLimiter(REDIS_URL, key_prefix="moderato-demo") as limiter:
-        await limiter.reset("demo-user")
+        # With the rate, reset knows the keys exactly: one script call, no SCAN.
+        await limiter.reset("demo-user", rate="5/minute;20/hour")
         print(f"backend: {REDIS_URL}")
         print("rate 5/minute;20/hour, cost 1, then one request of cost 3")
         for attempt in range(1, 8):

@@ -326,18 +326,25 @@ local function evaluate(policy, cost_scaled, now_ms)
     end
     total_scaled = usage_scaled + cost_scaled
   end
+  -- The first write of a script must be one Redis refuses when out of memory
+  -- (ZADD is; ZREMRANGEBYSCORE and DEL are not): after a script's first write
+  -- Redis lets the rest through, so trimming first would admit under OOM.
   verdict.write = function()
     if renumbered then
+      -- Re-adding the newest entry as it is changes nothing but meets the OOM check.
+      redis.call('ZADD', key, 'XX', decimal(newest.at_ms), member_text(newest.total, newest.cost))
       -- Only the window's entries are kept: this also trims.
       redis.call('DEL', key)
       for start = 1, #renumbered, 2 * RENUMBER_BATCH do
         redis.call('ZADD', key,
           unpack(renumbered, start, math.min(#renumbered, start + 2 * RENUMBER_BATCH - 1)))
       end
+      redis.call('ZADD', key, decimal(stamp_ms), member_text(total_scaled, cost_scaled))
     else
+      -- The new entry is stamped at or after now, so the trim below never removes it.
+      redis.call('ZADD', key, decimal(stamp_ms), member_text(total_scaled, cost_scaled))
       redis.call('ZREMRANGEBYSCORE', key, '-inf', decimal(cutoff_ms))
     end
-    redis.call('ZADD', key, decimal(stamp_ms), member_text(total_scaled, cost_scaled))
     -- Set on every write: this also repairs a log that lost its expiry.
     redis.call('PEXPIREAT', key, decimal(stamp_ms + window_ms + EXPIRY_MARGIN_MS))
   end

@@ -511,11 +511,20 @@ def exceeded(result: CheckResult) -> RateLimitExceeded:
 def _make_backend(redis_url: str, **options: Any) -> Backend:
     if not isinstance(redis_url, str):
         raise RateLimitConfigError(f"redis_url must be a string, got {type(redis_url).__name__}")
-    from .backends.redis import RedisBackend
-    from .redis import RedisClient
+    if redis_url.startswith("memory:"):
+        from .backends.memory import MemoryBackend
 
+        return MemoryBackend.from_url(redis_url)
+    from .backends.redis import RedisBackend
+    from .redis import ClusterClient, RedisClient, is_cluster_url
+
+    client: Union[RedisClient, ClusterClient]
     try:
-        client = RedisClient.from_url(redis_url, **options)
+        if is_cluster_url(redis_url):
+            # redis+cluster:// and rediss+cluster://: seed nodes of a Redis Cluster.
+            client = ClusterClient.from_url(redis_url, **options)
+        else:
+            client = RedisClient.from_url(redis_url, **options)
     except ValueError as error:
         raise RateLimitConfigError(str(error)) from None
     return RedisBackend(client)

@@ -7,6 +7,7 @@ names): never keys, identities, scopes or tenants, whose values are unbounded.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Optional
 
 from .errors import RateLimitConfigError
@@ -14,7 +15,9 @@ from .errors import RateLimitConfigError
 RESULTS = ("allowed", "denied", "bypassed", "shadow_denied", "error")
 BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
 
-_registered: dict[tuple[str, int], Metrics] = {}
+# Keyed by the registry object itself (weakly): an id() could be reused by a
+# new registry after the old one is collected, handing it stale collectors.
+_registered: weakref.WeakKeyDictionary[Any, dict[str, Metrics]] = weakref.WeakKeyDictionary()
 _registered_lock = threading.Lock()
 
 
@@ -93,8 +96,8 @@ def metrics_for(namespace: str = "moderato", registry: Optional[Any] = None) -> 
     prometheus = _prometheus()
     target = prometheus.REGISTRY if registry is None else registry
     with _registered_lock:
-        key = (namespace, id(target))
-        metrics = _registered.get(key)
+        by_namespace = _registered.setdefault(target, {})
+        metrics = by_namespace.get(namespace)
         if metrics is None:
-            metrics = _registered[key] = Metrics(namespace, target)
+            metrics = by_namespace[namespace] = Metrics(namespace, target)
         return metrics

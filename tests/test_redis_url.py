@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from moderato.redis import RedisAddress, mask_url, parse_url
+from moderato.redis import (
+    ClusterAddress,
+    RedisAddress,
+    is_cluster_url,
+    mask_url,
+    parse_cluster_url,
+    parse_url,
+)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +59,8 @@ def test_accepted_urls(url: str, expected: RedisAddress) -> None:
         ("", "unsupported scheme (none)"),
         ("localhost:6379", "unsupported scheme localhost://"),
         ("http://h", "unsupported scheme http://"),
-        ("redis+cluster://h", "unsupported scheme redis+cluster://"),
+        ("redis+cluster://h", "redis+cluster:// names a Redis Cluster, not one server"),
+        ("rediss+cluster://h", "use parse_cluster_url() or ClusterClient"),
         ("redis://", "a host is required"),
         ("redis:///0", "a host is required"),
         ("redis://:pw@", "a host is required"),
@@ -147,3 +155,100 @@ def test_address_is_frozen() -> None:
 def test_non_str_url_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="a Redis URL must be a str, got bytes"):
         parse_url(b"redis://h")  # type: ignore[arg-type]
+
+
+# -- cluster URLs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis+cluster://h", ClusterAddress(seeds=(("h", 6379),))),
+        ("redis+cluster://h/", ClusterAddress(seeds=(("h", 6379),))),
+        ("redis+cluster://10.0.0.1:7000,10.0.0.2:7001,10.0.0.3",
+         ClusterAddress(seeds=(("10.0.0.1", 7000), ("10.0.0.2", 7001), ("10.0.0.3", 6379)))),
+        # IPv6 seeds in brackets, anywhere in the list.
+        ("redis+cluster://a:1,[::1]:7001,[fe80::2]",
+         ClusterAddress(seeds=(("a", 1), ("::1", 7001), ("fe80::2", 6379)))),
+        # A seed named twice is asked once.
+        ("redis+cluster://a:1,a:1,b:2", ClusterAddress(seeds=(("a", 1), ("b", 2)))),
+        ("REDIS+CLUSTER://Node-A:7000", ClusterAddress(seeds=(("node-a", 7000),))),
+        ("redis+cluster://:s3cret@a:1,b:2",
+         ClusterAddress(seeds=(("a", 1), ("b", 2)), password="s3cret")),
+        ("redis+cluster://alice:p%40ss@a:1",
+         ClusterAddress(seeds=(("a", 1),), username="alice", password="p@ss")),
+        ("redis+cluster://:p@ss@a:1", ClusterAddress(seeds=(("a", 1),), password="p@ss")),
+        ("rediss+cluster://u:p@a:6390,b:6390?client_name=api-1",
+         ClusterAddress(seeds=(("a", 6390), ("b", 6390)), username="u", password="p", tls=True,
+                        client_name="api-1")),
+    ],
+)  # fmt: skip
+def test_accepted_cluster_urls(url: str, expected: ClusterAddress) -> None:
+    assert is_cluster_url(url)
+    assert parse_cluster_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://h", "unsupported scheme redis://; expected redis+cluster://"),
+        ("cluster://h", "unsupported scheme cluster://"),
+        ("h:7000,h:7001", "unsupported scheme (none)"),
+        ("redis+cluster://", "at least one seed node is required"),
+        ("redis+cluster://:pw@", "at least one seed node is required"),
+        ("redis+cluster://a:1,", "an empty seed node"),
+        ("redis+cluster://,a:1", "an empty seed node"),
+        ("redis+cluster://a:1,,b:2", "an empty seed node"),
+        ("redis+cluster://a:0", "port 0 cannot be connected to"),
+        ("redis+cluster://a:1,b:65536", "bad seed node 'b:65536'"),
+        ("redis+cluster://a:x", "bad seed node 'a:x'"),
+        ("redis+cluster://a:", "an empty port after ':'"),
+        ("redis+cluster://a:1,[::1", "Invalid IPv6 URL"),
+        ("redis+cluster://a/0", "names no database"),
+        ("redis+cluster://a/1", "Redis Cluster has only database 0"),
+        ("redis+cluster://a?db=0", "takes no db option"),
+        ("redis+cluster://a?timeout=1", "unknown option 'timeout'"),
+        ("redis+cluster://a?client_name=", "client_name '' must be non-empty printable ASCII"),
+        ("redis+cluster://a#x", "a fragment"),
+        ("redis+cluster://alice@a", "it names a user but no password"),
+        ("redis+cluster://a, b", "blanks or control characters"),
+    ],
+)
+def test_rejected_cluster_urls(url: str, reason: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_cluster_url(url)
+    message = str(caught.value)
+    assert message.startswith(f"invalid Redis Cluster URL {mask_url(url)!r}: ")
+    assert reason in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://:hunter2@a:1,b:0",
+        "rediss+cluster://bob:hunter2@a:1/2",
+        "redis+cluster://bob:hunter2@a?db=1",
+        "redis+cluster://:hun@ter2@a,",
+    ],
+)
+def test_cluster_errors_never_show_the_password(url: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_cluster_url(url)
+    assert "ter2" not in str(caught.value)
+    assert "***" in str(caught.value)
+
+
+def test_cluster_address_str_hides_the_password() -> None:
+    address = parse_cluster_url("rediss+cluster://alice:hunter2@a:1,[::1]:2")
+    assert str(address) == "rediss+cluster://alice:***@a:1,[::1]:2"
+    assert "hunter2" not in repr(address)
+    assert str(parse_cluster_url("redis+cluster://a")) == "redis+cluster://a:6379"
+    node = address.node("10.0.0.9", 7005)
+    assert node == RedisAddress(host="10.0.0.9", port=7005, username="alice",
+                                password="hunter2", tls=True)  # fmt: skip
+
+
+def test_is_cluster_url() -> None:
+    assert is_cluster_url("redis+cluster://a") and is_cluster_url("RediSS+Cluster://a")
+    assert not is_cluster_url("redis://a") and not is_cluster_url("redis+cluster:a")
+    assert not is_cluster_url(b"redis+cluster://a")

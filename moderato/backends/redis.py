@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Union
 
 from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError, RedisReplyError
-from ..redis import RedisClient
+from ..redis import ClusterClient, RedisClient
 from ..scripts import load_script
 from .base import Decision
 
@@ -24,7 +24,15 @@ def _script_error(script: str, error: RedisReplyError) -> Exception:
 
 
 class RedisBackend:
-    def __init__(self, client: RedisClient) -> None:
+    """Runs the scripts through a RedisClient (one server) or a ClusterClient (a cluster).
+
+    Both route the same calls: every key of one decision shares a hash tag, so
+    a decision is one script call on one node; reset's SCAN carries the
+    identity's hash tag in its MATCH pattern, so on a cluster it walks only the
+    node owning that slot.
+    """
+
+    def __init__(self, client: Union[RedisClient, ClusterClient]) -> None:
         self.client = client
 
     async def connect(self) -> None:

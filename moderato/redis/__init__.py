@@ -7,17 +7,30 @@ from __future__ import annotations
 
 from ._encoding import Arg
 from .client import BACKOFF_CAP_S, BACKOFF_START_S, RedisClient, ScriptLike
+from .cluster import ClusterClient, ClusterCounters
 from .connection import RedisConnection
-from .url import RedisAddress, mask_url, parse_url
+from .url import (
+    ClusterAddress,
+    RedisAddress,
+    is_cluster_url,
+    mask_url,
+    parse_cluster_url,
+    parse_url,
+)
 
 __all__ = [
     "BACKOFF_CAP_S",
     "BACKOFF_START_S",
     "Arg",
+    "ClusterAddress",
+    "ClusterClient",
+    "ClusterCounters",
     "RedisAddress",
     "RedisClient",
     "RedisConnection",
     "ScriptLike",
+    "is_cluster_url",
     "mask_url",
+    "parse_cluster_url",
     "parse_url",
 ]

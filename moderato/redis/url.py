@@ -1,10 +1,18 @@
-"""Redis URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://``, parsed into a RedisAddress.
+"""Redis URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://``, parsed into a RedisAddress;
+``redis+cluster://`` and ``rediss+cluster://``, parsed into a ClusterAddress.
 
-Grammar (query options ``db`` and ``client_name`` are accepted by every scheme)::
+Grammar (query options ``db`` and ``client_name`` are accepted by every
+single-node scheme; cluster URLs take ``client_name`` only)::
 
     redis://[user[:password]@]host[:port][/db][?db=N&client_name=NAME]
     rediss://...                       the same, over TLS
     unix://[user[:password]@]/path/to/redis.sock[?db=N&client_name=NAME]
+    redis+cluster://[user[:password]@]host[:port][,host[:port]...][?client_name=NAME]
+    rediss+cluster://...               the same, over TLS
+
+A cluster URL lists seed nodes: any one of them that answers tells the client
+the whole cluster. Redis Cluster has only database 0, so a cluster URL names
+no database.
 
 Anything else is a ValueError whose message shows the URL with its password
 masked: URLs end up in logs and tracebacks, passwords must not.
@@ -17,10 +25,21 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-__all__ = ["DEFAULT_PORT", "RedisAddress", "client_name_problem", "mask_url", "parse_url"]
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "DEFAULT_PORT",
+    "ClusterAddress",
+    "RedisAddress",
+    "client_name_problem",
+    "is_cluster_url",
+    "mask_url",
+    "parse_cluster_url",
+    "parse_url",
+]
 
 DEFAULT_PORT = 6379
 _SCHEMES = ("redis", "rediss", "unix")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _QUERY_OPTIONS = ("db", "client_name")
 # Redis refuses CLIENT SETNAME with spaces, newlines or other special characters:
 # printable ASCII other than the blank is what it takes.
@@ -64,6 +83,53 @@ class RedisAddress:
         return where if self.db == 0 else f"{where}/{self.db}"
 
 
+@dataclass(frozen=True)
+class ClusterAddress:
+    """Seed nodes of a Redis Cluster and how to greet every node of it.
+
+    The credentials, TLS and client name apply to every node, seeds and the
+    nodes the cluster names alike; ``password`` never appears in ``repr()`` or
+    ``str()``.
+    """
+
+    seeds: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    client_name: str | None = None
+
+    def node(self, host: str, port: int) -> RedisAddress:
+        """The address of one node of this cluster (database 0, the cluster's credentials)."""
+        return RedisAddress(
+            host=host,
+            port=port,
+            username=self.username,
+            password=self.password,
+            tls=self.tls,
+            client_name=self.client_name,
+        )
+
+    def __str__(self) -> str:
+        """The address as a URL with the password masked, for messages and logs."""
+        user = ""
+        if self.username is not None or self.password is not None:
+            name = quote(self.username or "", safe="")
+            user = f"{name}:***@" if self.password is not None else f"{name}@"
+        hosts = ",".join(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.seeds
+        )
+        scheme = "rediss+cluster" if self.tls else "redis+cluster"
+        return f"{scheme}://{user}{hosts}"
+
+
+def is_cluster_url(url: object) -> bool:
+    """Whether ``url`` is a str with a cluster scheme (``redis+cluster://``, ``rediss+cluster://``)."""
+    if not isinstance(url, str):
+        return False
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in CLUSTER_SCHEMES
+
+
 def mask_url(url: str) -> str:
     """``url`` with whatever follows the first ``:`` of its user part replaced by ``***``.
 
@@ -99,6 +165,11 @@ def parse_url(url: str) -> RedisAddress:
     except ValueError as error:  # e.g. an unbalanced "[" in the host
         raise bad(str(error)) from None
     scheme = parts.scheme.lower()
+    if scheme in CLUSTER_SCHEMES:
+        raise bad(
+            f"{parts.scheme}:// names a Redis Cluster, not one server; "
+            "use parse_cluster_url() or ClusterClient"
+        )
     if scheme not in _SCHEMES:
         raise bad(
             f"unsupported scheme {parts.scheme + '://' if parts.scheme else '(none)'}; "
@@ -159,6 +230,72 @@ def parse_url(url: str) -> RedisAddress:
         username=username,
         password=password,
         tls=scheme == "rediss",
+        client_name=client_name,
+    )
+
+
+def parse_cluster_url(url: str) -> ClusterAddress:
+    """Parse a ``redis+cluster://`` or ``rediss+cluster://`` URL into its seeds and options.
+
+    Raises ValueError naming the (masked) URL and what is wrong.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
+
+    def bad(reason: str) -> ValueError:
+        return ValueError(f"invalid Redis Cluster URL {mask_url(url)!r}: {reason}")
+
+    if url != url.strip() or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise bad("it contains blanks or control characters")
+    # Split by hand: urlsplit() refuses a bracketed IPv6 host after the first seed.
+    scheme_text, sep, rest = url.partition("://")
+    scheme = scheme_text.lower() if sep else ""
+    if scheme not in CLUSTER_SCHEMES:
+        raise bad(
+            f"unsupported scheme {scheme_text + '://' if sep and scheme_text else '(none)'}; "
+            "expected redis+cluster:// or rediss+cluster://"
+        )
+    if "#" in rest:
+        raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    if path:
+        raise bad(
+            f"a cluster URL names no database (got path {slash + path!r}): "
+            "Redis Cluster has only database 0"
+        )
+    username, password = _credentials(netloc, bad)
+    db, client_name = _query(query, bad)
+    if db is not None:
+        raise bad("a cluster URL takes no db option: Redis Cluster has only database 0")
+
+    hosts = netloc.rpartition("@")[2]
+    if not hosts:
+        raise bad("at least one seed node is required, e.g. redis+cluster://10.0.0.1:7000")
+    seeds: list[tuple[str, int]] = []
+    for entry in hosts.split(","):
+        if not entry:
+            raise bad("an empty seed node (a stray ',')")
+        try:
+            seed = urlsplit(f"//{entry}")
+            host = seed.hostname
+            port = seed.port
+        except ValueError as error:
+            raise bad(f"bad seed node {entry!r} ({error})") from None
+        if not host:
+            raise bad(f"bad seed node {entry!r}: a host is required")
+        if port == 0:
+            raise bad(f"bad seed node {entry!r}: port 0 cannot be connected to")
+        if port is None and entry.endswith(":"):
+            raise bad(f"bad seed node {entry!r}: an empty port after ':'")
+        pair = (host, DEFAULT_PORT if port is None else port)
+        if pair not in seeds:
+            seeds.append(pair)
+    return ClusterAddress(
+        seeds=tuple(seeds),
+        username=username,
+        password=password,
+        tls=scheme == "rediss+cluster",
         client_name=client_name,
     )
 

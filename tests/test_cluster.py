@@ -1,0 +1,460 @@
+"""Redis Cluster: routing, exact admission across shards, migration and failover.
+
+One 3-primary + 3-replica cluster serves the tests that leave it as they found
+it; the ones that migrate slots or kill a primary build their own. Rates are
+per day so that no window boundary falls inside a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster import (
+    RedisCluster,
+    call,
+    identities_per_shard,
+    identity_slot,
+    report,
+    slot_of,
+)
+
+from moderato import BackendError, RateLimitConfigError, RateLimiter
+from moderato.algorithms import ALGORITHMS
+from moderato.backends.redis import RedisBackend
+from moderato.errors import RedisReplyError
+from moderato.redis import ClusterClient
+from moderato.redis.cluster import _command_slot, _parse_shards, _parse_slots
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisCluster]:
+    """The shared cluster: tests use their own key prefixes and leave slots where they are."""
+    shared = RedisCluster().start()
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[RedisCluster]:
+    """A cluster for one test, free to be resharded or lose a primary."""
+    mine = RedisCluster().start()
+    try:
+        yield mine
+    finally:
+        mine.close()
+
+
+def cluster_client(limiter: RateLimiter) -> ClusterClient:
+    backend = limiter._backend
+    assert isinstance(backend, RedisBackend)
+    client = backend.client
+    assert isinstance(client, ClusterClient)
+    return client
+
+
+def primary_name(port: int) -> str:
+    return f"127.0.0.1:{port}"
+
+
+# -- wiring and routing ------------------------------------------------------------
+
+
+async def test_cluster_url_selects_the_cluster_client(cluster: RedisCluster) -> None:
+    limiter = RateLimiter(cluster.url, key_prefix="wire")
+    client = cluster_client(limiter)
+    await limiter.connect()
+    assert sorted(client.primaries()) == sorted(primary_name(s.primary) for s in cluster.shards())
+    for shard in cluster.shards():
+        for start, end in shard.slots:
+            assert client.node_for_slot(start) == client.node_for_slot(end)
+            assert client.node_for_slot(start) == primary_name(shard.primary)
+    await limiter.close()
+
+    with pytest.raises(RateLimitConfigError, match="Redis Cluster has only database 0"):
+        RateLimiter(cluster.url + "/1")
+    with pytest.raises(RateLimitConfigError, match="use rediss\\+cluster://"):
+        import ssl
+
+        RateLimiter(cluster.url, ssl_context=ssl.create_default_context())
+
+
+async def test_a_dead_seed_is_skipped(cluster: RedisCluster) -> None:
+    port = cluster.servers[0].port
+    client = ClusterClient.from_url(f"redis+cluster://127.0.0.1:1,127.0.0.1:{port}")
+    await client.connect()
+    assert len(client.primaries()) == 3
+    assert await client.execute("SET", "{seed}:k", "v") == b"OK"
+    assert await client.execute("GET", "{seed}:k") == b"v"
+    await client.close()
+
+
+async def test_unreachable_cluster_fails_within_the_timeout() -> None:
+    client = ClusterClient.from_url("redis+cluster://127.0.0.1:1", command_timeout_s=0.2)
+    started = time.perf_counter()
+    with pytest.raises(BackendError, match="cannot load the Redis Cluster slot map"):
+        await client.execute("GET", "k")
+    assert time.perf_counter() - started < 0.4
+    with pytest.raises(BackendError, match=r"127\.0\.0\.1:1\b"):
+        await client.connect()
+    await client.close()
+
+
+async def test_a_stale_map_is_corrected_by_moved(cluster: RedisCluster) -> None:
+    client = ClusterClient.from_url(cluster.url)
+    await client.connect()
+    slot = slot_of("stale")
+    owner = client.node_for_slot(slot)
+    wrong = next(name for name in client.primaries() if name != owner)
+    assert client._table is not None
+    client._table[slot] = client._nodes[wrong]  # as if the slot had moved since
+    assert await client.execute("SET", "stale", "1") == b"OK"
+    assert client.counters.moved == 1
+    assert client.node_for_slot(slot) == owner
+    assert await client.execute("GET", "stale") == b"1"
+    assert client.counters.moved == 1
+    await client.close()
+
+
+def test_command_routing() -> None:
+    assert _command_slot(("GET", "{user1}:a")) == slot_of("user1")
+    assert _command_slot((b"set", b"plain", b"v")) == slot_of("plain")
+    assert _command_slot(("EVALSHA", "ab" * 20, 2, "{t}:a", "{t}:b", 1)) == slot_of("t")
+    assert _command_slot(("EVAL", "return 1", 0)) is None
+    assert _command_slot(("PING",)) is None
+    assert _command_slot(("CLUSTER", "SHARDS")) is None
+    assert _command_slot(("SCAN", 0, "MATCH", "p:*:{t:s:i}:*", "COUNT", 10)) == slot_of("t:s:i")
+    for args, problem in [
+        (("SCAN", 0), "no MATCH pattern"),
+        (("SCAN", 0, "MATCH", "p:*"), "no {hash tag}"),
+        (("SCAN", 0, "MATCH", "p:{t*}"), "not literal"),
+    ]:
+        with pytest.raises(BackendError, match=problem):
+            _command_slot(args)
+
+
+async def test_cluster_slots_fallback_gives_the_same_map(cluster: RedisCluster) -> None:
+    port = cluster.servers[0].port
+    from_shards = _parse_shards(call(port, "CLUSTER", "SHARDS"), "127.0.0.1", False)
+    from_slots = _parse_slots(call(port, "CLUSTER", "SLOTS"), "127.0.0.1")
+    assert sorted(from_shards[0]) == sorted(from_slots[0])
+    # CLUSTER SLOTS leaves out replicas that have replicated nothing yet; SHARDS
+    # lists every node: all candidates for a map reload.
+    assert set(from_slots[1]) <= set(from_shards[1])
+    assert len(set(from_shards[1])) == 6
+
+
+async def test_client_works_from_several_event_loops(cluster: RedisCluster) -> None:
+    client = ClusterClient.from_url(cluster.url)
+
+    async def roundtrip(value: str) -> Any:
+        await client.execute("SET", "{loops}:k", value)
+        return await client.execute("GET", "{loops}:k")
+
+    assert await roundtrip("a") == b"a"
+    # Another loop in another thread shares the slot map, not the connections.
+    assert await asyncio.to_thread(asyncio.run, roundtrip("b")) == b"b"
+    assert await roundtrip("c") == b"c"
+    assert client.counters.refreshes == 1
+    await client.close()
+
+
+# -- exact admission across shards -----------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+async def test_every_shard_admits_exactly_the_limit(cluster: RedisCluster, algorithm: str) -> None:
+    """500 concurrent checks on one key admit 100; 12 identities on 3 shards admit 25 each."""
+    limiter = RateLimiter(cluster.url, key_prefix=f"exact-{algorithm}")
+    client = cluster_client(limiter)
+
+    hot = await asyncio.gather(
+        *(limiter.check_with_info("hot", "100/day", algorithm=algorithm) for _ in range(500))
+    )
+    assert sum(result.allowed for result in hot) == 100
+
+    spread = identities_per_shard(cluster.shards(), 4)
+    assert len(spread) == 3
+    names = [name for group in spread.values() for name in group]
+    calls = [name for name in names for _ in range(60)]
+    results = await asyncio.gather(
+        *(limiter.check_with_info(name, "25/day", algorithm=algorithm) for name in calls)
+    )
+    admitted = Counter(name for name, result in zip(calls, results) if result.allowed)
+    assert admitted == {name: 25 for name in names}
+    for name in names:
+        usage = await limiter.get_usage(name, "25/day", algorithm=algorithm)
+        assert (usage["current"], usage["remaining"]) == (25, 0)
+    assert client.counters.moved == client.counters.ask == 0
+    await limiter.close()
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+async def test_multi_policy_decisions_on_every_shard(cluster: RedisCluster, algorithm: str) -> None:
+    limiter = RateLimiter(cluster.url, key_prefix=f"multi-{algorithm}")
+    for port, (name,) in identities_per_shard(cluster.shards(), 1, stem="multi").items():
+        results = await asyncio.gather(
+            *(
+                limiter.check_with_info(name, "10/hour;30/day", algorithm=algorithm)
+                for _ in range(50)
+            )
+        )
+        assert sum(result.allowed for result in results) == 10, port
+        usage = await limiter.get_usage(name, "10/hour;30/day", algorithm=algorithm)
+        assert [p["current"] for p in usage["policies"]] == [10, 10]
+        assert [p["remaining"] for p in usage["policies"]] == [0, 20]
+    await limiter.close()
+
+
+async def test_reset_and_usage_on_every_shard(cluster: RedisCluster) -> None:
+    limiter = RateLimiter(cluster.url, key_prefix="reset")
+    spread = identities_per_shard(cluster.shards(), 2, stem="reset")
+    for port, names in spread.items():
+        for name in names:
+            for algorithm in ALGORITHMS:
+                for _ in range(3):
+                    await limiter.check(name, "10/day", algorithm=algorithm, scope="api")
+                usage = await limiter.get_usage(name, "10/day", algorithm=algorithm, scope="api")
+                assert usage["current"] == 3
+        # With the rate: the keys are known, one script call on the owning shard.
+        first, second = names
+        assert await limiter.reset(first, rate="10/day", scope="api") >= len(ALGORITHMS)
+        # Without it: SCAN on the one node that owns the identity's hash tag.
+        assert await limiter.reset(second, scope="api") >= len(ALGORITHMS)
+        for name in names:
+            for algorithm in ALGORITHMS:
+                usage = await limiter.get_usage(name, "10/day", algorithm=algorithm, scope="api")
+                assert usage["current"] == 0, (port, name, algorithm)
+            slot = identity_slot(name, scope="api")
+            assert call(port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    await limiter.close()
+
+
+async def test_script_flush_on_every_primary_mid_load(cluster: RedisCluster) -> None:
+    limiter = RateLimiter(cluster.url, key_prefix="flush")
+    admin = ClusterClient.from_url(cluster.url)
+    names = [
+        n for group in identities_per_shard(cluster.shards(), 1, "flush").values() for n in group
+    ]
+    flushes = 0
+    stop = asyncio.Event()
+
+    async def flusher() -> None:
+        nonlocal flushes
+        while not stop.is_set():
+            replies = await admin.execute_on_primaries("SCRIPT", "FLUSH")
+            assert list(replies.values()) == [b"OK"] * 3
+            flushes += 1
+            await asyncio.sleep(0.005)
+
+    flushing = asyncio.create_task(flusher())
+    calls = [(name, algorithm) for name in names for algorithm in ALGORITHMS for _ in range(10)]
+    admitted: Counter[tuple[str, str]] = Counter()
+    for _ in range(8):
+        results = await asyncio.gather(
+            *(limiter.check_with_info(n, "50/day", algorithm=a) for n, a in calls)
+        )  # any failure raises here
+        admitted.update(call for call, result in zip(calls, results) if result.allowed)
+    stop.set()
+    await flushing
+    report(f"cluster SCRIPT FLUSH x{flushes}: attempted {8 * len(calls)} / admitted "
+           f"{sum(admitted.values())} / failed 0")  # fmt: skip
+    assert flushes >= 5
+    assert admitted == {(n, a): 50 for n in names for a in ALGORITHMS}
+    await admin.close()
+    await limiter.close()
+
+
+# -- resharding -----------------------------------------------------------------------
+
+
+async def test_plain_commands_follow_ask_tryagain_and_moved(own_cluster: RedisCluster) -> None:
+    client = ClusterClient.from_url(own_cluster.url, command_timeout_s=2.0)
+    first, second = "{plain}:a", "{plain}:b"
+    await client.execute("SET", first, "1")
+    await client.execute("SET", second, "2")
+    slot = slot_of(first)
+    source = own_cluster.owner(slot)
+    target = next(s.primary for s in own_cluster.shards() if s.primary != source)
+
+    own_cluster.begin_migration(slot, source, target)
+    call(source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", first)
+    assert await client.execute("GET", first) == b"1"  # ASK: only the target has it
+    assert await client.execute("GET", second) == b"2"  # still on the source
+    assert client.counters.ask == 1
+
+    # Half the keys moved: TRYAGAIN until the other half follows.
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, call, source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", second)
+    assert await client.execute("MGET", first, second) == [b"1", b"2"]
+    assert client.counters.tryagain >= 1
+    assert client.counters.ask == 2
+
+    own_cluster.end_migration(slot, source, target)
+    assert await client.execute("GET", second) == b"2"
+    assert client.counters.moved == 1
+    assert client.node_for_slot(slot) == primary_name(target)
+    assert await client.execute("GET", first) == b"1"
+    assert client.counters.moved == 1  # the map was updated: no second redirection
+
+    with pytest.raises(RedisReplyError, match="CROSSSLOT"):
+        await client.execute("MGET", "a", "b")
+    await client.close()
+
+
+async def test_slot_migration_under_traffic_stays_exact(own_cluster: RedisCluster) -> None:
+    """Every algorithm on one hot identity while its slot moves: ASK, then MOVED; exact count."""
+    limit = 300
+    rate = f"{limit}/day"
+    identity = "hot"
+    slot = identity_slot(identity)
+    source = own_cluster.owner(slot)
+    target = next(s.primary for s in own_cluster.shards() if s.primary != source)
+    limiter = RateLimiter(own_cluster.url, key_prefix="mig")
+    client = cluster_client(limiter)
+    await limiter.connect()
+
+    phase = "before"
+    admitted: Counter[tuple[str, str]] = Counter()
+    attempted: Counter[str] = Counter()
+    denied: Counter[str] = Counter()
+    failures: list[BaseException] = []
+    stop = asyncio.Event()
+
+    async def traffic() -> None:
+        while not stop.is_set():
+            issued = phase
+            batch = [algorithm for algorithm in ALGORITHMS for _ in range(2)]
+            results = await asyncio.gather(
+                *(limiter.check_with_info(identity, rate, algorithm=a) for a in batch),
+                return_exceptions=True,
+            )
+            for algorithm, result in zip(batch, results):
+                attempted[algorithm] += 1
+                if isinstance(result, BaseException):
+                    failures.append(result)
+                elif result.allowed:
+                    admitted[(algorithm, issued)] += 1
+                else:
+                    denied[algorithm] += 1
+            await asyncio.sleep(0.005)
+
+    started = time.perf_counter()
+    runner = asyncio.create_task(traffic())
+    await asyncio.sleep(0.25)
+    phase = "migrating"
+    await asyncio.to_thread(own_cluster.begin_migration, slot, source, target)
+    await asyncio.sleep(0.15)  # ASK answered while the source still holds the keys: wait
+    moved_keys = await asyncio.to_thread(own_cluster.move_keys, slot, source, target)
+    phase = "ask"
+    await asyncio.sleep(0.3)  # the source is drained: ASK is followed to the target
+    await asyncio.to_thread(own_cluster.end_migration, slot, source, target)
+    phase = "moved"
+    while min(attempted[a] for a in ALGORITHMS) < limit + 300:
+        await asyncio.sleep(0.02)
+    stop.set()
+    await runner
+    elapsed = time.perf_counter() - started
+
+    counters = client.counters
+    total_admitted = sum(admitted.values())
+    report(
+        f"cluster slot migration: attempted {sum(attempted.values())} / admitted "
+        f"{total_admitted} / denied {sum(denied.values())} / failed {len(failures)} "
+        f"in {elapsed:.2f} s; {moved_keys} keys moved; ASK followed {counters.ask}, "
+        f"ASK deferred {counters.ask_deferred}, MOVED {counters.moved}; admitted by phase "
+        f"{dict(Counter(p for (_, p), n in admitted.items() for _ in range(n)))}"
+    )
+    assert not failures, failures[:3]
+    for algorithm in ALGORITHMS:
+        by_phase = {p: admitted[(algorithm, p)] for p in ("before", "migrating", "ask", "moved")}
+        assert sum(by_phase.values()) == limit, (algorithm, by_phase)
+        usage = await limiter.get_usage(identity, rate, algorithm=algorithm)
+        assert usage["current"] == limit
+    assert counters.ask > 0 and counters.ask_deferred > 0 and counters.moved > 0
+    assert sum(admitted[(a, "ask")] for a in ALGORITHMS) > 0
+    assert moved_keys >= len(ALGORITHMS)
+    assert call(source, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    assert call(target, "CLUSTER", "COUNTKEYSINSLOT", slot) == moved_keys
+    assert client.node_for_slot(slot) == primary_name(target)
+    await limiter.close()
+
+
+# -- failover -----------------------------------------------------------------------
+
+
+async def test_primary_killed_replica_takes_over(own_cluster: RedisCluster) -> None:
+    shards = own_cluster.shards()
+    spread = {port: names[0] for port, names in identities_per_shard(shards, 1).items()}
+    victim = shards[0].primary
+    replica = shards[0].replicas[0]
+    limiter = RateLimiter(own_cluster.url, key_prefix="failover")
+    client = cluster_client(limiter)
+    await limiter.connect()
+
+    log: list[tuple[float, int, str]] = []  # (when answered, shard, outcome)
+    stop = asyncio.Event()
+
+    async def traffic(port: int) -> None:
+        # One loop per shard: a shard without a primary does not slow the others.
+        while not stop.is_set():
+            try:
+                result = await limiter.check_with_info(spread[port], "1000000/day")
+                outcome = "admitted" if result.allowed else "denied"
+            except BackendError:
+                outcome = "failed"
+            log.append((time.monotonic(), port, outcome))
+            await asyncio.sleep(0.005)
+
+    runners = [asyncio.create_task(traffic(port)) for port in spread]
+    await asyncio.sleep(0.3)
+    killed_at = time.monotonic()
+    own_cluster.kill(victim)
+    waited_s, forced = await asyncio.to_thread(own_cluster.failover, replica)
+    promoted_at = time.monotonic()
+
+    def recovered_at() -> float | None:
+        return next(
+            (t for t, p, o in log if p == victim and t > killed_at and o == "admitted"), None
+        )
+
+    deadline = time.monotonic() + 10
+    while recovered_at() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.gather(*runners)
+    recovered = recovered_at()
+    assert recovered is not None, "checks on the failed shard never resumed"
+
+    outcomes = Counter(o for _, _, o in log)
+    victim_failed = sum(1 for _, p, o in log if p == victim and o == "failed")
+    others_failed = outcomes["failed"] - victim_failed
+    report(
+        f"cluster failover: attempted {len(log)} / admitted {outcomes['admitted']} / "
+        f"denied {outcomes['denied']} / failed {outcomes['failed']} ({victim_failed} on the "
+        f"killed shard, {others_failed} on the 2 healthy ones); replica promoted "
+        f"{waited_s:.2f} s after the kill ({'TAKEOVER forced' if forced else 'automatic'}), "
+        f"checks resumed {recovered - killed_at:.2f} s after the kill "
+        f"({recovered - promoted_at:+.2f} s from the promotion); connection retries "
+        f"{client.counters.connection_errors}, CLUSTERDOWN {client.counters.clusterdown}, "
+        f"map loads {client.counters.refreshes}, breaker {limiter.breaker.state}"
+    )
+    assert client.node_for_slot(identity_slot(spread[victim])) == primary_name(replica)
+    assert all(o == "admitted" for t, _, o in log if t > recovered + 0.1)
+    assert all(killed_at <= t <= recovered for t, _, o in log if o == "failed")
+    assert recovered - promoted_at < 1.5  # the map reload, plus a breaker cool-down at most
+
+    # Exact again on the promoted primary.
+    fresh = identities_per_shard(own_cluster.shards(), 1, stem="after")[replica][0]
+    results = await asyncio.gather(*(limiter.check_with_info(fresh, "50/day") for _ in range(200)))
+    assert sum(r.allowed for r in results) == 50
+    await limiter.close()

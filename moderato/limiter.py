@@ -35,8 +35,9 @@ if TYPE_CHECKING:  # the HTTP integration imports Starlette; the core must not n
 class RateLimiter:
     """Decides whether a request may proceed, atomically, on Redis's clock.
 
-    ``redis_url`` selects the backend (``redis://``, ``rediss://``,
-    ``unix://``). Nothing connects until ``connect()`` or the first check, so
+    ``redis_url`` selects the backend: ``redis://``, ``rediss://`` (TLS),
+    ``unix://``, ``redis+cluster://host:port[,host:port...]`` (a Redis
+    Cluster from its seed nodes) or ``memory://`` (in process). Nothing connects until ``connect()`` or the first check, so
     an application can start while Redis is down.
 
     Failure policy: by default a check Redis cannot decide raises

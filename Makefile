@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: test test-fast lint format build redis chromium accel-matrix sanitize wheel-check bench bench-quick demo quickstart algorithms-demo clean
+.PHONY: test test-py39 test-fast lint format build redis chromium accel-matrix sanitize wheel-check bench bench-quick bench-deps demo quickstart algorithms-demo clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ lint: $(VENV)/.installed
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format moderato tests benchmarks examples
 
+# The whole suite on the oldest supported Python (3.9), in its own venv.
+test-py39: redis chromium
+	bash tools/suite_on_python.sh 9
+
 accel-matrix: redis
 	bash tools/accel_matrix.sh
 
@@ -42,10 +46,23 @@ sanitize: build redis
 wheel-check: $(VENV)/.installed
 	bash tools/wheel_check.sh $(PY)
 
-bench: build redis
-	$(PY) benchmarks/performance.py
+# Benchmarks: the peers (limits, slowapi, fastapi-limiter), uvicorn[standard],
+# matplotlib and py-spy come from the `bench` extra, wrk from Debian. Each run
+# writes benchmarks/results/run-*.json; the charts are redrawn from the newest.
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
 
-bench-quick: build redis
+bench-deps: build redis $(VENV)/.bench-installed
+	bash tools/ensure-wrk.sh
+
+bench: bench-deps
+	$(PY) benchmarks/performance.py
+	$(PY) benchmarks/plot.py
+
+# A smoke run of every section (about a fifth of `make bench`); it leaves the
+# published charts alone.
+bench-quick: bench-deps
 	$(PY) benchmarks/performance.py --quick
 
 # The demo app and its live page on http://127.0.0.1:8000/ (memory:// unless

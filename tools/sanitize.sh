@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build moderato._accel with AddressSanitizer and UndefinedBehaviorSanitizer
-# and run tests/test_accel.py against that build; any memory error or
-# undefined behaviour aborts the run.
+# and run tests/test_accel.py and the memory:// tests against that build; any
+# memory error or undefined behaviour aborts the run.
 #
 # usage: bash tools/sanitize.sh [python]     (default: .venv/bin/python)
 #
@@ -28,7 +28,8 @@ scratch="$(mktemp -d "${TMPDIR:-/tmp}/moderato-sanitize.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 tree="$scratch/tree"
 mkdir "$tree"
-cp -R "$root/setup.py" "$root/pyproject.toml" "$root/csrc" "$root/moderato" "$root/tests" "$tree/"
+cp -R "$root/setup.py" "$root/pyproject.toml" "$root/csrc" "$root/moderato" "$root/tests" \
+  "$root/lua" "$tree/"
 [ -e "$root/README.md" ] && cp "$root/README.md" "$tree/"
 find "$tree" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
 
@@ -58,3 +59,10 @@ if not accel.__file__.startswith(sys.argv[1]):
 # --capture=no: a sanitizer report goes to fd 2 just before the process dies,
 # which pytest would otherwise have redirected into a file nobody reads.
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no tests/test_accel.py
+# memory:// (csrc/memory.c): every store method and every algorithm. The slow test
+# (1,000,000 identities) asserts RSS bounds, which ASan's allocator does not keep.
+# The differential test drives every algorithm through the store from any stored
+# state, refusals included (it starts its own redis-server).
+echo "== running tests/test_memory_backend.py and test_memory_differential.py under the sanitizers"
+LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
+  -m "not slow" tests/test_memory_backend.py tests/test_memory_differential.py

@@ -1,0 +1,147 @@
+/* moderato._accel: the hot paths of moderato, in C.
+ *
+ * Each function lives in its own file (rate.c, keys.c, resp.c, decode.c, and
+ * memory.c for the MemoryStore type); this one only declares the module.
+ * The module keeps no state of its own, so it is initialized in phases and
+ * safe to load in several interpreters.
+ */
+#include "compat.h"
+#include "contract.h"
+#include "decode.h"
+#include "keys.h"
+#include "memory.h"
+#include "rate.h"
+#include "resp.h"
+
+PyDoc_STRVAR(module_doc,
+"C accelerator of moderato: rate parsing, Redis keys, RESP encoding and\n"
+"decision decoding. The contract of each function is in docs/internals.md.");
+
+PyDoc_STRVAR(parse_rate_doc,
+"parse_rate($module, text, /)\n"
+"--\n"
+"\n"
+"Parse a rate string into ((limit, window_s), ...), one pair per policy.\n"
+"\n"
+"Accepts '<count>/<unit>', '<count> per <unit>' and '<count>/<n> <units>',\n"
+"unit second, minute, hour or day (singular or plural, any case), up to 16\n"
+"joined by ';', each with a different window of at most a day.");
+
+PyDoc_STRVAR(build_keys_doc,
+"build_keys($module, prefix, algorithm, tenant, scope, identity, windows_s, /,\n"
+"           secret=None)\n"
+"--\n"
+"\n"
+"Build one Redis key per window:\n"
+"'<prefix>:<algorithm>:{<tenant>:<scope>:<identity>}:<window_s>', as bytes.\n"
+"\n"
+"Tenant, scope and identity are percent-encoded, or hashed past 64 bytes;\n"
+"with a secret (bytes, 16 or more) the identity is always replaced by a\n"
+"keyed hash. Every key of one call has the same Redis Cluster slot.");
+
+PyDoc_STRVAR(key_pattern_doc,
+"key_pattern($module, prefix, tenant, scope, identity, /, secret=None)\n"
+"--\n"
+"\n"
+"The SCAN glob matching every key build_keys makes for this tenant, scope\n"
+"and identity, whatever the algorithm and window:\n"
+"'<prefix>:*:{<tenant>:<scope>:<identity>}:*', as bytes.");
+
+PyDoc_STRVAR(key_slot_doc,
+"key_slot($module, key, /)\n"
+"--\n"
+"\n"
+"Redis Cluster slot of a key (str or bytes): CRC16/XMODEM of its hash tag,\n"
+"or of the whole key if it has none, modulo 16384.");
+
+PyDoc_STRVAR(decode_decision_doc,
+"decode_decision($module, reply, policies, /)\n"
+"--\n"
+"\n"
+"Check and decode a decision script's reply, a list of 2 + 3 * policies ints,\n"
+"into (allowed, deciding, ((remaining_scaled, retry_ms, reset_ms), ...)).\n"
+"\n"
+"Any departure from the contract in docs/internals.md raises ValueError.");
+
+PyDoc_STRVAR(encode_command_doc,
+"encode_command($module, /, *args)\n"
+"--\n"
+"\n"
+"Encode a Redis command as a RESP array of bulk strings.\n"
+"\n"
+"Each argument is bytes, bytearray, a contiguous memoryview, str (written as\n"
+"UTF-8) or int (written in decimal, any size); bool, float, None and other\n"
+"types raise TypeError.");
+
+PyDoc_STRVAR(encode_evalsha_doc,
+"encode_evalsha($module, sha, keys, args, /)\n"
+"--\n"
+"\n"
+"Encode EVALSHA <sha> <len(keys)> <keys...> <args...> in one exact-size buffer.\n"
+"\n"
+"sha is the 40 hexadecimal digits of a script's SHA-1 (str or bytes); keys\n"
+"and args are tuples or lists of what encode_command accepts.");
+
+static PyMethodDef accel_methods[] = {
+    {"parse_rate", (PyCFunction)(void (*)(void))rate_parse, METH_FASTCALL, parse_rate_doc},
+    {"build_keys", (PyCFunction)(void (*)(void))keys_build, METH_FASTCALL | METH_KEYWORDS,
+     build_keys_doc},
+    {"key_pattern", (PyCFunction)(void (*)(void))keys_pattern, METH_FASTCALL | METH_KEYWORDS,
+     key_pattern_doc},
+    {"key_slot", (PyCFunction)(void (*)(void))keys_slot, METH_FASTCALL, key_slot_doc},
+    {"encode_command", (PyCFunction)(void (*)(void))resp_encode_command, METH_FASTCALL,
+     encode_command_doc},
+    {"encode_evalsha", (PyCFunction)(void (*)(void))resp_encode_evalsha, METH_FASTCALL,
+     encode_evalsha_doc},
+    {"decode_decision", (PyCFunction)(void (*)(void))decode_decision, METH_FASTCALL,
+     decode_decision_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+add_long_long(PyObject *module, const char *name, long long value)
+{
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL) {
+        return -1;
+    }
+    int result = PyModule_AddObjectRef(module, name, number);
+    Py_DECREF(number);
+    return result;
+}
+
+static int
+accel_exec(PyObject *module)
+{
+    if (add_long_long(module, "MAX_POLICIES", ACCEL_MAX_POLICIES) < 0 ||
+        add_long_long(module, "MAX_WINDOW_S", ACCEL_MAX_WINDOW_S) < 0 ||
+        add_long_long(module, "MAX_LIMIT", ACCEL_MAX_LIMIT) < 0 ||
+        add_long_long(module, "MAX_SCALED", ACCEL_MAX_SCALED) < 0) {
+        return -1;
+    }
+    /* memory://'s store, a type of this module object (memory.c). */
+    return memory_add_to_module(module);
+}
+
+static PyModuleDef_Slot accel_slots[] = {
+    {Py_mod_exec, (void *)accel_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef accel_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "moderato._accel",
+    .m_doc = module_doc,
+    .m_size = 0,
+    .m_methods = accel_methods,
+    .m_slots = accel_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__accel(void)
+{
+    return PyModuleDef_Init(&accel_module);
+}

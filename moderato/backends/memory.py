@@ -1,0 +1,151 @@
+"""Decisions made in process by the C store (``memory://``), with Redis's math.
+
+``MemoryStore`` (csrc/memory.c) keeps the keys the Lua scripts keep in Redis
+and runs the scripts' exact math on them, so for the same calls at the same
+times this backend answers exactly as the Redis backend does. Its limits are
+per process: several workers or replicas each enforce their own quota.
+
+Time comes from one clock, ``MemoryBackend.clock`` (Unix milliseconds as an
+int); tests replace it to make decisions deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Callable, Optional
+from urllib.parse import parse_qsl, urlsplit
+
+from .. import _accel
+from ..algorithms import Algorithm, ScriptArg
+from ..errors import BackendError, RateLimitConfigError
+from .base import Decision
+
+logger = logging.getLogger("moderato")
+
+DEFAULT_MAX_ENTRIES = 1_000_000
+
+# A bounded slice of the table is swept every so many decisions, so expired
+# entries go without a background task: SWEEP_SLOTS / SWEEP_EVERY slots per
+# decision, a few nanoseconds each.
+SWEEP_EVERY = 256
+SWEEP_SLOTS = 2048
+
+Clock = Callable[[], int]
+
+_announced = threading.Lock()
+
+
+def wall_clock_ms() -> int:
+    """The default clock: Unix time in whole milliseconds, as Redis's TIME gives it."""
+    return time.time_ns() // 1_000_000
+
+
+def _announce_per_process_limits() -> None:
+    # Once per process: the first backend takes the lock and never releases it.
+    if _announced.acquire(blocking=False):
+        logger.warning(
+            "moderato: memory:// keeps its counters in this process; with several "
+            "workers or replicas each one enforces its own quota (use redis:// for one "
+            "shared limit)"
+        )
+
+
+def _store_error(script: str, error: ValueError) -> Exception:
+    # The store raises the scripts' own refusals, mapped as the Redis backend maps them.
+    message = str(error)
+    if message.startswith("MODERATO_ARG"):
+        return RateLimitConfigError(f"{script}: {message}")
+    if message.startswith("MODERATO_STATE"):
+        return BackendError(f"{script}: {message}")
+    # Anything else is this process's fault (its clock, an algorithm the store
+    # lacks), not the caller's arguments: the backend could not decide.
+    return BackendError(f"memory:// {script}: {message}")
+
+
+class MemoryBackend:
+    """The Backend protocol over one in-process ``MemoryStore``.
+
+    ``max_entries`` caps the table (least recently used entries are evicted
+    beyond it); ``clock`` returns Unix milliseconds (default: the wall clock).
+    Safe from several threads and event loops: each store call is atomic
+    under the GIL.
+    """
+
+    def __init__(
+        self, max_entries: int = DEFAULT_MAX_ENTRIES, clock: Optional[Clock] = None
+    ) -> None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise RateLimitConfigError(
+                f"memory:// max_entries must be a positive integer, got {max_entries!r}"
+            )
+        self.store = _accel.MemoryStore(max_entries)
+        self.clock: Clock = clock if clock is not None else wall_clock_ms
+        self._until_sweep = SWEEP_EVERY
+        _announce_per_process_limits()
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryBackend:
+        """``memory://`` or ``memory://?max_entries=N``."""
+        parts = urlsplit(url)
+        if parts.scheme != "memory" or parts.netloc or parts.path not in ("", "/"):
+            raise RateLimitConfigError(
+                f"invalid memory URL {url!r}: expected 'memory://' or 'memory://?max_entries=N'"
+            )
+        max_entries = DEFAULT_MAX_ENTRIES
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            if name != "max_entries":
+                raise RateLimitConfigError(
+                    f"invalid memory URL {url!r}: unknown option {name!r} (only max_entries)"
+                )
+            if not value.isdigit() or not value.isascii() or int(value) < 1:
+                raise RateLimitConfigError(
+                    f"invalid memory URL {url!r}: max_entries must be a positive integer"
+                )
+            max_entries = int(value)
+        return cls(max_entries)
+
+    async def connect(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def decide(
+        self,
+        algorithm: Algorithm,
+        keys: Sequence[bytes],
+        args: Sequence[ScriptArg],
+        policies: int,
+    ) -> Decision:
+        now_ms = self.clock()
+        try:
+            reply = self.store.decide(algorithm.name, keys, args, now_ms)
+        except ValueError as error:
+            raise _store_error(algorithm.script, error) from None
+        self._until_sweep -= 1
+        if self._until_sweep <= 0:
+            self._until_sweep = SWEEP_EVERY
+            self.store.sweep(now_ms, SWEEP_SLOTS)
+        try:
+            decision: Decision = _accel.decode_decision(reply, policies)
+        except (TypeError, ValueError) as error:
+            raise BackendError(
+                f"malformed reply from memory:// {algorithm.name}: {error}"
+            ) from None
+        return decision
+
+    async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
+        try:
+            return self.store.reset(keys, windows_s, self.clock())
+        except ValueError as error:
+            raise _store_error("reset", error) from None
+
+    async def delete_matching(self, pattern: bytes) -> int:
+        return self.store.delete_matching(pattern, self.clock())
+
+    def sweep(self) -> int:
+        """Sweep the whole table now; returns how many entries were dropped."""
+        return self.store.sweep(self.clock())

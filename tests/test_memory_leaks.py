@@ -1,0 +1,209 @@
+"""Reference and memory leak checks of moderato._accel.MemoryStore.
+
+Every method is called 100,000 times on its success and refusal paths, on a
+table whose contents stay the same size (the clock moves a window per call, so
+what is written expires and is overwritten). The reference counts of the
+arguments (and of their items) must not move, and the process's resident
+memory must not grow by more than allocator noise, nor the table (swept as
+MemoryBackend sweeps it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import pytest
+
+from moderato import _accel
+
+CALLS = 100_000
+WARM_UP_CALLS = 2_000
+RSS_GROWTH_BOUND_BYTES = 2 << 20  # a leak of one small object per call is several MB
+# The store allocates with PyMem_Malloc, which tracemalloc traces: a leak of even one
+# byte per call shows over TRACED_CALLS calls.
+TRACED_CALLS = 20_000
+TRACED_GROWTH_BOUND_BYTES = 16 << 10
+START_MS = 1_800_000_000_000
+
+
+def text(value: str) -> str:
+    """A fresh, non-interned copy: its reference count is this test's alone."""
+    return "".join(list(value))
+
+
+def blob(value: bytes) -> bytes:
+    return bytes(bytearray(value))
+
+
+class Clock:
+    """A window (1 s) further on every call, so the table keeps its size."""
+
+    def __init__(self) -> None:
+        self.now_ms = START_MS
+
+    def __call__(self) -> int:
+        self.now_ms += 1000
+        return self.now_ms
+
+
+def decide_args(algorithm: str, apply: int) -> list[Any]:
+    extra = [text("")] if algorithm == "token_bucket" else []
+    return [10**6, apply, 5 * 10**6, 1, *extra, 3 * 10**6, 60, *extra]
+
+
+def decide_case(algorithm: str, apply: int) -> tuple[str, Callable[..., Any], list[Any]]:
+    keys = [blob(b"leak:" + algorithm.encode() + b":{c}:1"), text("leak:{c}:60")]
+    args = decide_args(algorithm, apply)
+
+    def run(store: _accel.MemoryStore, clock: Clock) -> Any:
+        return store.decide(algorithm, keys, args, clock())
+
+    return f"decide-{algorithm}-{apply}", run, [keys, args]
+
+
+def broken_state_case() -> tuple[str, Callable[..., Any], list[Any]]:
+    keys = [blob(b"broken")]
+    args = [1000, 1, 5000, 1]
+
+    def run(store: _accel.MemoryStore, clock: Clock) -> Any:
+        now_ms = clock()
+        store.load(b"broken:" + str(now_ms // 1000).encode(), -1, now_ms)
+        return store.decide("fixed_window", keys, args, now_ms)
+
+    return "decide-state-refusal", run, [keys, args]
+
+
+def refusal_case(name: str, args: list[Any], keys: list[Any]) -> tuple[str, Any, list[Any]]:
+    def run(store: _accel.MemoryStore, clock: Clock) -> Any:
+        return store.decide("token_bucket", keys, args, clock())
+
+    return name, run, [keys, args]
+
+
+def reset_case() -> tuple[str, Callable[..., Any], list[Any]]:
+    keys = [blob(b"leak:fixed_window:{c}:1"), text("leak:{c}:60")]
+    windows = [1, text("60")]
+
+    def run(store: _accel.MemoryStore, clock: Clock) -> Any:
+        now_ms = clock()
+        store.decide("fixed_window", keys, [1000, 1, 5000, 1, 5000, 60], now_ms)
+        return store.reset(keys, windows, now_ms)
+
+    return "reset", run, [keys, windows]
+
+
+def delete_matching_case() -> tuple[str, Callable[..., Any], list[Any]]:
+    pattern = blob(b"leak:[a-z]*:{c}:?")
+
+    def run(store: _accel.MemoryStore, clock: Clock) -> Any:
+        now_ms = clock()
+        store.decide("gcra", [b"leak:gcra:{c}:1"], [1000, 1, 5000, 1], now_ms)
+        return store.delete_matching(pattern, now_ms)
+
+    return "delete_matching", run, [pattern]
+
+
+def introspection_case() -> tuple[str, Callable[..., Any], list[Any]]:
+    log = [(text("0000000000001000:1000"), START_MS), (text("x"), START_MS + 1)]
+
+    def run(store: _accel.MemoryStore, clock: Clock) -> Any:
+        now_ms = clock()
+        store.load(b"leak:{c}:log", log, now_ms + 5000)
+        store.load(b"leak:{c}:gcra", {"tat": 5, "frac": 1}, -1)
+        store.sweep(now_ms, 64)
+        return store.dump(now_ms)
+
+    return "load-sweep-dump", run, [log, *log]
+
+
+CASES = [
+    *(decide_case(name, apply) for name in _accel.MEMORY_ALGORITHMS for apply in (0, 1)),
+    broken_state_case(),
+    refusal_case(
+        "decide-arg-refusal", [1000, 1, 5000, 1, text("fast"), 5000, 60, ""], [b"a", b"b"]
+    ),
+    refusal_case("decide-type-error", [1000, 1, 5000, 1, 2.5, 5000, 60, ""], [b"a", b"b"]),
+    refusal_case("decide-duplicate-keys", [1000, 1, 5000, 1, "", 5000, 60, ""], [b"a", b"a"]),
+    refusal_case("decide-key-type", [1000, 1, 5000, 1, ""], [text("a"), 5]),
+    reset_case(),
+    delete_matching_case(),
+    introspection_case(),
+]
+
+
+def watched(objects: list[Any]) -> list[Any]:
+    """The objects and their items, but not the interpreter's shared small ints."""
+    found = list(objects)
+    for value in objects:
+        if isinstance(value, (list, tuple)):
+            found.extend(value)
+    return [v for v in found if not (isinstance(v, int) and -5 <= v <= 256)]
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture
+def store() -> Iterator[_accel.MemoryStore]:
+    yield _accel.MemoryStore(10_000)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.parametrize(
+    ("run", "objects"), [pytest.param(*case[1:], id=case[0]) for case in CASES]
+)
+def test_no_leaks(store: _accel.MemoryStore, run: Callable[..., Any], objects: list[Any]) -> None:
+    clock = Clock()
+    tracked = watched(objects)
+
+    def calls(times: int) -> None:
+        for i in range(times):
+            with contextlib.suppress(TypeError, ValueError):
+                run(store, clock)
+            if i % 256 == 0:  # as MemoryBackend does
+                store.sweep(clock.now_ms, 2048)
+
+    calls(WARM_UP_CALLS)
+    gc.collect()
+    refcounts = [sys.getrefcount(value) for value in tracked]
+    entries = len(store)
+    rss_before = rss_bytes()
+
+    calls(CALLS)
+
+    gc.collect()
+    assert [sys.getrefcount(value) for value in tracked] == refcounts
+    assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
+    assert len(store) <= entries + 4
+
+    tracemalloc.start()
+    try:
+        calls(WARM_UP_CALLS)
+        gc.collect()
+        traced_before, _ = tracemalloc.get_traced_memory()
+        calls(TRACED_CALLS)
+        gc.collect()
+        traced_after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert traced_after - traced_before < TRACED_GROWTH_BOUND_BYTES
+
+
+def test_stores_are_freed() -> None:
+    gc.collect()
+    rss_before = rss_bytes()
+    for _ in range(200):
+        store = _accel.MemoryStore(100_000)
+        for i in range(2000):
+            store.decide("sliding_log", [f"k{i}".encode()], [1000, 1, 5000, 60], START_MS)
+        del store
+    gc.collect()
+    assert rss_bytes() - rss_before < 8 << 20

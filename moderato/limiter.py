@@ -37,8 +37,9 @@ class RateLimiter:
 
     ``redis_url`` selects the backend: ``redis://``, ``rediss://`` (TLS),
     ``unix://``, ``redis+cluster://host:port[,host:port...]`` (a Redis
-    Cluster from its seed nodes) or ``memory://`` (in process). Nothing connects until ``connect()`` or the first check, so
-    an application can start while Redis is down.
+    Cluster from its seed nodes) or ``memory://`` (in process). Nothing
+    connects until ``connect()`` or the first check, so an application can
+    start while Redis is down.
 
     Failure policy: by default a check Redis cannot decide raises
     ``BackendError`` (fail closed). ``fail_open=True`` lets it through
@@ -70,7 +71,8 @@ class RateLimiter:
     ) -> None:
         self.redis_url = redis_url
         self.key_prefix = key_prefix
-        self.default_algorithm = get_algorithm(default_algorithm).name
+        self._default_algorithm = get_algorithm(default_algorithm)
+        self.default_algorithm = self._default_algorithm.name
         self.fail_open = bool(fail_open)
         self.shadow = bool(shadow)
         # A bypass must always be counted: fail-open turns metrics on.
@@ -100,7 +102,6 @@ class RateLimiter:
             ssl_context=ssl_context,
             client_name=client_name,
         )
-        self._policy_args: dict[tuple[str, Policy], tuple[ScriptArg, ...]] = {}
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -176,8 +177,7 @@ class RateLimiter:
         started_s = time.perf_counter() if metrics is not None else 0.0
         try:
             decision = await self._guarded(
-                "decide",
-                self._decide(chosen, policy, key, tenant_type, scope, cost_scaled(cost), True),
+                "decide", self._decide(chosen, policy, key, tenant_type, scope, cost_scaled(cost))
             )
         except BackendError as error:
             # Never bypass a cost no quota could ever hold: that is a denial, not an outage.
@@ -217,7 +217,7 @@ class RateLimiter:
         policy = policy_for(rate)
         chosen = self._algorithm(algorithm)
         decision = await self._guarded(
-            "usage", self._decide(chosen, policy, key, tenant_type, scope, 0, False)
+            "usage", self._decide(chosen, policy, key, tenant_type, scope, 0, apply=False)
         )
         result = _result(decision, policy, chosen)
         return {
@@ -333,7 +333,9 @@ class RateLimiter:
         )
 
     def _algorithm(self, name: Optional[str]) -> Algorithm:
-        return get_algorithm(self.default_algorithm if name is None else name)
+        if name is None:
+            return self._default_algorithm
+        return get_algorithm(name)
 
     def _build(self, function: Any, *parts: object) -> Any:
         try:
@@ -358,15 +360,7 @@ class RateLimiter:
             raise RateLimitConfigError(str(error)) from None
         return keys
 
-    def _args(self, algorithm: Algorithm, policy: Policy) -> tuple[ScriptArg, ...]:
-        cache_key = (algorithm.name, policy)
-        args = self._policy_args.get(cache_key)
-        if args is None:
-            args = tuple(arg for rate in policy.rates for arg in algorithm.policy_args(rate))
-            self._policy_args[cache_key] = args
-        return args
-
-    async def _decide(
+    def _decide(
         self,
         algorithm: Algorithm,
         policy: Policy,
@@ -374,15 +368,17 @@ class RateLimiter:
         tenant_type: Optional[str],
         scope: object,
         charged_scaled: int,
-        apply: bool,
-    ) -> Decision:
+        *,
+        apply: bool = True,
+    ) -> Awaitable[Decision]:
+        """The backend call for one decision (or peek); validation errors raise here, before I/O."""
         keys = self._keys(algorithm, policy, key, _tenant(tenant_type), scope)
-        args: Sequence[ScriptArg] = (
-            charged_scaled,
-            1 if apply else 0,
-            *self._args(algorithm, policy),
-        )
-        return await self._backend.decide(algorithm, keys, args, len(policy.rates))
+        per_policy = policy.script_args.get(algorithm.name)
+        if per_policy is None:
+            per_policy = tuple(arg for rate in policy.rates for arg in algorithm.policy_args(rate))
+            policy.script_args[algorithm.name] = per_policy
+        args: Sequence[ScriptArg] = (charged_scaled, 1 if apply else 0, *per_policy)
+        return self._backend.decide(algorithm, keys, args, len(policy.rates))
 
     # -- HTTP integration (moderato.integrations) ---------------------------------
 
@@ -473,27 +469,28 @@ def _retry_after_s(retry_ms: int) -> Optional[int]:
 
 def _result(decision: Decision, policy: Policy, algorithm: Algorithm) -> CheckResult:
     allowed, deciding, replies = decision
-    states = tuple(
-        PolicyState(
-            limit=rate.limit,
-            window_seconds=rate.window_s,
-            remaining=remaining_scaled // SCALE,
-            retry_after=_retry_after_s(retry_ms),
-            reset_at=None if reset_ms < 0 else reset_ms / 1000,
+    states = []
+    for rate, (remaining_scaled, retry_ms, reset_ms) in zip(policy.rates, replies):
+        states.append(
+            PolicyState(
+                rate.limit,
+                rate.window_s,
+                remaining_scaled // SCALE,
+                _retry_after_s(retry_ms),
+                None if reset_ms < 0 else reset_ms / 1000,
+            )
         )
-        for rate, (remaining_scaled, retry_ms, reset_ms) in zip(policy.rates, replies)
-    )
     top = states[deciding]
     return CheckResult(
-        allowed=allowed,
-        limit=top.limit,
-        remaining=top.remaining,
-        retry_after=top.retry_after,
-        reset_at=top.reset_at,
-        window_seconds=top.window_seconds,
-        rate=policy.text,
-        algorithm=algorithm.name,
-        policies=states,
+        allowed,
+        top.limit,
+        top.remaining,
+        top.retry_after,
+        top.reset_at,
+        top.window_seconds,
+        policy.text,
+        algorithm.name,
+        tuple(states),
     )
 
 

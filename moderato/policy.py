@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Union
 
 from . import _accel
 from .errors import RateLimitConfigError
@@ -42,14 +43,17 @@ class Policy:
 
     text: str
     rates: tuple[Rate, ...]
+    # Derived once here: every check reads them.
+    windows_s: tuple[int, ...] = field(init=False, compare=False, repr=False)
+    smallest_limit: int = field(init=False, compare=False, repr=False)
+    script_args: dict[str, tuple[Union[int, str], ...]] = field(
+        init=False, compare=False, repr=False, default_factory=dict
+    )
+    """Per algorithm name, the scripts' per-policy arguments (filled on first use)."""
 
-    @property
-    def windows_s(self) -> tuple[int, ...]:
-        return tuple(rate.window_s for rate in self.rates)
-
-    @property
-    def smallest_limit(self) -> int:
-        return min(rate.limit for rate in self.rates)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "windows_s", tuple(rate.window_s for rate in self.rates))
+        object.__setattr__(self, "smallest_limit", min(rate.limit for rate in self.rates))
 
 
 def parse_rate(text: str) -> tuple[Rate, ...]:

@@ -66,9 +66,12 @@ return n
 )
 
 
+from moderato.scripts import load_script  # noqa: E402
+
+
 def limiter_script(name: str) -> Script:
     """One of moderato's decision scripts, one policy: cost 1, a huge capacity, 60 s."""
-    source = (ROOT / "lua" / f"{name}.lua").read_bytes()
+    source = load_script(name).source  # with the shared prelude spliced in
     args = ("1000", "1", str(10**12), "60") + (("",) if name == "token_bucket" else ())
     return make_script(source, f"lua/{name}.lua, one policy", args)
 

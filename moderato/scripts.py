@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+_INCLUDE = b"--#include "
 SCRIPT_NAMES = (
     "fixed_window",
     "token_bucket",
@@ -44,5 +45,16 @@ def scripts_dir() -> Path:
 def load_script(name: str) -> Script:
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}; expected one of {', '.join(SCRIPT_NAMES)}")
-    source = (scripts_dir() / f"{name}.lua").read_bytes()
+    directory = scripts_dir()
+    source = _with_includes(directory, (directory / f"{name}.lua").read_bytes())
     return Script(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
+
+
+def _with_includes(directory: Path, source: bytes) -> bytes:
+    """Replace each ``--#include <file>`` line with that file's text (one level)."""
+    lines = source.split(b"\n")
+    for index, line in enumerate(lines):
+        if line.startswith(_INCLUDE):
+            included = line[len(_INCLUDE) :].strip().decode()
+            lines[index] = (directory / included).read_bytes().rstrip(b"\n")
+    return b"\n".join(lines)

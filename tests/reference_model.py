@@ -2,13 +2,13 @@
 
 It is the oracle the scripts are tested against (and, later, the in-process
 backend): the same state, the same arguments, the same reply. It states the
-math of /work/shared/ALGORITHMS.md as directly as Python allows -- unbounded
+math of docs/internals.md and docs/algorithms.md as directly as Python allows -- unbounded
 ints, so ``elapsed * capacity // window`` needs none of the splitting the Lua
 code does to stay below 2^53 -- and it searches for retry instants in ways
 independent of the scripts' (scans and bisections over the exact functions
 rather than float estimates corrected by them).
 
-The one place it uses floats is the custom token refill rate, which the seed
+The one place it uses floats is the custom token refill rate, which is documented
 keeps in floating point; there it performs the scripts' operations in the
 same order on IEEE doubles, so the results agree bit for bit.
 

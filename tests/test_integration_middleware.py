@@ -1,4 +1,4 @@
-"""RateLimitMiddleware and RateLimitHeadersMiddleware through the HTTP boundary (seed 004)."""
+"""RateLimitMiddleware and RateLimitHeadersMiddleware through the HTTP boundary."""
 
 from __future__ import annotations
 
@@ -399,7 +399,7 @@ async def test_other_exceptions_and_scopes_pass_through(limiter: RateLimiter) ->
 async def test_user_exception_handler_keeps_its_response_and_gains_headers(
     limiter: RateLimiter,
 ) -> None:
-    # The seed's Error Handling section: an app may answer RateLimitExceeded itself.
+    # An app may answer RateLimitExceeded itself (README, errors).
     from moderato import RateLimitExceeded
 
     app = FastAPI()

@@ -1,4 +1,4 @@
-"""RateLimiter's manual API against a real redis-server, with the seed's exact numbers."""
+"""RateLimiter's manual API against a real redis-server, with the documented numbers, exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Lua decision scripts on a real Redis: the seed's numbers, exactly.
+"""The Lua decision scripts on a real Redis: the documented numbers, exactly.
 
 Every test drives the shipped scripts (through their clocked test copies, see
 lua_harness.py) at chosen instants. The clock starts on a day boundary, so
@@ -81,7 +81,7 @@ async def decide(
     return list(reply)
 
 
-# -- the seed's headline example: only admitted requests are charged ----------------------
+# -- the headline example: only admitted requests are charged ----------------------
 
 
 @pytest.mark.parametrize(
@@ -853,7 +853,8 @@ async def test_unusable_state_is_refused_and_nothing_is_written(
 
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir().name == "lua"
-    assert sorted(SCRIPT_NAMES) == sorted(p.stem for p in scripts_dir().glob("*.lua"))
+    shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem != "prelude")
+    assert sorted(SCRIPT_NAMES) == shipped
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
@@ -864,15 +865,15 @@ def test_each_script_reads_the_clock_once(name: str) -> None:
     assert CLOCK_KEY.encode() not in source
 
 
-def test_decision_scripts_share_one_prelude() -> None:
-    def prelude(name: str) -> bytes:
-        source = shipped_source(name)
-        start = source.index(b"-- ---- BEGIN shared prelude")
-        return source[start : source.index(b"-- ---- END shared prelude")]
-
+def test_decision_scripts_include_the_prelude_once() -> None:
+    prelude = (scripts_dir() / "prelude.lua").read_bytes().rstrip(b"\n")
     decision_scripts = [name for name in SCRIPT_NAMES if name != "reset"]
     assert len(decision_scripts) == 6
-    assert {prelude(name) for name in decision_scripts} == {prelude("fixed_window")}
+    for name in decision_scripts:
+        raw = (scripts_dir() / f"{name}.lua").read_bytes()
+        assert raw.count(b"--#include prelude.lua") == 1, name
+        source = load_script(name).source
+        assert source.count(prelude) == 1 and b"--#include" not in source, name
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -1,4 +1,4 @@
-"""RateLimiter on memory://: the manual API's seed numbers, the seed-004 checks,
+"""RateLimiter on memory://: the manual API's documented numbers, the in-process burst checks,
 threads, the bounded table, and the store's own operations.
 
 Time is an injected clock (``MemoryBackend.clock``), so every number is exact.
@@ -341,7 +341,7 @@ def test_the_per_process_warning_is_logged_once(
     assert "each one enforces its own quota" in records[0].getMessage()
 
 
-# -- seed 004: in-process buckets ------------------------------------------------------------
+# -- the in-process checks: burst, second key, paced client --------------------------------
 
 SEED_BURST = 20
 SEED_RATE_PER_S = 50

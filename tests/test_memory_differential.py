@@ -312,9 +312,11 @@ def stored_states(
                 consistent = written_ms * capacity // window_ms
             else:
                 consistent = int(float(written_ms) * policy.refill_scaled_per_s / 1000.0)
-            accrued = draw(st.one_of(st.just(consistent), st.just(consistent), amounts))
-            amount = draw(st.one_of(st.integers(0, capacity), amounts))
-            base = draw(st.one_of(st.just(max(0, now_ms - elapsed_ms)), amounts))
+            # Branches are chosen with plain draws: one_of() over strategies that may be
+            # equal (hypothesis caches and merges them) makes generation depend on that cache.
+            accrued = consistent if draw(st.integers(0, 2)) else draw(amounts)
+            amount = draw(amounts) if draw(st.booleans()) else draw(st.integers(0, capacity))
+            base = draw(amounts) if draw(st.booleans()) else max(0, now_ms - elapsed_ms)
             if algorithm == "token_bucket":
                 key = policy.key + model.BUCKET_SUFFIX
                 value = {"tokens": amount, "base": base, "credited": accrued}

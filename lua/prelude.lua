@@ -1,0 +1,178 @@
+-- moderato: the part every decision script shares (argument checks, exact
+-- integer division, the clock, the reply builder).
+--
+-- Redis runs each script on its own and a script cannot import, so the
+-- loader (moderato/scripts.py) splices this file in at a script's include
+-- line; Redis only ever sees the whole, self-contained text.
+
+local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
+local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53
+local MAX_WINDOW_S = 86400
+local MAX_POLICIES = 16
+
+-- Refusals are raised as tables; the pcall at the bottom turns them into error replies.
+local function fail(kind, message)
+  error({ moderato_error = kind .. ' ' .. message }, 0)
+end
+
+-- A value for an error message: quoted, printable, and an argument shortened to 40
+-- characters (keys, at most a few hundred bytes, are shown whole: pass max_length).
+local function shown(value, max_length)
+  if type(value) ~= 'string' then
+    return tostring(value)
+  end
+  local text = value
+  max_length = max_length or 40
+  if #text > max_length then
+    text = string.sub(text, 1, max_length) .. '...'
+  end
+  return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
+end
+
+-- Integers are written with %d: tostring() of a large number gives "9.007199254e+15".
+local function decimal(integer)
+  return string.format('%d', integer)
+end
+
+-- The value of a decimal integer string if it lies in [low, high], else nil.
+-- Exact: anything longer than 2^53's digits is refused before tonumber can round it.
+local function parse_integer(text, low, high)
+  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+    return nil
+  end
+  local digits = string.gsub(text, '^0+', '')
+  if #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+    return nil
+  end
+  local value = tonumber('0' .. digits)
+  if value < low or value > high then
+    return nil
+  end
+  return value
+end
+
+-- floor(numerator / denominator) for integers 0 <= numerator <= 2^53, denominator >= 1.
+-- fmod is exact, so numerator - remainder is an exact multiple and the division is exact;
+-- plain '/' then floor could round a quotient just below an integer up to it.
+local function floor_div(numerator, denominator)
+  return (numerator - math.fmod(numerator, denominator)) / denominator
+end
+
+-- Validates KEYS and ARGV; returns cost_scaled, apply and one table per policy.
+-- parse_extra(policy, argv_index) reads an algorithm's fields after capacity and window.
+local function parse_arguments(fields_per_policy, parse_extra)
+  local policy_count = #KEYS
+  if policy_count < 1 or policy_count > MAX_POLICIES then
+    fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
+      .. policy_count)
+  end
+  local expected_argc = 2 + fields_per_policy * policy_count
+  if #ARGV ~= expected_argc then
+    fail('MODERATO_ARG', 'expected ' .. expected_argc .. ' arguments for ' .. policy_count
+      .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy), got ' .. #ARGV)
+  end
+  local seen = {}
+  for i = 1, policy_count do
+    if seen[KEYS[i]] then
+      fail('MODERATO_ARG', 'KEYS[' .. i .. '] repeats KEYS[' .. seen[KEYS[i]] .. ']: one policy per key')
+    end
+    seen[KEYS[i]] = i
+  end
+  local apply_text = ARGV[2]
+  if apply_text ~= '0' and apply_text ~= '1' then
+    fail('MODERATO_ARG', 'ARGV[2] (apply) must be "1" (decide and charge) or "0" (peek), got '
+      .. shown(apply_text))
+  end
+  local apply = apply_text == '1'
+  local cost_scaled = parse_integer(ARGV[1], apply and 1 or 0, MAX_SAFE_INTEGER)
+  if not cost_scaled then
+    fail('MODERATO_ARG', 'ARGV[1] (cost_scaled) must be an integer ' .. (apply and '1' or '0')
+      .. '..9007199254740992' .. (apply and ' when charging' or '') .. ', got ' .. shown(ARGV[1]))
+  end
+  local policies = {}
+  for i = 1, policy_count do
+    local first = 3 + fields_per_policy * (i - 1)
+    local capacity_scaled = parse_integer(ARGV[first], 1, MAX_CAPACITY_SCALED)
+    if not capacity_scaled then
+      fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
+        .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(ARGV[first]))
+    end
+    local window_s = parse_integer(ARGV[first + 1], 1, MAX_WINDOW_S)
+    if not window_s then
+      fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. i
+        .. ') must be an integer 1..' .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
+    end
+    local policy = {
+      number = i, capacity_scaled = capacity_scaled, window_s = window_s, window_ms = window_s * 1000,
+    }
+    if parse_extra then
+      parse_extra(policy, first + 2)
+    end
+    policies[i] = policy
+  end
+  return cost_scaled, apply, policies
+end
+
+-- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
+local function redis_now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- A Redis read that turns an error (e.g. WRONGTYPE) into a state refusal.
+local function read(command, key, ...)
+  local result = redis.pcall(command, key, ...)
+  if type(result) == 'table' and result.err then
+    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' cannot be read: ' .. result.err)
+  end
+  return result
+end
+
+-- Combines the per-policy verdicts into the reply, and applies the writes only
+-- when every policy admits and the caller is charging.
+-- Each verdict: fits, permanent, retry_ms, and for the two outcomes
+-- (charged / not charged) remaining_scaled and reset_ms, plus write().
+local function conclude(verdicts, apply)
+  local allowed = true
+  for i = 1, #verdicts do
+    if not verdicts[i].fits then
+      allowed = false
+    end
+  end
+  local reply = { allowed and 1 or 0, 0 }
+  local deciding, deciding_remaining, deciding_retry = 0, nil, nil
+  for i = 1, #verdicts do
+    local verdict = verdicts[i]
+    local remaining_scaled, retry_ms, reset_ms
+    if verdict.permanent then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, -1, -1
+    elseif allowed then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_charged, 0, verdict.reset_charged_ms
+    elseif verdict.fits then
+      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, 0, verdict.reset_uncharged_ms
+    else
+      remaining_scaled, retry_ms, reset_ms =
+        verdict.remaining_uncharged, verdict.retry_ms, verdict.reset_denied_ms
+    end
+    reply[3 * i] = remaining_scaled
+    reply[3 * i + 1] = retry_ms
+    reply[3 * i + 2] = reset_ms
+    -- Admission: the policy with the fewest remaining feeds the headers. Denial: the
+    -- longest wait, a permanent one (-1) counting as infinite. Ties: the lowest index.
+    if allowed then
+      if deciding_remaining == nil or remaining_scaled < deciding_remaining then
+        deciding, deciding_remaining = i - 1, remaining_scaled
+      end
+    elseif deciding_retry ~= -1
+        and (deciding_retry == nil or retry_ms == -1 or retry_ms > deciding_retry) then
+      deciding, deciding_retry = i - 1, retry_ms
+    end
+  end
+  reply[2] = deciding
+  if allowed and apply then
+    for i = 1, #verdicts do
+      verdicts[i].write()
+    end
+  end
+  return reply
+end

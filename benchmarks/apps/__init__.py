@@ -1,0 +1,38 @@
+"""One small FastAPI app per contender for the end-to-end benchmark.
+
+Every module builds the same app: ``GET /allowed`` under a rate no run can
+exhaust (every request is admitted, so the limiter's whole allowed path is
+measured), ``GET /limited`` under one request per hour (after the warm-up
+request, every request is denied), and ``GET /health`` with no limit (the
+harness's readiness probe). Each endpoint returns the same small JSON body.
+
+The harness serves each module with uvicorn (one process) and points it at
+its Redis with ``MODERATO_BENCH_REDIS_URL``. Identity is the client address
+everywhere, so all of the load generator's requests share one quota.
+"""
+
+from __future__ import annotations
+
+import os
+
+ALLOWED_RATE = "1000000/minute"
+LIMITED_RATE = "1/hour"
+BODY = {"ok": True}
+
+APPS = {
+    "no limiter": "baseline",
+    "moderato decorator": "moderato_decorator",
+    "moderato middleware": "moderato_middleware",
+    "slowapi": "slowapi_app",
+    "fastapi-limiter": "fastapi_limiter_app",
+}
+"""Display name -> module under benchmarks.apps, in the order results are shown."""
+
+
+def redis_url() -> str:
+    return os.environ.get("MODERATO_BENCH_REDIS_URL", "redis://127.0.0.1:6379")
+
+
+def algorithm() -> str:
+    """moderato's algorithm for the end-to-end apps (the library default unless set)."""
+    return os.environ.get("MODERATO_BENCH_ALGORITHM", "fixed_window")

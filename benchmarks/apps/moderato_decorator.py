@@ -1,0 +1,43 @@
+"""moderato as documented for endpoints: ``@limiter.limit`` + RateLimitHeadersMiddleware."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url
+from moderato import RateLimiter
+from moderato.integrations import RateLimitHeadersMiddleware
+
+limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator")
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    await limiter.connect()
+    yield
+    await limiter.close()
+
+
+app = FastAPI(lifespan=lifespan)
+app.add_middleware(RateLimitHeadersMiddleware)  # 429 responses and X-RateLimit-* headers
+
+
+@app.get("/health")
+async def health() -> dict[str, Any]:
+    return BODY
+
+
+@app.get("/allowed")
+@limiter.limit(ALLOWED_RATE, algorithm=algorithm())
+async def allowed() -> dict[str, Any]:
+    return BODY
+
+
+@app.get("/limited")
+@limiter.limit(LIMITED_RATE, algorithm=algorithm())
+async def limited() -> dict[str, Any]:
+    return BODY

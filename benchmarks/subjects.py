@@ -1,0 +1,292 @@
+"""The contenders of the limiter-only and in-process sections, behind one small interface.
+
+A subject opens its client and returns a ``check(key)`` awaitable factory (or a
+plain function, for a synchronous in-process store) plus a predicate telling
+whether a result was an admission. Every subject is configured to the same
+rate, :data:`RATE` (large enough that every check is an admission, so each
+one is the library's full allowed path), and keeps its keys apart from the
+others' so that no two share (or WRONGTYPE) a Redis key.
+
+Peers are imported only when their subject opens: the peers live in the
+``bench`` extra and are never runtime dependencies of moderato.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from moderato import RateLimiter
+from moderato.algorithms import ALGORITHMS
+
+RATE_LIMIT = 1_000_000
+RATE = f"{RATE_LIMIT}/minute"
+
+Check = Callable[[str], Any]  # returns an awaitable (async subjects) or the result
+Close = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Opened:
+    check: Check
+    admitted: Callable[[Any], bool]
+    close: Close
+    is_async: bool = True
+
+
+@dataclass
+class Subject:
+    name: str
+    library: str  # "moderato" | "limits" | "fastapi-limiter"
+    algorithm: str  # the rate law, in words: "fixed window", "sliding log", ...
+    open: Callable[[], Awaitable[Opened]]
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# The rate law each moderato algorithm implements, to pair it with a peer's.
+ALGORITHM_FAMILY = {
+    "fixed_window": "fixed window",
+    "sliding_window": "sliding window counter",
+    "token_bucket": "token bucket",
+    "gcra": "GCRA (token bucket)",
+    "sliding_log": "sliding log",
+    "leaky_bucket": "leaky bucket (policing)",
+}
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _is_allowed(result: Any) -> bool:
+    return bool(result.allowed)
+
+
+def _is_true(result: Any) -> bool:
+    return result is True
+
+
+def moderato_subjects(
+    url: str, label: str = "moderato", rate: str = RATE, connections: int = 1
+) -> list[Subject]:
+    """One subject per registered algorithm (moderato.algorithms.ALGORITHMS)."""
+
+    def opener(algorithm: str) -> Callable[[], Awaitable[Opened]]:
+        async def open_() -> Opened:
+            limiter = RateLimiter(
+                url,
+                key_prefix=f"bench-lo-{connections}",
+                connect_timeout_s=5.0,
+                connections_per_loop=connections,
+            )
+            await limiter.connect()
+            check_with_info = limiter.check_with_info
+
+            def check(key: str) -> Awaitable[Any]:
+                return check_with_info(key, rate, algorithm=algorithm)
+
+            return Opened(check, _is_allowed, limiter.close)
+
+        return open_
+
+    return [
+        Subject(
+            name=f"{label} {name}",
+            library="moderato",
+            algorithm=ALGORITHM_FAMILY.get(name, name.replace("_", " ")),
+            open=opener(name),
+            note="RateLimiter.check_with_info; one auto-pipelined connection per loop",
+            extra={"moderato_algorithm": name},
+        )
+        for name in ALGORITHMS
+    ]
+
+
+def moderato_tuned_subjects(url: str, algorithm: str = "token_bucket") -> list[Subject]:
+    """Not the defaults: two connections per loop (a public option), to show what it buys."""
+    subject = next(
+        s
+        for s in moderato_subjects(url, connections=2)
+        if s.extra["moderato_algorithm"] == algorithm
+    )
+    subject.name = f"moderato {algorithm}, 2 connections"
+    subject.library = "moderato (tuned)"
+    subject.note = "RateLimiter(connections_per_loop=2): not the default; not in the targets"
+    subject.extra["connections_per_loop"] = 2
+    return [subject]
+
+
+LIMITS_STRATEGIES = {
+    # limits' strategy class name -> (slug, the rate law in words)
+    "MovingWindowRateLimiter": ("moving-window", "sliding log"),
+    "FixedWindowRateLimiter": ("fixed-window", "fixed window"),
+    "SlidingWindowCounterRateLimiter": ("sliding-window-counter", "sliding window counter"),
+}
+
+
+def limits_redis_subjects(port: int, implementations: tuple[str, ...]) -> list[Subject]:
+    """limits' async Redis storage (``async+redis://``), each strategy and client library."""
+
+    def opener(
+        implementation: str, strategy_name: str, slug: str
+    ) -> Callable[[], Awaitable[Opened]]:
+        async def open_() -> Opened:
+            from limits import RateLimitItemPerMinute
+            from limits.aio import strategies
+            from limits.aio.storage import RedisStorage
+
+            storage = RedisStorage(f"async+redis://127.0.0.1:{port}", implementation=implementation)
+            strategy = getattr(strategies, strategy_name)(storage)
+            item = RateLimitItemPerMinute(RATE_LIMIT)
+            hit = strategy.hit
+            prefix = f"{implementation}-{slug}:"
+
+            def check(key: str) -> Awaitable[bool]:
+                return hit(item, prefix + key)
+
+            return Opened(check, _is_true, _nothing)
+
+        return open_
+
+    subjects = []
+    for implementation in implementations:
+        for strategy_name, (slug, family) in LIMITS_STRATEGIES.items():
+            default = " (the default client)" if implementation == "coredis" else ""
+            subjects.append(
+                Subject(
+                    name=f"limits {slug} ({implementation})",
+                    library="limits",
+                    algorithm=family,
+                    open=opener(implementation, strategy_name, slug),
+                    note=(
+                        f"limits.aio.strategies.{strategy_name} over "
+                        f"limits.aio.storage.RedisStorage, implementation={implementation!r}"
+                        f"{default}"
+                    ),
+                )
+            )
+    return subjects
+
+
+def fastapi_limiter_subjects(url: str) -> list[Subject]:
+    """fastapi-limiter 0.2's check path: pyrate-limiter's ``Limiter.try_acquire_async``.
+
+    fastapi-limiter's dependency computes ``"<ip>:<path>"`` and calls exactly
+    this (non-blocking); the route scan it does first is in the end-to-end
+    section. Two Redis setups: the RedisBucket (sorted-set log) and the
+    constant-state GCRA bucket over RedisStateStore.
+    """
+
+    def opener(kind: str) -> Callable[[], Awaitable[Opened]]:
+        async def open_() -> Opened:
+            import redis.asyncio as aioredis
+            from pyrate_limiter import (
+                GCRA,
+                Duration,
+                Limiter,
+                Rate,
+                RedisBucket,
+                RedisStateStore,
+                StateBucket,
+            )
+
+            client = aioredis.from_url(url)
+            rate = Rate(RATE_LIMIT, Duration.MINUTE)
+            bucket: Any
+            if kind == "log":
+                bucket = await RedisBucket.init([rate], client, "bench-lo-pyrate:log")
+            else:
+                store = RedisStateStore(client, "bench-lo-pyrate:gcra")
+                bucket = StateBucket([rate], algorithm=GCRA(), store=store)
+            limiter = Limiter(bucket)
+            acquire = limiter.try_acquire_async
+
+            def check(key: str) -> Awaitable[bool]:
+                return acquire(key, blocking=False)
+
+            async def close() -> None:
+                limiter.close()
+                await client.aclose()
+
+            return Opened(check, _is_true, close)
+
+        return open_
+
+    common = (
+        "pyrate_limiter.Limiter.try_acquire_async(blocking=False), as fastapi-limiter's "
+        "RateLimiter dependency calls it; redis-py asyncio client. One bucket = one Redis "
+        "key: every identity shares one quota (no per-client buckets without a custom "
+        "BucketFactory); acquisitions in one process are serialised by an asyncio.Lock"
+    )
+    return [
+        Subject(
+            name="fastapi-limiter RedisBucket",
+            library="fastapi-limiter",
+            algorithm="sliding log",
+            open=opener("log"),
+            note=f"RedisBucket (sorted-set log, client clock). {common}",
+        ),
+        Subject(
+            name="fastapi-limiter GCRA",
+            library="fastapi-limiter",
+            algorithm="GCRA (token bucket)",
+            open=opener("gcra"),
+            note=f"StateBucket(GCRA) over RedisStateStore. {common}",
+        ),
+    ]
+
+
+def in_process_subjects(rate: str = RATE) -> list[Subject]:
+    """memory:// (each algorithm) against limits' MemoryStorage (async and sync APIs)."""
+    subjects = moderato_subjects("memory://", label="moderato memory://", rate=rate)
+    for subject in subjects:
+        subject.note = "RateLimiter('memory://').check_with_info (C store, awaited)"
+
+    def limits_opener(strategy_name: str, asynchronous: bool) -> Callable[[], Awaitable[Opened]]:
+        async def open_() -> Opened:
+            from limits import parse
+
+            item = parse(rate)
+            if asynchronous:
+                from limits.aio import strategies as aio_strategies
+                from limits.aio.storage import MemoryStorage as AsyncMemoryStorage
+
+                strategy: Any = getattr(aio_strategies, strategy_name)(AsyncMemoryStorage())
+            else:
+                from limits import strategies
+                from limits.storage import MemoryStorage
+
+                strategy = getattr(strategies, strategy_name)(MemoryStorage())
+            hit = strategy.hit
+
+            def check(key: str) -> Any:
+                return hit(item, key)
+
+            return Opened(check, _is_true, _nothing, is_async=asynchronous)
+
+        return open_
+
+    for asynchronous in (True, False):
+        api = "limits.aio" if asynchronous else "limits"
+        for strategy_name, (slug, family) in LIMITS_STRATEGIES.items():
+            subjects.append(
+                Subject(
+                    name=f"{api} MemoryStorage {slug}",
+                    library="limits",
+                    algorithm=family,
+                    open=limits_opener(strategy_name, asynchronous),
+                    note=f"{api}.strategies.{strategy_name} over {api}.storage.MemoryStorage"
+                    + (" (awaited)" if asynchronous else " (plain call)"),
+                    extra={"strategy": strategy_name, "api": api},
+                )
+            )
+    return subjects
+
+
+def best(values: dict[str, float], names: Optional[list[str]] = None) -> tuple[str, float]:
+    """The name and value of the largest entry (restricted to ``names`` if given)."""
+    pool = {k: v for k, v in values.items() if names is None or k in names}
+    name = max(pool, key=lambda k: pool[k])
+    return name, pool[name]

@@ -60,7 +60,9 @@ class RateLimiter:
         identity_secret: Optional[bytes] = None,
         connect_timeout_s: float = 1.0,
         command_timeout_s: float = 0.5,
-        connections_per_loop: int = 1,
+        # Two connections let Redis work on one batch while this process handles
+        # the other's replies; with one they take turns (see BENCHMARKS.md).
+        connections_per_loop: int = 2,
         ssl_context: Optional[ssl.SSLContext] = None,
         client_name: Optional[str] = None,
         shadow: bool = False,
@@ -71,6 +73,7 @@ class RateLimiter:
     ) -> None:
         self.redis_url = redis_url
         self.key_prefix = key_prefix
+        self.connections_per_loop = connections_per_loop
         self._default_algorithm = get_algorithm(default_algorithm)
         self.default_algorithm = self._default_algorithm.name
         self.fail_open = bool(fail_open)

@@ -1022,14 +1022,14 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                     5.0,
                     f"{value:,.0f} vs {best_peer} {peers[best_peer]:,.0f} checks/s",
                 )
-        for name in (reference, "moderato token_bucket, 2 connections"):
+        for name in (reference, "moderato token_bucket, 1 connection"):
             value = _median(
                 subjects.get(name, {}).get("concurrent", {}).get(tasks, {}).get("checks_per_s")
             )
             if value and ceiling:
                 add(
                     f"limiter-only {tasks} tasks: {name} / redis-benchmark -c 50 -P 16"
-                    + ("" if name == reference else " (tuned, for reference)"),
+                    + ("" if name == reference else " (one connection, for reference)"),
                     value / ceiling,
                     0.70,
                     f"{value:,.0f} vs {ceiling:,.0f} ops/s",

@@ -69,17 +69,16 @@ def _is_true(result: Any) -> bool:
 
 
 def moderato_subjects(
-    url: str, label: str = "moderato", rate: str = RATE, connections: int = 1
+    url: str, label: str = "moderato", rate: str = RATE, connections: Optional[int] = None
 ) -> list[Subject]:
     """One subject per registered algorithm (moderato.algorithms.ALGORITHMS)."""
 
     def opener(algorithm: str) -> Callable[[], Awaitable[Opened]]:
         async def open_() -> Opened:
+            # None: the limiter's default (two connections per loop).
+            options = {} if connections is None else {"connections_per_loop": connections}
             limiter = RateLimiter(
-                url,
-                key_prefix=f"bench-lo-{connections}",
-                connect_timeout_s=5.0,
-                connections_per_loop=connections,
+                url, key_prefix=f"bench-lo-{connections}", connect_timeout_s=5.0, **options
             )
             await limiter.connect()
             check_with_info = limiter.check_with_info
@@ -97,7 +96,7 @@ def moderato_subjects(
             library="moderato",
             algorithm=ALGORITHM_FAMILY.get(name, name.replace("_", " ")),
             open=opener(name),
-            note="RateLimiter.check_with_info; one auto-pipelined connection per loop",
+            note="RateLimiter.check_with_info; the default auto-pipelined connections per loop",
             extra={"moderato_algorithm": name},
         )
         for name in ALGORITHMS
@@ -105,16 +104,16 @@ def moderato_subjects(
 
 
 def moderato_tuned_subjects(url: str, algorithm: str = "token_bucket") -> list[Subject]:
-    """Not the defaults: two connections per loop (a public option), to show what it buys."""
+    """Not the default: one connection per loop, to show what the second one buys."""
     subject = next(
         s
-        for s in moderato_subjects(url, connections=2)
+        for s in moderato_subjects(url, connections=1)
         if s.extra["moderato_algorithm"] == algorithm
     )
-    subject.name = f"moderato {algorithm}, 2 connections"
+    subject.name = f"moderato {algorithm}, 1 connection"
     subject.library = "moderato (tuned)"
-    subject.note = "RateLimiter(connections_per_loop=2): not the default; not in the targets"
-    subject.extra["connections_per_loop"] = 2
+    subject.note = "RateLimiter(connections_per_loop=1): not the default; not in the targets"
+    subject.extra["connections_per_loop"] = 1
     return [subject]
 
 

@@ -394,18 +394,27 @@ class RateLimiter:
         scope: Optional[str] = None,
         cost: CostSpec = 1,
         tenant: Optional[TenantSpec] = None,
+        shadow: Optional[bool] = None,
     ) -> Callable[[F], F]:
         """Decorate a FastAPI or Starlette endpoint (``async def`` or ``def``) with a limit.
 
         ``rate``, ``key``, ``tenant`` and ``cost`` may be values or callbacks of the
         request (sync or async). ``key`` defaults to the client IP; ``scope`` to the
-        route's method and templates. Static configuration errors, including a
-        static cost above capacity, raise RateLimitConfigError here.
+        route's method and templates. ``shadow=True`` observes the limit (metrics,
+        logs) without denying. Static configuration errors, including a static
+        cost above capacity, raise RateLimitConfigError here.
         """
         from .integrations.decorator import limit
 
         return limit(
-            self, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+            self,
+            rate,
+            key=key,
+            algorithm=algorithm,
+            scope=scope,
+            cost=cost,
+            tenant=tenant,
+            shadow=shadow,
         )
 
     def dependency(
@@ -417,12 +426,20 @@ class RateLimiter:
         scope: Optional[str] = None,
         cost: CostSpec = 1,
         tenant: Optional[TenantSpec] = None,
+        shadow: Optional[bool] = None,
     ) -> RateLimitDependency:
         """The same limit as a FastAPI dependency, for ``Depends(...)`` or router dependencies."""
         from .integrations.dependency import dependency
 
         return dependency(
-            self, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+            self,
+            rate,
+            key=key,
+            algorithm=algorithm,
+            scope=scope,
+            cost=cost,
+            tenant=tenant,
+            shadow=shadow,
         )
 
 

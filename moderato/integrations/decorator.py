@@ -52,6 +52,7 @@ def limit(
     scope: Optional[str] = None,
     cost: CostSpec = 1,
     tenant: Optional[TenantSpec] = None,
+    shadow: Optional[bool] = None,
 ) -> Callable[[F], F]:
     """A decorator that limits an endpoint; see ``RateLimiter.limit``.
 
@@ -60,7 +61,14 @@ def limit(
     here, at decoration time.
     """
     rule = LimitRule(
-        limiter, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+        limiter,
+        rate,
+        key=key,
+        algorithm=algorithm,
+        scope=scope,
+        cost=cost,
+        tenant=tenant,
+        shadow=shadow,
     )
 
     def decorate(func: F) -> F:

@@ -31,10 +31,18 @@ def dependency(
     scope: Optional[str] = None,
     cost: CostSpec = 1,
     tenant: Optional[TenantSpec] = None,
+    shadow: Optional[bool] = None,
 ) -> RateLimitDependency:
     """A dependency enforcing ``rate``; configuration errors raise here, not per request."""
     rule = LimitRule(
-        limiter, rate, key=key, algorithm=algorithm, scope=scope, cost=cost, tenant=tenant
+        limiter,
+        rate,
+        key=key,
+        algorithm=algorithm,
+        scope=scope,
+        cost=cost,
+        tenant=tenant,
+        shadow=shadow,
     )
 
     async def rate_limit(request: Request) -> CheckResult:

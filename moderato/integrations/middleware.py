@@ -91,6 +91,7 @@ class RateLimitMiddleware:
         api_key_header: Optional[str] = "X-API-Key",
         trusted_proxies: Iterable[str] = (),
         proxy_header: ProxyHeader = "x-forwarded-for",
+        shadow: Optional[bool] = None,
     ) -> None:
         self.app = app
         self.headers = validate_style(headers)
@@ -106,7 +107,14 @@ class RateLimitMiddleware:
 
         def rule_for(charge: CostSpec) -> LimitRule:
             return LimitRule(
-                limiter, rate, key=key, algorithm=algorithm, scope=scope, cost=charge, tenant=tenant
+                limiter,
+                rate,
+                key=key,
+                algorithm=algorithm,
+                scope=scope,
+                cost=charge,
+                tenant=tenant,
+                shadow=shadow,
             )
 
         self.rule = rule_for(cost)

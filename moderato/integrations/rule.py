@@ -45,6 +45,7 @@ class LimitRule:
         scope: Optional[str] = None,
         cost: CostSpec = 1,
         tenant: Optional[TenantSpec] = None,
+        shadow: Optional[bool] = None,
         endpoint: Optional[Callable[..., Any]] = None,
     ) -> None:
         self.limiter = limiter
@@ -56,6 +57,8 @@ class LimitRule:
         self.scope = scope
         self.cost = cost
         self.tenant = tenant
+        self.shadow = shadow
+        """None follows the limiter; True observes without denying; False always enforces."""
         self._validate()
 
     def _validate(self) -> None:
@@ -104,7 +107,13 @@ class LimitRule:
         cost = await self._cost(request)
         chosen_scope = scope or self.scope or route_scope(request.scope, self.endpoint)
         result = await self.limiter.check_with_info(
-            key, rate, cost=cost, tenant_type=tenant, scope=chosen_scope, algorithm=self.algorithm
+            key,
+            rate,
+            cost=cost,
+            tenant_type=tenant,
+            scope=chosen_scope,
+            algorithm=self.algorithm,
+            shadow=self.shadow,
         )
         record(request.scope, result)
         if not result.allowed:

@@ -48,16 +48,18 @@ CMD ["make", "test"]
 
 FROM ${PYTHON_IMAGE} AS benchmark
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends redis-server redis-tools \
+    && apt-get install -y --no-install-recommends redis-server redis-tools wrk \
     && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=bind,from=builder,source=/dist,target=/tmp/dist \
     python -m pip install --no-cache-dir "$(ls /tmp/dist/moderato-*.whl)[bench]"
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin app
 WORKDIR /app
-# Only the harness and the Redis launcher it shares with the tests: moderato
-# itself is the installed wheel, never a source tree on the path.
-COPY benchmarks/*.py ./benchmarks/
-COPY tests/redis_servers.py ./tests/redis_servers.py
+# Only the harness (with its apps and wrk script) and the Redis and cluster
+# launchers it shares with the tests: moderato itself is the installed wheel,
+# never a source tree on the path.
+COPY benchmarks/*.py benchmarks/wrk_report.lua ./benchmarks/
+COPY benchmarks/apps ./benchmarks/apps
+COPY tests/redis_servers.py tests/cluster.py ./tests/
 RUN mkdir -p benchmarks/results && chown app benchmarks/results
 USER app
 CMD ["python", "benchmarks/performance.py", "--quick"]

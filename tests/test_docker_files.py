@@ -295,10 +295,12 @@ def test_test_and_benchmark_stages() -> None:
     benchmark = stage("benchmark")
     assert '"$(ls /tmp/dist/moderato-*.whl)[bench]"' in benchmark.text
     assert "redis-server" in benchmark.text
+    assert " wrk " in benchmark.text  # the end-to-end section's load generator
     # The installed wheel is what gets measured: no source tree on the path.
     assert benchmark.all("COPY") == [
-        "benchmarks/*.py ./benchmarks/",
-        "tests/redis_servers.py ./tests/redis_servers.py",
+        "benchmarks/*.py benchmarks/wrk_report.lua ./benchmarks/",
+        "benchmarks/apps ./benchmarks/apps",
+        "tests/redis_servers.py tests/cluster.py ./tests/",
     ]
     assert benchmark.all("USER")[-1] not in ("root", "0")
     assert benchmark.all("CMD") == ['["python", "benchmarks/performance.py", "--quick"]']

@@ -2,7 +2,7 @@
  * the Redis Cluster slot of a key.
  *
  *     <prefix>:<algorithm>:{<tenant>:<scope>:<identity>}:<window_s>
- *     <prefix>:*:{<tenant>:<scope>:<identity>}:*
+ *     <prefix>:??:{<tenant>:<scope>:<identity>}:*
  *
  * Tenant, scope and identity are each encoded on their own: safe bytes are
  * kept and the others percent-encoded, or, past 64 bytes, the whole
@@ -38,8 +38,8 @@
 #define KEYS_MAX_BYTES                                                              \
     (KEYS_MAX_PREFIX_BYTES + 1 + KEYS_MAX_ALGORITHM_BYTES + 1 + KEYS_MAX_TAG_BYTES + 1 + \
      KEYS_MAX_WINDOW_DIGITS)
-/* prefix ":*:" tag ":*" */
-#define KEYS_MAX_PATTERN_BYTES (KEYS_MAX_PREFIX_BYTES + 3 + KEYS_MAX_TAG_BYTES + 2)
+/* prefix ":??:" tag ":*" */
+#define KEYS_MAX_PATTERN_BYTES (KEYS_MAX_PREFIX_BYTES + 4 + KEYS_MAX_TAG_BYTES + 2)
 
 #define KEYS_PREFIX_ALPHABET "A-Z a-z 0-9 _ . : -"
 #define KEYS_ALGORITHM_ALPHABET "a-z 0-9 _"
@@ -411,10 +411,11 @@ keys_pattern(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
 
-    /* Any algorithm, then any window or key derived from it. */
+    /* Any two-character algorithm tag (a longer prefix cannot fit there), then any
+     * window or key derived from it. */
     char *out = write_bytes(pattern, prefix, prefix_size);
-    memcpy(out, ":*:", 3);
-    out = write_tag(out + 3, &tag, secret);
+    memcpy(out, ":??:", 4);
+    out = write_tag(out + 4, &tag, secret);
     memcpy(out, ":*", 2);
     out += 2;
     assert(out - pattern <= KEYS_MAX_PATTERN_BYTES);

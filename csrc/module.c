@@ -45,7 +45,7 @@ PyDoc_STRVAR(key_pattern_doc,
 "\n"
 "The SCAN glob matching every key build_keys makes for this tenant, scope\n"
 "and identity, whatever the algorithm and window:\n"
-"'<prefix>:*:{<tenant>:<scope>:<identity>}:*', as bytes.");
+"'<prefix>:??:{<tenant>:<scope>:<identity>}:*', as bytes.");
 
 PyDoc_STRVAR(key_slot_doc,
 "key_slot($module, key, /)\n"

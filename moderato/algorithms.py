@@ -46,6 +46,11 @@ ALGORITHMS: dict[str, Algorithm] = {
     )
 }
 
+# reset() without a rate finds an identity's keys with the SCAN pattern
+# `<prefix>:??:{...}:*`, which only two-character tags satisfy.
+if any(len(algorithm.key_tag) != 2 for algorithm in ALGORITHMS.values()):
+    raise RuntimeError("every algorithm's key tag must be two characters long")
+
 DEFAULT_ALGORITHM = "fixed_window"
 
 

@@ -175,7 +175,7 @@ def key_pattern(
     parts = _tag_parts(tenant, scope, identity)
     if secret is not None:
         _check_secret(secret)
-    return b"%s:*:%s:*" % (prefix_bytes, _tag(parts, secret))
+    return b"%s:??:%s:*" % (prefix_bytes, _tag(parts, secret))
 
 
 def key_slot(key: Text, /) -> int:

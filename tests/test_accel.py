@@ -418,21 +418,21 @@ def test_build_keys_messages_never_show_a_protected_identity_or_secret() -> None
 
 def test_key_pattern_layout(impl: Any) -> None:
     assert impl.key_pattern("myapp:ratelimit", "acme", "api", "1.2.3.4") == (
-        b"myapp:ratelimit:*:{acme:api:1.2.3.4}:*"
+        b"myapp:ratelimit:??:{acme:api:1.2.3.4}:*"
     )
-    assert impl.key_pattern(b"p", b"", b"", b"") == b"p:*:{::}:*"
+    assert impl.key_pattern(b"p", b"", b"", b"") == b"p:??:{::}:*"
 
 
 def test_key_pattern_escapes_glob_metacharacters(impl: Any) -> None:
     pattern = impl.key_pattern("p", "*", "?[", "]\\")
-    assert pattern == b"p:*:{%2A:%3F%5B:%5D%5C}:*"
+    assert pattern == b"p:??:{%2A:%3F%5B:%5D%5C}:*"
 
 
 def test_key_pattern_uses_the_keys_tag(impl: Any) -> None:
     for secret in (None, SECRET):
         [key] = impl.build_keys("p", "sw", "t\u00fc", "x" * 70, "10.0.0.1", [60], secret)
         pattern = impl.key_pattern("p", "t\u00fc", "x" * 70, "10.0.0.1", secret=secret)
-        assert pattern == b"p:*:" + key[key.index(b"{") : key.index(b"}") + 1] + b":*"
+        assert pattern == b"p:??:" + key[key.index(b"{") : key.index(b"}") + 1] + b":*"
 
 
 BAD_KEY_PATTERNS = [
@@ -1072,20 +1072,24 @@ def test_build_keys_is_injective(pair: Any, secret: bytes | None) -> None:
 @given(
     triple_pairs(),
     st.sampled_from([None, SECRET]),
-    st.from_regex(r"[a-z0-9_]{1,16}", fullmatch=True),
+    st.from_regex(r"[a-z0-9_]{2}", fullmatch=True),  # every registered tag has two characters
 )
 def test_key_pattern_matches_exactly_the_identity_keys(
     pair: Any, secret: bytes | None, algorithm: str
 ) -> None:
     first, second = pair
     pattern = accel.key_pattern("app", *first, secret)
-    # Only the two '*' are glob syntax, so fnmatch and Redis agree on it.
-    assert pattern.count(b"*") == 2
-    assert not set(pattern) & set(b"?[]\\")
+    # Only the '??' (the two-character algorithm tag) and the final '*' are glob
+    # syntax, so fnmatch and Redis agree on it.
+    assert pattern.count(b"*") == 1 and pattern.count(b"?") == 2
+    assert not set(pattern) & set(b"[]\\")
     keys = accel.build_keys("app", algorithm, *second, (1, 60, 86_400), secret)
     derived = [key + suffix for key in keys for suffix in (b"", b":123", b":bucket:v2")]
     same_identity = as_bytes(first) == as_bytes(second)
     assert all(fnmatch.fnmatchcase(key, pattern) == same_identity for key in derived)
+    # A limiter whose prefix extends this one's is out of reach.
+    nested = accel.build_keys("app:x", algorithm, *first, (60,), secret)
+    assert not fnmatch.fnmatchcase(nested[0], pattern)
 
 
 @PROPERTY

@@ -611,6 +611,28 @@ shown_arg(const arg_view *view)
     return shown;
 }
 
+/* The number of significant digits of a decimal text (leading zeros skipped),
+ * or -1 if it is empty or holds anything but ASCII digits; *start is set to
+ * the first significant digit. */
+static Py_ssize_t
+significant_digits(const arg_view *view, Py_ssize_t *start)
+{
+    if (view->size == 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < view->size; i++) {
+        if (view->data[i] < '0' || view->data[i] > '9') {
+            return -1;
+        }
+    }
+    Py_ssize_t first = 0;
+    while (first < view->size && view->data[first] == '0') {
+        first++;
+    }
+    *start = first;
+    return view->size - first;
+}
+
 /* The scripts' parse_integer: the value of a decimal integer text (digits
  * only, leading zeros allowed, at most 2^53) within [low, high]. */
 static int
@@ -625,19 +647,8 @@ parse_integer(const arg_view *view, long long low, long long high, long long *va
     }
     else {
         Py_ssize_t start = 0;
-        if (view->size == 0) {
-            return 0;
-        }
-        for (Py_ssize_t i = 0; i < view->size; i++) {
-            if (view->data[i] < '0' || view->data[i] > '9') {
-                return 0;
-            }
-        }
-        while (start < view->size && view->data[start] == '0') {
-            start++;
-        }
-        Py_ssize_t digits = view->size - start;
-        if (digits > 16 ||
+        Py_ssize_t digits = significant_digits(view, &start);
+        if (digits < 0 || digits > 16 ||
             (digits == 16 && memcmp(view->data + start, "9007199254740992", 16) > 0)) {
             return 0;
         }
@@ -2571,18 +2582,8 @@ parse_reset_window(const arg_view *view, long long *window_s)
 {
     if (!view->is_int) {
         Py_ssize_t start = 0;
-        if (view->size == 0) {
-            return 0;
-        }
-        for (Py_ssize_t i = 0; i < view->size; i++) {
-            if (view->data[i] < '0' || view->data[i] > '9') {
-                return 0;
-            }
-        }
-        while (start < view->size && view->data[start] == '0') {
-            start++;
-        }
-        if (view->size - start > 5) {
+        Py_ssize_t digits = significant_digits(view, &start);
+        if (digits < 0 || digits > 5) {
             return 0;
         }
     }

@@ -76,7 +76,6 @@ SECTIONS = ("redis", "limiter", "e2e", "memory", "cluster")
 CONCURRENCY = (10, 100, 1000)
 IDENTITIES = 1000  # distinct keys the checks cycle through (redis-benchmark: -r 1000)
 WRK_CONNECTIONS = 32
-CLUSTER_REPLICAS = 1
 PACKAGES = (
     "moderato", "fastapi", "starlette", "uvicorn", "uvloop", "httptools", "hiredis",
     "limits", "coredis", "redis", "slowapi", "fastapi-limiter", "pyrate-limiter", "matplotlib",
@@ -95,6 +94,11 @@ class Config:
     floor_requests: int  # redis-benchmark -c 1 -P 1
     ceiling_requests: int  # redis-benchmark -c 50 -P 16
     warmup_s: float  # per subject, before its first trial
+    # What --quick leaves out to stay near a fifth of the full run (whole-second
+    # wrk runs and server start-ups do not shrink with the windows):
+    limits_clients: tuple[str, ...]  # limits' Redis client libraries measured
+    limited_path: bool  # end to end: also the limited path
+    cluster_replicas: int  # replicas per primary of the benchmark cluster
 
     def window(self, tasks: int) -> tuple[float, float]:
         """(window_s, ramp_s) at this concurrency: 1000 tasks need longer to settle."""
@@ -102,8 +106,9 @@ class Config:
         return self.window_s * scale, self.ramp_s * scale
 
 
-FULL = Config(False, 3, 3, 0.06, 0.02, 0.04, 1, 3000, 25_000, 0.04)
-QUICK = Config(True, 2, 1, 0.015, 0.006, 0.02, 1, 800, 8_000, 0.02)
+FULL = Config(False, 3, 3, 0.06, 0.02, 0.04, 1, 3000, 25_000, 0.04, ("coredis", "redispy"), True, 1)
+# limits' default client only; the allowed path only; a cluster without replicas.
+QUICK = Config(True, 1, 1, 0.015, 0.006, 0.02, 1, 800, 8_000, 0.02, ("coredis",), False, 0)
 
 
 # -- progress -----------------------------------------------------------------
@@ -618,7 +623,7 @@ def limiter_section(url: str, port: int, config: Config, progress: Progress) -> 
     subjects = (
         moderato_subjects(url)
         + moderato_tuned_subjects(url)
-        + limits_redis_subjects(port, ("coredis", "redispy"))
+        + limits_redis_subjects(port, config.limits_clients)
         + fastapi_limiter_subjects(url)
     )
     results = run_loop(run_subjects("limiter-only", subjects, (1, *CONCURRENCY), config, progress))
@@ -728,7 +733,7 @@ def e2e_section(
                 servers.remove(server)
         paths = {server.name: ["allowed"] for server in servers}
         for server in servers:
-            if server.module != "baseline":
+            if server.module != "baseline" and config.limited_path:
                 paths[server.name].append("limited")
             statuses = {}
             for path in paths[server.name]:
@@ -741,7 +746,7 @@ def e2e_section(
                 "warmup_statuses": {path: sorted(set(s)) for path, s in statuses.items()},
             }
             expected_limited = [200] + [429] * 19
-            if server.module != "baseline" and statuses["limited"] != expected_limited:
+            if "limited" in statuses and statuses["limited"] != expected_limited:
                 progress.note(
                     f"{server.name}: unexpected limited-path statuses {statuses['limited']}"
                 )
@@ -933,8 +938,8 @@ def cluster_section(config: Config, progress: Progress) -> dict[str, Any]:
     except ImportError as error:
         return {"skipped": f"Redis Cluster support is not available: {error}"}
     progress.step("cluster", "starting a 3-primary cluster", 3.0)
-    # One replica per primary, as in production and in benchmarks/cluster_bench.py.
-    cluster = RedisCluster(primaries=3, replicas=CLUSTER_REPLICAS).start()
+    # Full run: one replica per primary, as in production and in benchmarks/cluster_bench.py.
+    cluster = RedisCluster(primaries=3, replicas=config.cluster_replicas).start()
     try:
         subjects = moderato_subjects(cluster.url, label="moderato cluster")
         results = run_loop(run_subjects("cluster", subjects, (1, *CONCURRENCY), config, progress))
@@ -942,7 +947,7 @@ def cluster_section(config: Config, progress: Progress) -> dict[str, Any]:
         cluster.close()
     return {
         "topology": (
-            f"3 primaries + {CLUSTER_REPLICAS} replica each, one redis-server process per node, "
+            f"3 primaries + {config.cluster_replicas} replica each, one redis-server process per node, "
             "all on this machine; client: one Python process"
         ),
         "rate": RATE,
@@ -1105,10 +1110,14 @@ def planned_seconds(config: Config, sections: tuple[str, ...]) -> float:
     if "redis" in sections:
         total += config.trials * (config.floor_requests / 20_000 + config.ceiling_requests / 45_000)
     if "limiter" in sections:
-        # The peers take longer: 1000 in-flight checks drain slowly, pools open slowly.
-        total += (moderato + 1) * (per_subject + 0.2) + 8 * (per_subject + 1.2)
+        # The peers take longer: 1000 in-flight checks drain slowly, and each limits
+        # client's pool opens slowly (once: its strategies share one storage).
+        peers = 3 * len(config.limits_clients) + 2
+        total += (moderato + 1) * (per_subject + 0.2) + peers * (per_subject + 0.4)
+        total += len(config.limits_clients) * 1.0
     if "e2e" in sections:
-        total += 4.0 + config.e2e_trials * 9 * (config.wrk_s + 0.15)
+        runs = 9 if config.limited_path else 5
+        total += 2.5 + config.e2e_trials * runs * (config.wrk_s + 0.15)
     if "memory" in sections:
         total += 2 * (moderato + 6) * (config.warmup_s + config.trials * config.memory_s)
         total += moderato * config.trials * 1.5 * config.memory_s

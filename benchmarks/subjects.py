@@ -128,6 +128,10 @@ LIMITS_STRATEGIES = {
 def limits_redis_subjects(port: int, implementations: tuple[str, ...]) -> list[Subject]:
     """limits' async Redis storage (``async+redis://``), each strategy and client library."""
 
+    # One storage per client library, shared by its strategies as in an app: its
+    # connection pool fills once (a thousand connections take about a second).
+    storages: dict[str, Any] = {}
+
     def opener(
         implementation: str, strategy_name: str, slug: str
     ) -> Callable[[], Awaitable[Opened]]:
@@ -136,7 +140,12 @@ def limits_redis_subjects(port: int, implementations: tuple[str, ...]) -> list[S
             from limits.aio import strategies
             from limits.aio.storage import RedisStorage
 
-            storage = RedisStorage(f"async+redis://127.0.0.1:{port}", implementation=implementation)
+            storage = storages.get(implementation)
+            if storage is None:
+                storage = RedisStorage(
+                    f"async+redis://127.0.0.1:{port}", implementation=implementation
+                )
+                storages[implementation] = storage
             strategy = getattr(strategies, strategy_name)(storage)
             item = RateLimitItemPerMinute(RATE_LIMIT)
             hit = strategy.hit

@@ -947,8 +947,8 @@ def cluster_section(config: Config, progress: Progress) -> dict[str, Any]:
         cluster.close()
     return {
         "topology": (
-            f"3 primaries + {config.cluster_replicas} replica each, one redis-server process per node, "
-            "all on this machine; client: one Python process"
+            f"3 primaries + {config.cluster_replicas} replica each, one redis-server process "
+            "per node, all on this machine; client: one Python process"
         ),
         "rate": RATE,
         "identities": IDENTITIES,

@@ -141,7 +141,7 @@ def layer_checks(
         return store.decide(algorithm, keys, args, now_ms)
 
     async def backend_check(_: int) -> Any:
-        return await backend.decide(chosen, keys, args, 1)
+        return await backend.decide(chosen, keys, args)
 
     async def limiter_check(_: int) -> Any:
         return await limiter.check_with_info("u", "1000000/second", algorithm=algorithm)

@@ -13,6 +13,9 @@
  * below 2^53, so Lua's doubles hold it exactly. */
 #define ACCEL_MAX_LIMIT 9007199254LL
 
+/* Capacities and costs travel scaled by this factor. */
+#define ACCEL_SCALE 1000LL
+
 /* Largest integer that crosses a boundary: 2^53. */
 #define ACCEL_MAX_SCALED 9007199254740992LL
 

@@ -39,14 +39,14 @@ field_name(Py_ssize_t position)
                                 offset / DECODE_POLICY_INTS);
 }
 
-/* "decode_decision() reply[<position>] (<field>) must be <expected>, got <value>" */
+/* "<function> reply[<position>] (<field>) must be <expected>, got <value>" */
 static int
-value_error(Py_ssize_t position, PyObject *value, const char *expected)
+value_error(const char *function, Py_ssize_t position, PyObject *value, const char *expected)
 {
     PyObject *field = field_name(position);
     PyObject *quoted = field == NULL ? NULL : accel_quote(value);
     if (quoted != NULL) {
-        PyErr_Format(PyExc_ValueError, "decode_decision() reply[%zd] (%U) must be %s, got %U",
+        PyErr_Format(PyExc_ValueError, "%s reply[%zd] (%U) must be %s, got %U", function,
                      position, field, expected, quoted);
     }
     Py_XDECREF(field);
@@ -56,11 +56,11 @@ value_error(Py_ssize_t position, PyObject *value, const char *expected)
 
 /* The range of reply[position], which may depend on the values before it. */
 static int
-check_range(Py_ssize_t position, PyObject *value, const long long *values, int policies)
+check_range(const char *function, Py_ssize_t position, PyObject *value, const long long *values, int policies)
 {
     long long number = values[position];
     if (position == 0) {
-        return number == 0 || number == 1 ? 0 : value_error(position, value, "0 or 1");
+        return number == 0 || number == 1 ? 0 : value_error(function, position, value, "0 or 1");
     }
     if (position == 1) {
         if (number >= 0 && number < policies) {
@@ -69,9 +69,8 @@ check_range(Py_ssize_t position, PyObject *value, const long long *values, int p
         PyObject *quoted = accel_quote(value);
         if (quoted != NULL) {
             PyErr_Format(PyExc_ValueError,
-                         "decode_decision() reply[1] (deciding) must be a policy index "
-                         "0..%d, got %U",
-                         policies - 1, quoted);
+                         "%s reply[1] (deciding) must be a policy index 0..%d, got %U",
+                         function, policies - 1, quoted);
             Py_DECREF(quoted);
         }
         return -1;
@@ -79,24 +78,24 @@ check_range(Py_ssize_t position, PyObject *value, const long long *values, int p
     switch ((position - DECODE_HEADER_INTS) % DECODE_POLICY_INTS) {
     case REMAINING_SCALED:
         if (number < 0 || number > ACCEL_MAX_SCALED) {
-            return value_error(position, value, "0..9007199254740992");
+            return value_error(function, position, value, "0..9007199254740992");
         }
         return 0;
     case RETRY_MS:
         if (values[0] == 1 && number != 0) {
-            return value_error(position, value, "0 on an admission");
+            return value_error(function, position, value, "0 on an admission");
         }
         if (number < -1 || number > ACCEL_MAX_SCALED) {
-            return value_error(position, value, "-1 (permanent) or 0..9007199254740992");
+            return value_error(function, position, value, "-1 (permanent) or 0..9007199254740992");
         }
         return 0;
     default: /* RESET_MS */
         if (number == -1 && values[position - 1] != -1) {
-            return value_error(position, value,
+            return value_error(function, position, value,
                                "0..9007199254740992 (-1 only for a permanent denial)");
         }
         if (number < -1 || number > ACCEL_MAX_SCALED) {
-            return value_error(position, value, "-1 (none) or 0..9007199254740992");
+            return value_error(function, position, value, "-1 (none) or 0..9007199254740992");
         }
         return 0;
     }
@@ -122,7 +121,7 @@ decides_before(const long long *values, int allowed, int a, int b)
 /* The deciding index must be the one the contract's rule picks, ties going
  * to the lowest index. */
 static int
-check_deciding(const long long *values, int policies)
+check_deciding(const char *function, const long long *values, int policies)
 {
     int allowed = (int)values[0];
     int deciding = (int)values[1];
@@ -136,9 +135,8 @@ check_deciding(const long long *values, int policies)
         return 0;
     }
     PyErr_Format(PyExc_ValueError,
-                 "decode_decision() reply[1] (deciding) is %d, but policy %d decides %s: it "
-                 "has the %s",
-                 deciding, expected, allowed ? "this admission" : "this denial",
+                 "%s reply[1] (deciding) is %d, but policy %d decides %s: it has the %s",
+                 function, deciding, expected, allowed ? "this admission" : "this denial",
                  allowed ? "fewest remaining" : "longest retry");
     return -1;
 }
@@ -167,14 +165,14 @@ parse_policies(PyObject *value)
 
 /* Read and check the reply into values; returns -1 with a ValueError. */
 static int
-read_reply(PyObject *reply, int policies, long long *values)
+read_reply(const char *function, PyObject *reply, int policies, long long *values)
 {
     Py_ssize_t expected_size = DECODE_HEADER_INTS + (Py_ssize_t)DECODE_POLICY_INTS * policies;
     if (!PyList_Check(reply)) {
         PyObject *quoted = accel_quote(reply);
         if (quoted != NULL) {
             PyErr_Format(PyExc_ValueError,
-                         "decode_decision() reply must be a list of %zd ints, got %.100s %U",
+                         "%s reply must be a list of %zd ints, got %.100s %U", function,
                          expected_size, Py_TYPE(reply)->tp_name, quoted);
             Py_DECREF(quoted);
         }
@@ -182,9 +180,8 @@ read_reply(PyObject *reply, int policies, long long *values)
     }
     if (PyList_GET_SIZE(reply) != expected_size) {
         PyErr_Format(PyExc_ValueError,
-                     "decode_decision() reply must hold %zd ints (2 + 3 per policy, %d "
-                     "policies), got %zd",
-                     expected_size, policies, PyList_GET_SIZE(reply));
+                     "%s reply must hold %zd ints (2 + 3 per policy, %d policies), got %zd",
+                     function, expected_size, policies, PyList_GET_SIZE(reply));
         return -1;
     }
     /* No Python code runs in this loop before an error, so the list cannot
@@ -193,18 +190,18 @@ read_reply(PyObject *reply, int policies, long long *values)
         PyObject *item = PyList_GET_ITEM(reply, position);
         int overflow;
         if (!PyLong_Check(item) || PyBool_Check(item)) {
-            return value_error(position, item, "an int");
+            return value_error(function, position, item, "an int");
         }
         values[position] = PyLong_AsLongLongAndOverflow(item, &overflow);
         if (overflow) {
             /* Out of every range: check_range names the right one. */
             values[position] = overflow > 0 ? LLONG_MAX : LLONG_MIN;
         }
-        if (check_range(position, item, values, policies) < 0) {
+        if (check_range(function, position, item, values, policies) < 0) {
             return -1;
         }
     }
-    return check_deciding(values, policies);
+    return check_deciding(function, values, policies);
 }
 
 static PyObject *
@@ -244,8 +241,209 @@ decode_decision(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     if (policies < 0) {
         return NULL;
     }
-    if (read_reply(args[0], policies, values) < 0) {
+    if (read_reply("decode_decision()", args[0], policies, values) < 0) {
         return NULL;
     }
     return build_result(values, policies);
+}
+
+/* -- check_result: the reply straight into the public result objects -------- */
+
+static const char *const result_field_names[RESULT_FIELD_COUNT] = {
+    "allowed", "limit",  "remaining", "retry_after", "reset_at",      "window_seconds",
+    "rate",    "algorithm", "policies", "bypassed",  "shadow_denied",
+};
+
+enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RETRY_AFTER, F_RESET_AT, F_WINDOW_SECONDS,
+       F_RATE, F_ALGORITHM, F_POLICIES, F_BYPASSED, F_SHADOW_DENIED };
+
+int
+decode_init_state(decode_state *state)
+{
+    for (int i = 0; i < RESULT_FIELD_COUNT; i++) {
+        state->field[i] = PyUnicode_InternFromString(result_field_names[i]);
+        if (state->field[i] == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void
+decode_clear_state(decode_state *state)
+{
+    for (int i = 0; i < RESULT_FIELD_COUNT; i++) {
+        Py_CLEAR(state->field[i]);
+    }
+}
+
+/* What a plan must be, for the TypeError naming what was wrong. */
+#define PLAN_SHAPE                                                                          \
+    "(CheckResult class, PolicyState class, rate str, algorithm str, "                      \
+    "((limit, window_s), ...))"
+
+static int
+plan_error(const char *what)
+{
+    PyErr_Format(PyExc_TypeError, "check_result() plan must be " PLAN_SHAPE ": %s", what);
+    return -1;
+}
+
+/* Check the plan's shape; on success *policies is how many rates it holds. */
+static int
+read_plan(PyObject *plan, int *policies)
+{
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 5) {
+        return plan_error("not a 5-tuple");
+    }
+    for (int i = 0; i < 2; i++) {
+        PyObject *cls = PyTuple_GET_ITEM(plan, i);
+        /* Instances are built as object.__new__ builds them, then their
+         * attributes set in the instance dict: only a class defined in
+         * Python straight on object, without a __new__ of its own, whose
+         * instances have a __dict__, is laid out for that. */
+        PyTypeObject *type = (PyTypeObject *)cls;
+        if (!PyType_Check(cls) || !PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) ||
+            type->tp_base != &PyBaseObject_Type || type->tp_new != PyBaseObject_Type.tp_new ||
+            type->tp_dictoffset == 0) {
+            return plan_error("items 0 and 1 must be classes defined in Python on object, "
+                              "without __new__ or __slots__");
+        }
+    }
+    if (!PyUnicode_Check(PyTuple_GET_ITEM(plan, 2)) ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(plan, 3))) {
+        return plan_error("items 2 and 3 must be str");
+    }
+    PyObject *rates = PyTuple_GET_ITEM(plan, 4);
+    if (!PyTuple_Check(rates) || PyTuple_GET_SIZE(rates) < 1 ||
+        PyTuple_GET_SIZE(rates) > ACCEL_MAX_POLICIES) {
+        return plan_error("item 4 must be a tuple of 1 to 16 rates");
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rates); i++) {
+        PyObject *rate = PyTuple_GET_ITEM(rates, i);
+        if (!PyTuple_Check(rate) || PyTuple_GET_SIZE(rate) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(rate, 0)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(rate, 1))) {
+            return plan_error("every rate must be a (limit, window_s) pair of ints");
+        }
+    }
+    *policies = (int)PyTuple_GET_SIZE(rates);
+    return 0;
+}
+
+/* A new instance of cls with these attributes, set as object.__setattr__
+ * would: the classes are frozen dataclasses, whose own __setattr__ refuses. */
+static PyObject *
+new_instance(PyObject *cls, PyObject *const *names, PyObject *const *values, int count)
+{
+    /* What object.__new__ does (read_plan checked that it is cls's __new__). */
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *instance = type->tp_alloc(type, 0);
+    if (instance == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < count; i++) {
+        if (PyObject_GenericSetAttr(instance, names[i], values[i]) < 0) {
+            Py_DECREF(instance);
+            return NULL;
+        }
+    }
+    return instance;
+}
+
+
+/* One policy's public values, new references into out[0..4]: limit,
+ * window_seconds, remaining in whole requests (rounded down), retry_after in
+ * seconds (rounded up; None for never) and reset_at in Unix seconds (None for
+ * none). */
+static int
+policy_values(PyObject *rate, const long long *policy, PyObject **out)
+{
+    out[0] = Py_NewRef(PyTuple_GET_ITEM(rate, 0));
+    out[1] = Py_NewRef(PyTuple_GET_ITEM(rate, 1));
+    out[2] = PyLong_FromLongLong(policy[REMAINING_SCALED] / ACCEL_SCALE);
+    long long retry_ms = policy[RETRY_MS];
+    out[3] = retry_ms < 0 ? Py_NewRef(Py_None)
+                          : PyLong_FromLongLong(retry_ms / 1000 + (retry_ms % 1000 != 0));
+    /* 0 <= reset_ms <= 2**53 converts exactly, so one IEEE division rounds
+     * as Python's reset_ms / 1000 does. */
+    long long reset_ms = policy[RESET_MS];
+    out[4] = reset_ms < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble((double)reset_ms / 1000.0);
+    if (out[2] == NULL || out[3] == NULL || out[4] == NULL) {
+        for (int i = 0; i < 5; i++) {
+            Py_CLEAR(out[i]);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static void
+release(PyObject **values, int count)
+{
+    for (int i = 0; i < count; i++) {
+        Py_XDECREF(values[i]);
+    }
+}
+
+PyObject *
+decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long values[DECODE_MAX_INTS];
+    int policies;
+
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "check_result() takes exactly 2 arguments (reply, plan) (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *plan = args[1];
+    /* The plan first: a wrong one is the caller's bug, not the reply's. */
+    if (read_plan(plan, &policies) < 0 || read_reply("check_result()", args[0], policies, values) < 0) {
+        return NULL;
+    }
+    decode_state *state = PyModule_GetState(module);
+    PyObject *rates = PyTuple_GET_ITEM(plan, 4);
+    PyObject *states = PyTuple_New(policies);
+    if (states == NULL) {
+        return NULL;
+    }
+    PyObject *state_cls = PyTuple_GET_ITEM(plan, 1);
+    /* PolicyState's fields, in its order (and policy_values'). */
+    PyObject *state_names[5] = {state->field[F_LIMIT], state->field[F_WINDOW_SECONDS],
+                                state->field[F_REMAINING], state->field[F_RETRY_AFTER],
+                                state->field[F_RESET_AT]};
+    for (int i = 0; i < policies; i++) {
+        PyObject *policy[5];
+        if (policy_values(PyTuple_GET_ITEM(rates, i),
+                          values + DECODE_HEADER_INTS + DECODE_POLICY_INTS * i, policy) < 0) {
+            Py_DECREF(states);
+            return NULL;
+        }
+        PyObject *one = new_instance(state_cls, state_names, policy, 5);
+        release(policy, 5);
+        if (one == NULL) {
+            Py_DECREF(states);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(states, i, one);
+    }
+    /* The top-level fields are the deciding policy's. */
+    int deciding = (int)values[1];
+    PyObject *top[5];
+    if (policy_values(PyTuple_GET_ITEM(rates, deciding),
+                      values + DECODE_HEADER_INTS + DECODE_POLICY_INTS * deciding, top) < 0) {
+        Py_DECREF(states);
+        return NULL;
+    }
+    /* In the dataclass's field order. */
+    PyObject *fields[RESULT_FIELD_COUNT] = {
+        PyBool_FromLong((long)values[0]), top[0], top[2], top[3], top[4], top[1],
+        PyTuple_GET_ITEM(plan, 2), PyTuple_GET_ITEM(plan, 3), states, Py_False, Py_False};
+    PyObject *result =
+        new_instance(PyTuple_GET_ITEM(plan, 0), state->field, fields, RESULT_FIELD_COUNT);
+    Py_DECREF(fields[F_ALLOWED]);
+    release(top, 5);
+    Py_DECREF(states);
+    return result;
 }

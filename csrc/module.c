@@ -2,8 +2,9 @@
  *
  * Each function lives in its own file (rate.c, keys.c, resp.c, decode.c, and
  * memory.c for the MemoryStore type); this one only declares the module.
- * The module keeps no state of its own, so it is initialized in phases and
- * safe to load in several interpreters.
+ * Its only state is per module object (the interned field names of
+ * check_result), so it is initialized in phases and safe to load in several
+ * interpreters.
  */
 #include "compat.h"
 #include "contract.h"
@@ -82,6 +83,18 @@ PyDoc_STRVAR(encode_evalsha_doc,
 "sha is the 40 hexadecimal digits of a script's SHA-1 (str or bytes); keys\n"
 "and args are tuples or lists of what encode_command accepts.");
 
+PyDoc_STRVAR(check_result_doc,
+"check_result($module, reply, plan, /)\n"
+"--\n"
+"\n"
+"Check a decision script's reply as decode_decision does and build the\n"
+"public result from it: plan is (CheckResult, PolicyState, rate text,\n"
+"algorithm name, ((limit, window_s), ...)), one rate per policy.\n"
+"\n"
+"remaining is rounded down to whole requests, retry_after up to whole\n"
+"seconds (None: never), reset_at is Unix seconds (None: none); the top-level\n"
+"fields are the deciding policy's.");
+
 static PyMethodDef accel_methods[] = {
     {"parse_rate", (PyCFunction)(void (*)(void))rate_parse, METH_FASTCALL, parse_rate_doc},
     {"build_keys", (PyCFunction)(void (*)(void))keys_build, METH_FASTCALL | METH_KEYWORDS,
@@ -95,6 +108,8 @@ static PyMethodDef accel_methods[] = {
      encode_evalsha_doc},
     {"decode_decision", (PyCFunction)(void (*)(void))decode_decision, METH_FASTCALL,
      decode_decision_doc},
+    {"check_result", (PyCFunction)(void (*)(void))decode_check_result, METH_FASTCALL,
+     check_result_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -113,6 +128,9 @@ add_long_long(PyObject *module, const char *name, long long value)
 static int
 accel_exec(PyObject *module)
 {
+    if (decode_init_state(PyModule_GetState(module)) < 0) {
+        return -1;
+    }
     if (add_long_long(module, "MAX_POLICIES", ACCEL_MAX_POLICIES) < 0 ||
         add_long_long(module, "MAX_WINDOW_S", ACCEL_MAX_WINDOW_S) < 0 ||
         add_long_long(module, "MAX_LIMIT", ACCEL_MAX_LIMIT) < 0 ||
@@ -121,6 +139,22 @@ accel_exec(PyObject *module)
     }
     /* memory://'s store, a type of this module object (memory.c). */
     return memory_add_to_module(module);
+}
+
+static int
+accel_clear(PyObject *module)
+{
+    decode_state *state = PyModule_GetState(module);
+    if (state != NULL) {
+        decode_clear_state(state);
+    }
+    return 0;
+}
+
+static void
+accel_free(void *module)
+{
+    accel_clear((PyObject *)module);
 }
 
 static PyModuleDef_Slot accel_slots[] = {
@@ -135,9 +169,11 @@ static struct PyModuleDef accel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "moderato._accel",
     .m_doc = module_doc,
-    .m_size = 0,
+    .m_size = sizeof(decode_state),
     .m_methods = accel_methods,
     .m_slots = accel_slots,
+    .m_clear = accel_clear,
+    .m_free = accel_free,
 };
 
 PyMODINIT_FUNC

@@ -2,6 +2,8 @@
 from collections.abc import Sequence
 from typing import Optional, Union
 
+from .results import CheckResult
+
 _Text = Union[str, bytes]
 _Arg = Union[bytes, bytearray, memoryview, str, int]
 
@@ -35,6 +37,9 @@ def encode_evalsha(sha: _Text, keys: Sequence[_Arg], args: Sequence[_Arg], /) ->
 def decode_decision(
     reply: object, policies: int, /
 ) -> tuple[bool, int, tuple[tuple[int, int, int], ...]]: ...
+def check_result(
+    reply: object, plan: tuple[type, type, str, str, tuple[tuple[int, int], ...]], /
+) -> CheckResult: ...
 
 MEMORY_ALGORITHMS: tuple[str, ...]
 

@@ -5,18 +5,20 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from . import _accel
-from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, ScriptArg, get_algorithm
-from .backends.base import Backend, Decision
+from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
+from .backends.base import Backend, DecideNow
+from .backends.memory import MemoryBackend
 from .breaker import CircuitBreaker
 from .errors import BackendError, RateLimitConfigError, RateLimitExceeded
 from .metrics import Metrics, metrics_for
-from .policy import SCALE, Policy, cost_scaled, policy_for, validate_cost
+from .plans import Plan, Plans
+from .policy import Policy, cost_scaled, policy_for, validate_cost
 from .results import CheckResult, PolicyState
 
 Identity = Union[str, bytes]
@@ -97,6 +99,7 @@ class RateLimiter:
             _accel.build_keys(key_prefix, "fw", "", "", "", (1,), identity_secret)
         except (TypeError, ValueError) as error:
             raise RateLimitConfigError(str(error)) from None
+        self._plans = Plans(self._default_algorithm)
         self._backend: Backend = _make_backend(
             redis_url,
             connect_timeout_s=connect_timeout_s,
@@ -104,6 +107,10 @@ class RateLimiter:
             connections_per_loop=connections_per_loop,
             ssl_context=ssl_context,
             client_name=client_name,
+        )
+        # An in-process backend decides without waiting: checks call it directly.
+        self._decide_now: Optional[DecideNow] = (
+            self._backend.decide_now if isinstance(self._backend, MemoryBackend) else None
         )
 
     # -- lifecycle ---------------------------------------------------------------
@@ -173,34 +180,33 @@ class RateLimiter:
         ``shadow`` (default: the limiter's setting) turns a denial into an
         admission that is logged and counted as ``shadow_denied``.
         """
-        policy = policy_for(rate)
-        cost = validate_cost(cost)
-        chosen = self._algorithm(algorithm)
+        plan = self._plans.get(rate, algorithm)
+        if type(cost) is not int or cost < 1:
+            cost = validate_cost(cost)  # raises for anything but a positive int
         metrics = self.metrics
         started_s = time.perf_counter() if metrics is not None else 0.0
         try:
-            decision = await self._guarded(
-                "decide", self._decide(chosen, policy, key, tenant_type, scope, cost_scaled(cost))
-            )
+            charged_scaled = cost_scaled(cost)
+            result = await self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
         except BackendError as error:
             # Never bypass a cost no quota could ever hold: that is a denial, not an outage.
-            if not self.fail_open or cost > policy.smallest_limit:
+            if not self.fail_open or cost > plan.policy.smallest_limit:
                 if metrics is not None:
-                    metrics.checks.labels(chosen.name, "error").inc()
+                    metrics.checks.labels(plan.algorithm.name, "error").inc()
                 raise
-            return self._bypass(policy, chosen, error)
-        result = _result(decision, policy, chosen)
+            return self._bypass(plan, error)
         if not result.allowed and (self.shadow if shadow is None else shadow):
             result = _shadowed(result, scope)
         if metrics is not None:
-            metrics.check_duration.labels(chosen.name).observe(time.perf_counter() - started_s)
+            name = plan.algorithm.name
+            metrics.check_duration.labels(name).observe(time.perf_counter() - started_s)
             if result.shadow_denied:
                 outcome = "shadow_denied"
             else:
                 outcome = "allowed" if result.allowed else "denied"
-            metrics.checks.labels(chosen.name, outcome).inc()
+            metrics.checks.labels(name, outcome).inc()
             if not result.allowed:
-                metrics.limit_exceeded.labels(chosen.name).inc()
+                metrics.limit_exceeded.labels(name).inc()
         return result
 
     async def get_usage(
@@ -217,20 +223,16 @@ class RateLimiter:
         ``current`` and ``remaining`` are whole requests of the most
         restrictive policy; ``policies`` lists every policy of ``rate``.
         """
-        policy = policy_for(rate)
-        chosen = self._algorithm(algorithm)
-        decision = await self._guarded(
-            "usage", self._decide(chosen, policy, key, tenant_type, scope, 0, apply=False)
-        )
-        result = _result(decision, policy, chosen)
+        plan = self._plans.get(rate, algorithm)
+        result = await self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
         return {
             "limit": result.limit,
             "current": result.limit - (result.remaining or 0),
             "remaining": result.remaining,
             "reset_at": result.reset_at,
             "window_seconds": result.window_seconds,
-            "rate": policy.text,
-            "algorithm": chosen.name,
+            "rate": result.rate,
+            "algorithm": result.algorithm,
             "policies": [
                 {
                     "limit": state.limit,
@@ -278,11 +280,7 @@ class RateLimiter:
         """Run one backend call through the circuit breaker, counting its outcome."""
         if not self.breaker.allow():
             _discard(call)
-            self._count_operation(operation, "short_circuited")
-            raise BackendError(
-                f"backend circuit breaker is open after repeated failures; "
-                f"next attempt in {self.breaker.retry_in_s():.2f} s"
-            )
+            raise self._short_circuit(operation)
         try:
             result = await call
         except RateLimitConfigError:
@@ -300,6 +298,14 @@ class RateLimiter:
         self._count_operation(operation, "ok")
         return result
 
+    def _short_circuit(self, operation: str) -> BackendError:
+        """The error of a call the open breaker refused (counted here)."""
+        self._count_operation(operation, "short_circuited")
+        return BackendError(
+            f"backend circuit breaker is open after repeated failures; "
+            f"next attempt in {self.breaker.retry_in_s():.2f} s"
+        )
+
     def _count_operation(self, operation: str, status: str) -> None:
         if self.metrics is not None:
             self.metrics.backend_operations.labels(operation, status).inc()
@@ -308,7 +314,8 @@ class RateLimiter:
         if self.metrics is not None:
             self.metrics.set_breaker_state(state)
 
-    def _bypass(self, policy: Policy, algorithm: Algorithm, error: BackendError) -> CheckResult:
+    def _bypass(self, plan: Plan, error: BackendError) -> CheckResult:
+        policy, algorithm = plan.policy, plan.algorithm
         logger.warning(
             "moderato: fail-open bypass of %s (%s): backend could not decide: %s",
             policy.text,
@@ -363,25 +370,54 @@ class RateLimiter:
             raise RateLimitConfigError(str(error)) from None
         return keys
 
-    def _decide(
+    async def _decision(
         self,
-        algorithm: Algorithm,
-        policy: Policy,
+        operation: str,
+        plan: Plan,
         key: object,
         tenant_type: Optional[str],
         scope: object,
         charged_scaled: int,
         *,
         apply: bool = True,
-    ) -> Awaitable[Decision]:
-        """The backend call for one decision (or peek); validation errors raise here, before I/O."""
-        keys = self._keys(algorithm, policy, key, _tenant(tenant_type), scope)
-        per_policy = policy.script_args.get(algorithm.name)
-        if per_policy is None:
-            per_policy = tuple(arg for rate in policy.rates for arg in algorithm.policy_args(rate))
-            policy.script_args[algorithm.name] = per_policy
-        args: Sequence[ScriptArg] = (charged_scaled, 1 if apply else 0, *per_policy)
-        return self._backend.decide(algorithm, keys, args, len(policy.rates))
+    ) -> CheckResult:
+        """One decision (or peek) through the circuit breaker, as a CheckResult.
+
+        _guarded's rules, written out: this is the path of every check, and
+        the in-process backend answers without a coroutine of its own.
+        """
+        keys = self._keys(plan.algorithm, plan.policy, key, _tenant(tenant_type), scope)
+        args = (charged_scaled, 1 if apply else 0, *plan.script_args)
+        breaker = self.breaker
+        if not breaker.allow():
+            raise self._short_circuit(operation)
+        try:
+            decide_now = self._decide_now
+            if decide_now is not None:
+                reply = decide_now(plan.algorithm, keys, args)
+            else:
+                reply = await self._backend.decide(plan.algorithm, keys, args)
+            try:
+                result: CheckResult = _accel.check_result(reply, plan.result_shape)
+            except (TypeError, ValueError) as error:
+                raise BackendError(
+                    f"malformed reply from the {plan.algorithm.script} script: {error}"
+                ) from None
+        except RateLimitConfigError:
+            # The backend answered (it refused an argument): it is healthy.
+            breaker.success()
+            raise
+        except BackendError:
+            breaker.failure()
+            self._count_operation(operation, "error")
+            raise
+        except BaseException:
+            breaker.abandon()
+            raise
+        breaker.success()
+        if self.metrics is not None:
+            self._count_operation(operation, "ok")
+        return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------
 
@@ -482,38 +518,6 @@ def _shadowed(result: CheckResult, scope: object) -> CheckResult:
     return replace(result, allowed=True, shadow_denied=True)
 
 
-def _retry_after_s(retry_ms: int) -> Optional[int]:
-    # Round up: a client that waits the advertised seconds must find room.
-    return None if retry_ms < 0 else -(-retry_ms // 1000)
-
-
-def _result(decision: Decision, policy: Policy, algorithm: Algorithm) -> CheckResult:
-    allowed, deciding, replies = decision
-    states = []
-    for rate, (remaining_scaled, retry_ms, reset_ms) in zip(policy.rates, replies):
-        states.append(
-            PolicyState(
-                rate.limit,
-                rate.window_s,
-                remaining_scaled // SCALE,
-                _retry_after_s(retry_ms),
-                None if reset_ms < 0 else reset_ms / 1000,
-            )
-        )
-    top = states[deciding]
-    return CheckResult(
-        allowed,
-        top.limit,
-        top.remaining,
-        top.retry_after,
-        top.reset_at,
-        top.window_seconds,
-        policy.text,
-        algorithm.name,
-        tuple(states),
-    )
-
-
 def exceeded(result: CheckResult) -> RateLimitExceeded:
     """The exception for a denied CheckResult (429 temporary, 422 permanent)."""
     return RateLimitExceeded(
@@ -530,8 +534,6 @@ def _make_backend(redis_url: str, **options: Any) -> Backend:
     if not isinstance(redis_url, str):
         raise RateLimitConfigError(f"redis_url must be a string, got {type(redis_url).__name__}")
     if redis_url.startswith("memory:"):
-        from .backends.memory import MemoryBackend
-
         return MemoryBackend.from_url(redis_url)
     from .backends.redis import RedisBackend
     from .redis import ClusterClient, RedisClient, is_cluster_url

@@ -18,7 +18,7 @@ import hmac
 import math
 import re
 from collections.abc import Sequence
-from typing import Union
+from typing import Any, Union
 
 MAX_POLICIES = 16
 MAX_WINDOW_S = 86_400
@@ -267,3 +267,55 @@ def decode_decision(reply: list[int], policies: int, /) -> Decision:
     if deciding != _deciding(allowed, states):
         raise ValueError("deciding is not the deciding policy")
     return bool(allowed), deciding, tuple(states)
+
+
+def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
+    """decode_decision, then the public result, built by the dataclasses themselves."""
+    if not (isinstance(plan, tuple) and len(plan) == 5):
+        raise TypeError("plan must be a 5-tuple")
+    check_cls, state_cls, rate, algorithm, rates = plan
+    if not all(isinstance(cls, type) and _plain_class(cls) for cls in (check_cls, state_cls)):
+        raise TypeError("plan items 0 and 1 must be Python classes with a __dict__")
+    if not (isinstance(rate, str) and isinstance(algorithm, str)):
+        raise TypeError("plan items 2 and 3 must be str")
+    if not (isinstance(rates, tuple) and 1 <= len(rates) <= MAX_POLICIES):
+        raise TypeError("plan item 4 must be a tuple of 1 to 16 rates")
+    for pair in rates:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(type(n) is int for n in pair)):
+            raise TypeError("every rate must be a (limit, window_s) pair of ints")
+    allowed, deciding, replies = decode_decision(reply, len(rates))
+    states = tuple(
+        state_cls(
+            limit,
+            window_s,
+            remaining_scaled // 1000,
+            None if retry_ms < 0 else -(-retry_ms // 1000),
+            None if reset_ms < 0 else reset_ms / 1000,
+        )
+        for (limit, window_s), (remaining_scaled, retry_ms, reset_ms) in zip(rates, replies)
+    )
+    top = states[deciding]
+    return check_cls(
+        allowed,
+        top.limit,
+        top.remaining,
+        top.retry_after,
+        top.reset_at,
+        top.window_seconds,
+        rate,
+        algorithm,
+        states,
+    )
+
+
+def _plain_class(cls: type) -> bool:
+    # What the C side can build without running __init__: a class defined in
+    # Python straight on object, without a __new__ of its own, whose
+    # instances keep their attributes in a __dict__.
+    heap_type = bool(cls.__flags__ & (1 << 9))
+    return (
+        heap_type
+        and cls.__base__ is object
+        and cls.__new__ is object.__new__
+        and cls.__dictoffset__ != 0
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import binascii
+import dataclasses
 import enum
 import fnmatch
 import hashlib
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 from redis_servers import RedisServer
 
 import moderato._accel as accel
+from moderato.results import CheckResult, PolicyState
 
 IMPLEMENTATIONS = [pytest.param(accel, id="c"), pytest.param(reference, id="python")]
 
@@ -782,6 +784,126 @@ def test_decode_decision_messages() -> None:
         accel.decode_decision([0, 0, 1, 10**5000, 1], 1)
 
 
+# -- check_result --------------------------------------------------------------------
+
+ONE_RATE = (CheckResult, PolicyState, "10/second", "fixed_window", ((10, 1),))
+TWO_RATES = (CheckResult, PolicyState, "10/second;100/minute", "gcra", ((10, 1), (100, 60)))
+
+
+def states(*fields: tuple[Any, ...]) -> tuple[PolicyState, ...]:
+    return tuple(PolicyState(*each) for each in fields)
+
+
+@pytest.mark.parametrize(
+    ("reply", "plan", "expected"),
+    [
+        # Admitted: remaining rounds down to whole requests, retry is 0.
+        (
+            [1, 0, 9999, 0, NOW_MS],
+            ONE_RATE,
+            CheckResult(True, 10, 9, 0, NOW_MS / 1000, 1, "10/second", "fixed_window",
+                        states((10, 1, 9, 0, NOW_MS / 1000))),
+        ),
+        # Denied: retry rounds up to whole seconds; the deciding policy is on top.
+        (
+            [0, 1, 0, 1, NOW_MS + 1, 500, 59001, NOW_MS + 59001],
+            TWO_RATES,
+            CheckResult(False, 100, 0, 60, (NOW_MS + 59001) / 1000, 60,
+                        "10/second;100/minute", "gcra",
+                        states((10, 1, 0, 1, (NOW_MS + 1) / 1000),
+                               (100, 60, 0, 60, (NOW_MS + 59001) / 1000))),
+        ),
+        # Permanent: retry -1 and reset -1 become None.
+        (
+            [0, 1, 3000, 1000, NOW_MS, 5000, -1, -1],
+            TWO_RATES,
+            CheckResult(False, 100, 5, None, None, 60, "10/second;100/minute", "gcra",
+                        states((10, 1, 3, 1, NOW_MS / 1000), (100, 60, 5, None, None))),
+        ),
+        # The largest values of the contract.
+        (
+            [1, 0, 2**53, 0, 2**53],
+            ONE_RATE,
+            CheckResult(True, 10, 2**53 // 1000, 0, 2**53 / 1000, 1, "10/second",
+                        "fixed_window", states((10, 1, 2**53 // 1000, 0, 2**53 / 1000))),
+        ),
+    ],
+)  # fmt: skip
+def test_check_result(impl: Any, reply: list[int], plan: Any, expected: CheckResult) -> None:
+    result = impl.check_result(reply, plan)
+    assert type(result) is CheckResult
+    assert result == expected
+    assert all(type(state) is PolicyState for state in result.policies)
+    # Built as the dataclass builds itself: same attributes, same order, same hash.
+    assert list(vars(result).items()) == list(vars(expected).items())
+    for state, expected_state in zip(result.policies, expected.policies):
+        assert list(vars(state).items()) == list(vars(expected_state).items())
+        assert hash(state) == hash(expected_state)
+    assert dataclasses.replace(result, allowed=True).allowed is True
+    assert result.status_code == expected.status_code
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.allowed = True  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("reply", "policies"), BAD_REPLIES)
+def test_check_result_rejects_bad_replies(impl: Any, reply: object, policies: int) -> None:
+    plan = (CheckResult, PolicyState, "r", "a", ((1, 1),) * policies)
+    with pytest.raises(ValueError):
+        impl.check_result(reply, plan)
+
+
+class SlottedResult:
+    __slots__ = ("allowed",)
+
+
+class OwnNew:
+    def __new__(cls) -> OwnNew:
+        return super().__new__(cls)
+
+
+class DictResult(dict):  # type: ignore[type-arg]
+    pass
+
+
+BAD_PLANS = [
+    None,
+    [CheckResult, PolicyState, "r", "a", ((1, 1),)],
+    (CheckResult, PolicyState, "r", "a"),
+    (CheckResult, PolicyState, "r", "a", ((1, 1),), None),
+    (CheckResult(True, 1, 1, 0, 1.0, 1, "r", "a"), PolicyState, "r", "a", ((1, 1),)),
+    (int, PolicyState, "r", "a", ((1, 1),)),
+    (DictResult, PolicyState, "r", "a", ((1, 1),)),
+    (CheckResult, SlottedResult, "r", "a", ((1, 1),)),
+    (CheckResult, OwnNew, "r", "a", ((1, 1),)),
+    (CheckResult, PolicyState, b"r", "a", ((1, 1),)),
+    (CheckResult, PolicyState, "r", None, ((1, 1),)),
+    (CheckResult, PolicyState, "r", "a", ()),
+    (CheckResult, PolicyState, "r", "a", ((1, 1),) * 17),
+    (CheckResult, PolicyState, "r", "a", [(1, 1)]),
+    (CheckResult, PolicyState, "r", "a", ((1, 1, 1),)),
+    (CheckResult, PolicyState, "r", "a", ((1.0, 1),)),
+    (CheckResult, PolicyState, "r", "a", ((1, True),)),
+    (CheckResult, PolicyState, "r", "a", ([1, 1],)),
+]
+
+
+@pytest.mark.parametrize("plan", BAD_PLANS)
+def test_check_result_rejects_bad_plans(impl: Any, plan: object) -> None:
+    with pytest.raises(TypeError):
+        impl.check_result([1, 0, 1, 0, 1], plan)
+
+
+def test_check_result_messages() -> None:
+    with pytest.raises(TypeError, match=r"^check_result\(\) plan must be \(CheckResult class, "):
+        accel.check_result([1, 0, 1, 0, 1], BAD_PLANS[-1])
+    with pytest.raises(
+        ValueError, match=r"^check_result\(\) reply\[3\] \(retry_ms of policy 0\) must be 0 "
+    ):
+        accel.check_result([1, 0, 1, 5, 1], ONE_RATE)
+    with pytest.raises(TypeError, match="exactly 2 arguments"):
+        accel.check_result([1, 0, 1, 0, 1])
+
+
 # -- properties: the C module against its twin ---------------------------------------
 #
 # Each property draws well-formed arguments, then usually spoils one of them
@@ -1021,6 +1143,27 @@ def decision_replies(draw: st.DrawFn) -> tuple[object, object]:
 @given(st.one_of(decision_replies(), decision_replies(), st.tuples(HOSTILE, HOSTILE)))
 def test_decode_decision_matches_reference(reply_and_policies: tuple[object, object]) -> None:
     same_outcome("decode_decision", *reply_and_policies)
+
+
+@st.composite
+def result_plans(draw: st.DrawFn, policies: object) -> object:
+    """A plan for this many policies; now and then a broken one."""
+    count = policies if isinstance(policies, int) and 1 <= policies <= 16 else 1
+    limit = st.integers(1, 9_007_199_254)
+    rates = tuple((draw(limit), draw(st.integers(1, 86_400))) for _ in range(count))
+    plan = (CheckResult, PolicyState, draw(st.text(max_size=20)), draw(st.text(max_size=12)), rates)
+    if draw(st.integers(0, 5)) == 0:
+        return draw(st.sampled_from(BAD_PLANS))
+    return plan
+
+
+@PROPERTY
+@given(st.one_of(decision_replies(), st.tuples(HOSTILE, HOSTILE)), st.data())
+def test_check_result_matches_reference(
+    reply_and_policies: tuple[object, object], data: st.DataObject
+) -> None:
+    reply, policies = reply_and_policies
+    same_outcome("check_result", reply, data.draw(result_plans(policies)))
 
 
 # -- properties of the keys themselves -----------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from moderato import _accel
+from moderato.results import CheckResult, PolicyState
 
 CALLS = 100_000
 WARM_UP_CALLS = 2_000
@@ -26,6 +27,7 @@ RSS_GROWTH_BOUND_BYTES = 2 << 20
 SHA = "e0e1f9fabfc9d4800c877a703b823ac0578ff831"
 SECRET = b"0123456789abcdef"
 NOW_MS = 1_700_000_000_000
+RESULT_CLASSES = (CheckResult, PolicyState)
 
 
 def text(value: str) -> str:
@@ -112,6 +114,19 @@ CASES: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
     ("decode_decision-length", _accel.decode_decision, ([1, 0, 1, 0], 1), {}),
     ("decode_decision-deciding", _accel.decode_decision, ([1, 0, 5, 0, 1, 4, 0, 1], 2), {}),
     ("decode_decision-policies", _accel.decode_decision, ([1, 0, 1, 0, 1], True), {}),
+    (
+        "check_result",
+        _accel.check_result,
+        ([0, 1, 0, 500, NOW_MS, 7000, -1, -1], (*RESULT_CLASSES, "r", "a", ((10, 1), (9, 60)))),
+        {},
+    ),
+    (
+        "check_result-reply",
+        _accel.check_result,
+        ([1, 0, 1, 5, 1], (*RESULT_CLASSES, "r", "a", ((10, 1),))),
+        {},
+    ),
+    ("check_result-plan", _accel.check_result, ([1, 0, 1, 0, 1], (*RESULT_CLASSES, "r")), {}),
 ]
 
 

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,6 @@ from moderato import (
 from moderato.algorithms import ALGORITHMS
 from moderato.backends import memory as memory_module
 from moderato.backends.memory import MemoryBackend
-from moderato.limiter import _retry_after_s
 
 ALGORITHM_NAMES = tuple(ALGORITHMS)
 # A minute boundary (and an hour one): windows line up with the numbers below.
@@ -281,7 +281,7 @@ async def test_bad_backend_arguments_are_config_errors(
 ) -> None:
     backend = memory_backend(limiter)
     with pytest.raises(RateLimitConfigError, match=message):
-        await backend.decide(ALGORITHMS["fixed_window"], [b"k"], args, 1)  # type: ignore[arg-type]
+        await backend.decide(ALGORITHMS["fixed_window"], [b"k"], args)  # type: ignore[arg-type]
     with pytest.raises(RateLimitConfigError, match=r"^reset: MODERATO_ARG ARGV\[1\]"):
         await backend.reset([b"k"], [0])
     assert len(backend.store) == 0
@@ -295,10 +295,10 @@ async def test_unusable_state_is_a_backend_error_and_writes_nothing(
     backend.store.load(key, -5, -1)
     before = backend.store.dump(clock.now_ms)
     with pytest.raises(BackendError, match=r'^fixed_window: MODERATO_STATE key "k:\d+" holds "-5"'):
-        await backend.decide(ALGORITHMS["fixed_window"], [b"k"], (1000, 1, 5000, 60), 1)
+        await backend.decide(ALGORITHMS["fixed_window"], [b"k"], (1000, 1, 5000, 60))
     backend.store.load(b"t:bucket:v2", 7, -1)
     with pytest.raises(BackendError, match=r"MODERATO_STATE .* cannot be read: WRONGTYPE"):
-        await backend.decide(ALGORITHMS["token_bucket"], [b"t"], (1000, 1, 5000, 60, ""), 1)
+        await backend.decide(ALGORITHMS["token_bucket"], [b"t"], (1000, 1, 5000, 60, ""))
     assert backend.store.dump(clock.now_ms) == {**before, b"t:bucket:v2": (7, -1)}
 
 
@@ -353,6 +353,13 @@ def seed_args(apply: bool = True) -> tuple[object, ...]:
     return (1000, 1 if apply else 0, SEED_BURST * 1000, 1, str(SEED_RATE_PER_S * 1000))
 
 
+async def seed_decide(backend: MemoryBackend, key: bytes) -> tuple[bool, int, Any]:
+    """One seed-004 token-bucket decision on the backend, decoded."""
+    reply = await backend.decide(TOKEN_BUCKET, [key], seed_args())  # type: ignore[arg-type]
+    decision: tuple[bool, int, Any] = _accel.decode_decision(reply, 1)
+    return decision
+
+
 async def test_seed_004_a_200_request_burst_admits_exactly_the_bucket(
     limiter: RateLimiter, clock: FakeClock
 ) -> None:
@@ -361,15 +368,13 @@ async def test_seed_004_a_200_request_burst_admits_exactly_the_bucket(
     admitted, retry_after = 0, set()
     for i in range(200):
         clock.now_ms = start_ms + i * 18 // 200  # 200 requests within 18 ms
-        allowed, _, ((_, retry_ms, _),) = await backend.decide(
-            TOKEN_BUCKET, [b"key-a"], seed_args(), 1
-        )
+        allowed, _, ((_, retry_ms, _),) = await seed_decide(backend, b"key-a")
         if allowed:
             admitted += 1
         else:
-            retry_after.add(_retry_after_s(retry_ms))
+            retry_after.add(-(-retry_ms // 1000))  # seconds, rounded up
         if i == 100:  # another key in the middle of the burst
-            other, _, _ = await backend.decide(TOKEN_BUCKET, [b"key-b"], seed_args(), 1)
+            other, _, _ = await seed_decide(backend, b"key-b")
             assert other
     assert admitted == SEED_BURST
     assert retry_after == {1}
@@ -381,10 +386,10 @@ async def test_seed_004_a_client_paced_at_80_percent_is_never_limited(
     backend = memory_backend(limiter)
     # 40 requests per second for 80 requests, after a burst that emptied the bucket.
     for _ in range(SEED_BURST):
-        assert (await backend.decide(TOKEN_BUCKET, [b"paced"], seed_args(), 1))[0]
+        assert (await seed_decide(backend, b"paced"))[0]
     for _ in range(80):
         clock.advance(1000 // 40)
-        allowed, _, _ = await backend.decide(TOKEN_BUCKET, [b"paced"], seed_args(), 1)
+        allowed, _, _ = await seed_decide(backend, b"paced")
         assert allowed
 
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..algorithms import Algorithm, ScriptArg
 
-PolicyReply = tuple[int, int, int]
-"""One policy's (remaining_scaled, retry_ms, reset_ms); -1 marks 'never' / 'none'."""
+DecisionReply = list[int]
+"""A decision script's reply: ``[allowed, deciding, (remaining_scaled, retry_ms, reset_ms) * n]``.
 
-Decision = tuple[bool, int, tuple[PolicyReply, ...]]
-"""(allowed, index of the deciding policy, one PolicyReply per policy)."""
+docs/internals.md lays it out; the limiter checks it with ``_accel.check_result``.
+"""
+
+DecideNow = Callable[[Algorithm, Sequence[bytes], Sequence[ScriptArg]], DecisionReply]
+"""An in-process backend's synchronous ``decide``."""
 
 
 class Backend(Protocol):
@@ -20,16 +23,13 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
     async def decide(
-        self,
-        algorithm: Algorithm,
-        keys: Sequence[bytes],
-        args: Sequence[ScriptArg],
-        policies: int,
-    ) -> Decision:
-        """Run one atomic decision (or a read-only peek) over ``policies`` policies.
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
+        """Run one atomic decision (or a read-only peek), one key per policy.
 
         ``args`` is ``(cost_scaled, apply, *per-policy arguments)`` as
-        docs/internals.md lays out.
+        docs/internals.md lays out. A refused argument raises
+        RateLimitConfigError; a backend that cannot decide, BackendError.
         """
         ...
 

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError
-from .base import Decision
+from .base import DecisionReply
 
 logger = logging.getLogger("moderato")
 
@@ -113,29 +113,25 @@ class MemoryBackend:
     async def close(self) -> None:
         pass
 
-    async def decide(
-        self,
-        algorithm: Algorithm,
-        keys: Sequence[bytes],
-        args: Sequence[ScriptArg],
-        policies: int,
-    ) -> Decision:
+    def decide_now(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
+        """decide(), synchronously: the store never waits, so the limiter need not either."""
         now_ms = self.clock()
         try:
-            reply = self.store.decide(algorithm.name, keys, args, now_ms)
+            reply: DecisionReply = self.store.decide(algorithm.name, keys, args, now_ms)
         except ValueError as error:
             raise _store_error(algorithm.script, error) from None
         self._until_sweep -= 1
         if self._until_sweep <= 0:
             self._until_sweep = SWEEP_EVERY
             self.store.sweep(now_ms, SWEEP_SLOTS)
-        try:
-            decision: Decision = _accel.decode_decision(reply, policies)
-        except (TypeError, ValueError) as error:
-            raise BackendError(
-                f"malformed reply from memory:// {algorithm.name}: {error}"
-            ) from None
-        return decision
+        return reply
+
+    async def decide(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
+        return self.decide_now(algorithm, keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         try:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Union
 
-from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError, RedisReplyError
 from ..redis import ClusterClient, RedisClient
 from ..scripts import load_script
-from .base import Decision
+from .base import DecisionReply
 
 _SCAN_BATCH = 1000
 
@@ -42,22 +41,14 @@ class RedisBackend:
         await self.client.close()
 
     async def decide(
-        self,
-        algorithm: Algorithm,
-        keys: Sequence[bytes],
-        args: Sequence[ScriptArg],
-        policies: int,
-    ) -> Decision:
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
         script = load_script(algorithm.script)
         try:
-            reply = await self.client.evalsha(script, keys, args)
+            reply: DecisionReply = await self.client.evalsha(script, keys, args)
         except RedisReplyError as error:
             raise _script_error(script.name, error) from None
-        try:
-            decision: Decision = _accel.decode_decision(reply, policies)
-        except (TypeError, ValueError) as error:
-            raise BackendError(f"malformed reply from the {script.name} script: {error}") from None
-        return decision
+        return reply
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script("reset")

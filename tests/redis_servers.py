@@ -52,20 +52,13 @@ class RedisServer:
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         args = [
             redis_server_binary(),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.dir),
-            "--logfile",
-            str(self.dir / "redis.log"),
-            "--protected-mode",
-            "no",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.dir),
+            "--logfile", str(self.dir / "redis.log"),
+            "--protected-mode", "no",
             *self.extra_args,
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

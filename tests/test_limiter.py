@@ -304,10 +304,9 @@ async def test_scripts_reload_after_flush_and_restart(own_redis_server: RedisSer
 
 async def test_reset_leaves_a_longer_prefix_alone(redis_url: str) -> None:
     # "app" and "app:x" share a Redis: resetting under "app" must not reach "app:x".
-    async with (
-        RateLimiter(redis_url, key_prefix="app") as short,
-        RateLimiter(redis_url, key_prefix="app:x") as longer,
-    ):
+    async with RateLimiter(redis_url, key_prefix="app") as short, RateLimiter(
+        redis_url, key_prefix="app:x"
+    ) as longer:
         await short.check("user", "10/minute")
         await longer.check("user", "10/minute")
         assert await short.reset("user") == 1

@@ -61,6 +61,7 @@ from benchmarks.subjects import (  # noqa: E402
     RATE,
     Opened,
     Subject,
+    bare_client_subjects,
     fastapi_limiter_subjects,
     in_process_subjects,
     limits_redis_subjects,
@@ -623,6 +624,7 @@ def limiter_section(url: str, port: int, config: Config, progress: Progress) -> 
     subjects = (
         moderato_subjects(url)
         + moderato_tuned_subjects(url)
+        + bare_client_subjects(port)
         + limits_redis_subjects(port, config.limits_clients)
         + fastapi_limiter_subjects(url)
     )
@@ -997,19 +999,19 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     ceiling = _median(redis.get("c50_p16", {}).get("ops_per_s"))
     subjects = {s["name"]: s for s in limiter.get("subjects", [])}
 
-    def add(name: str, value: Optional[float], threshold: float, detail: str) -> None:
+    def add(name: str, value: Optional[float], threshold: Optional[float], detail: str) -> None:
+        """A target; with no threshold, a reference figure printed beside them."""
+        met = None if value is None or threshold is None else value >= threshold
         out.append(
-            {
-                "target": name,
-                "value": value,
-                "threshold": threshold,
-                "met": None if value is None else value >= threshold,
-                "detail": detail,
-            }
+            {"target": name, "value": value, "threshold": threshold, "met": met, "detail": detail}
         )
 
     moderato_names = [n for n, s in subjects.items() if s["library"] == "moderato"]
-    peer_names = [n for n, s in subjects.items() if not s["library"].startswith("moderato")]
+    peer_names = [
+        n
+        for n, s in subjects.items()
+        if not s["library"].startswith("moderato") and s["library"] != "reference"
+    ]
     reference = "moderato token_bucket"  # the script redis-benchmark runs
     for tasks in ("100", "1000"):
         peers = {
@@ -1046,6 +1048,23 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             seq / floor,
             0.80,
             f"{seq:,.0f} vs {floor:,.0f} ops/s",
+        )
+    # Not targets: how far a bare Python asyncio client gets, and moderato against it.
+    bare_name = "bare asyncio client, token_bucket script"
+    bare = _median(subjects.get(bare_name, {}).get("sequential", {}).get("checks_per_s"))
+    if bare and floor:
+        add(
+            f"limiter-only sequential: {bare_name} / redis-benchmark -c 1 -P 1",
+            bare / floor,
+            None,
+            f"{bare:,.0f} vs {floor:,.0f} ops/s",
+        )
+    if bare and seq:
+        add(
+            f"limiter-only sequential: {reference} / {bare_name}",
+            seq / bare,
+            None,
+            f"{seq:,.0f} vs {bare:,.0f} checks/s",
         )
 
     e2e = (sections.get("e2e") or {}).get("apps", {})
@@ -1113,7 +1132,7 @@ def planned_seconds(config: Config, sections: tuple[str, ...]) -> float:
         # The peers take longer: 1000 in-flight checks drain slowly, and each limits
         # client's pool opens slowly (once: its strategies share one storage).
         peers = 3 * len(config.limits_clients) + 2
-        total += (moderato + 1) * (per_subject + 0.2) + peers * (per_subject + 0.4)
+        total += (moderato + 2) * (per_subject + 0.2) + peers * (per_subject + 0.4)
         total += len(config.limits_clients) * 1.0
     if "e2e" in sections:
         runs = 9 if config.limited_path else 5
@@ -1145,8 +1164,11 @@ def print_summary(report: dict[str, Any]) -> None:
         f"{report['config']['trials']} trials; medians [min..max])"
     )
     for target in report["targets"]:
-        mark = {True: "met   ", False: "MISSED", None: "n/a   "}[target["met"]]
         value = "n/a" if target["value"] is None else f"{target['value']:.2f}"
+        if target["threshold"] is None:
+            print(f"  ref    {target['target']}: {value} ({target['detail']})")
+            continue
+        mark = {True: "met   ", False: "MISSED", None: "n/a   "}[target["met"]]
         print(
             f"  {mark} {target['target']}: {value} (target >= {target['threshold']}; "
             f"{target['detail']})"

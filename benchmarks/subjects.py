@@ -117,6 +117,79 @@ def moderato_tuned_subjects(url: str, algorithm: str = "token_bucket") -> list[S
     return [subject]
 
 
+def bare_client_subjects(port: int, algorithm: str = "token_bucket") -> list[Subject]:
+    """What any Python asyncio client can do: the least code that runs the same EVALSHA.
+
+    Not a limiter and not a peer: a reference. It builds the same keys and
+    arguments with moderato's C functions, writes each command at once (no
+    batching, no timeouts, no reconnects, no NOSCRIPT recovery) on one
+    connection and hands replies to futures in order. The gap between it and
+    redis-benchmark is the price of the event loop itself; the gap between
+    moderato and it is the price of the rest.
+    """
+
+    async def open_() -> Opened:
+        import asyncio
+        from collections import deque
+
+        import hiredis
+
+        from moderato import _accel
+        from moderato.policy import policy_for
+        from moderato.scripts import load_script
+
+        chosen = ALGORITHMS[algorithm]
+        policy = policy_for(RATE)
+        script = load_script(chosen.script)
+        args = (1000, 1, *chosen.policy_args(policy.rates[0]))
+        loop = asyncio.get_running_loop()
+        waiting: deque[asyncio.Future[Any]] = deque()
+
+        class Protocol(asyncio.Protocol):
+            def __init__(self) -> None:
+                self.reader = hiredis.Reader()
+
+            def data_received(self, data: bytes) -> None:
+                self.reader.feed(data)
+                reply = self.reader.gets()
+                while reply is not False:
+                    waiting.popleft().set_result(reply)
+                    reply = self.reader.gets()
+
+        transport, _ = await loop.create_connection(Protocol, "127.0.0.1", port)
+        load = loop.create_future()
+        waiting.append(load)
+        transport.write(_accel.encode_command("SCRIPT", "LOAD", script.source))
+        await load
+        write = transport.write
+
+        def check(key: str) -> Awaitable[Any]:
+            keys = _accel.build_keys("bench-bare", chosen.key_tag, "", "global", key, (60,))
+            future = loop.create_future()
+            waiting.append(future)
+            write(_accel.encode_evalsha(script.sha, keys, args))
+            return future
+
+        async def close() -> None:
+            transport.close()
+
+        return Opened(check, lambda reply: bool(reply[0]), close)
+
+    return [
+        Subject(
+            name=f"bare asyncio client, {algorithm} script",
+            library="reference",
+            algorithm=ALGORITHM_FAMILY[algorithm],
+            open=open_,
+            note=(
+                "asyncio.Protocol + hiredis, one connection, each EVALSHA written at once; "
+                "not a limiter: the floor of any Python asyncio client (not in the targets)"
+            ),
+            extra={"moderato_algorithm": algorithm},
+        )
+    ]
+
+
 LIMITS_STRATEGIES = {
     # limits' strategy class name -> (slug, the rate law in words)
     "MovingWindowRateLimiter": ("moving-window", "sliding log"),

@@ -207,10 +207,10 @@ def targets_table(run: dict[str, Any]) -> str:
     for target in run["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[target["met"]]
         value = "n/a" if target["value"] is None else f"{target['value']:.2f}"
-        lines.append(
-            f"| {target['target']} | {value} | ≥ {target['threshold']} | {met} | "
-            f"{target['detail']} |"
-        )
+        threshold = "reference" if target["threshold"] is None else f"≥ {target['threshold']}"
+        if target["threshold"] is None:
+            met = "—"
+        lines.append(f"| {target['target']} | {value} | {threshold} | {met} | {target['detail']} |")
     return "\n".join(lines)
 
 
@@ -238,9 +238,10 @@ def targets_across(paths: list[Path]) -> str:
                 cells.append("n/a")
                 continue
             threshold = target["threshold"]
-            mark = "" if target["met"] else " ✗"
+            mark = "" if target["met"] or threshold is None else " ✗"
             cells.append(f"{target['value']:.2f}{mark}")
-        lines.append(f"| {name} | ≥ {threshold} | " + " | ".join(cells) + " |")
+        shown = "reference" if threshold is None else f"≥ {threshold}"
+        lines.append(f"| {name} | {shown} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

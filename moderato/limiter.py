@@ -386,7 +386,23 @@ class RateLimiter:
         _guarded's rules, written out: this is the path of every check, and
         the in-process backend answers without a coroutine of its own.
         """
-        keys = self._keys(plan.algorithm, plan.policy, key, _tenant(tenant_type), scope)
+        algorithm = plan.algorithm
+        if tenant_type is None and type(scope) is str and type(key) is str:
+            # The common call, its types already right: straight to the C key builder.
+            try:
+                keys = _accel.build_keys(
+                    self.key_prefix,
+                    algorithm.key_tag,
+                    "",
+                    scope,
+                    key,
+                    plan.policy.windows_s,
+                    self._identity_secret,
+                )
+            except (TypeError, ValueError) as error:
+                raise RateLimitConfigError(str(error)) from None
+        else:
+            keys = self._keys(algorithm, plan.policy, key, _tenant(tenant_type), scope)
         args = (charged_scaled, 1 if apply else 0, *plan.script_args)
         breaker = self.breaker
         if not breaker.allow():
@@ -394,14 +410,14 @@ class RateLimiter:
         try:
             decide_now = self._decide_now
             if decide_now is not None:
-                reply = decide_now(plan.algorithm, keys, args)
+                reply = decide_now(algorithm, keys, args)
             else:
-                reply = await self._backend.decide(plan.algorithm, keys, args)
+                reply = await self._backend.decide(algorithm, keys, args)
             try:
                 result: CheckResult = _accel.check_result(reply, plan.result_shape)
             except (TypeError, ValueError) as error:
                 raise BackendError(
-                    f"malformed reply from the {plan.algorithm.script} script: {error}"
+                    f"malformed reply from the {algorithm.script} script: {error}"
                 ) from None
         except RateLimitConfigError:
             # The backend answered (it refused an argument): it is healthy.

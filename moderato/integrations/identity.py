@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Literal, Optional, Union
 
 from starlette.requests import HTTPConnection
@@ -64,6 +65,17 @@ def parse_address(text: str) -> Optional[IPAddress]:
         # A dual-stack socket reports IPv4 clients as ::ffff:a.b.c.d; one client, one identity.
         return address.ipv4_mapped
     return address
+
+
+@lru_cache(maxsize=4096)
+def _peer(text: str) -> tuple[Optional[IPAddress], str]:
+    """The connection's peer address and its canonical text (the text itself if invalid).
+
+    Cached: a server sees the same peers (its proxies, its busy clients) again
+    and again, and parsing an address costs more than the rest of the check.
+    """
+    address = parse_address(text)
+    return address, text if address is None else str(address)
 
 
 def _forwarded_for(values: Sequence[str]) -> list[str]:
@@ -126,12 +138,9 @@ class ClientIdentity:
         client = scope.get("client")
         if not client:
             return UNKNOWN_CLIENT
-        peer_text = str(client[0])
-        peer = parse_address(peer_text)
-        if peer is None:
-            return peer_text
-        if not self.trusted_proxies or not self._trusted(peer):
-            return str(peer)
+        peer, canonical = _peer(str(client[0]))
+        if peer is None or not self.trusted_proxies or not self._trusted(peer):
+            return canonical
         return self._forwarded_client(scope, peer)
 
     def _trusted(self, address: IPAddress) -> bool:

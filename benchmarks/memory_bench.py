@@ -130,7 +130,7 @@ def layer_checks(
     algorithm: str,
 ) -> tuple[Callable[[int], Any], Callable[[int], Awaitable[Any]], Callable[[int], Awaitable[Any]]]:
     limiter = RateLimiter("memory://", key_prefix="bench")
-    backend = limiter._backend
+    backend = limiter.backend
     assert isinstance(backend, MemoryBackend)
     chosen = ALGORITHMS[algorithm]
     keys = _accel.build_keys("bench", chosen.key_tag, "", "global", "u", (1,))
@@ -184,7 +184,7 @@ async def moderato(url, identities):
     for i in range(identities):
         await limiter.check_with_info(f"client-{{i}}", "10/minute")
     gc.collect()
-    return rss() - before, len(limiter._backend.store)
+    return rss() - before, len(limiter.backend.store)
 
 def limits(identities):
     from limits import parse, storage, strategies

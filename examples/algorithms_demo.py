@@ -35,6 +35,7 @@ from typing import Optional, Protocol
 
 from moderato import RateLimiter
 from moderato.algorithms import ALGORITHMS
+from moderato.backends.memory import MemoryBackend
 
 RATE = "10/2 seconds"
 LIMIT = 10
@@ -114,10 +115,9 @@ class VirtualClock:
 
 def virtual_clock_for(limiter: RateLimiter) -> Optional[VirtualClock]:
     """A virtual clock wired into a memory:// limiter; None for Redis (its clock is its own)."""
-    # The in-process backend reads time from its ``clock`` attribute; the limiter
-    # does not expose its backend publicly yet, hence the one private look-up.
-    backend = getattr(limiter, "_backend", None)
-    if type(backend).__name__ != "MemoryBackend" or not hasattr(backend, "clock"):
+    # The in-process backend reads time from its ``clock`` attribute.
+    backend = limiter.backend
+    if not isinstance(backend, MemoryBackend):
         return None
     clock = VirtualClock(time.time())
     backend.clock = clock.now_ms

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
-from .backends.base import Backend, DecideNow
+from .backends.base import Backend, DecideNow, script_refusal
 from .backends.memory import MemoryBackend
 from .breaker import CircuitBreaker
-from .errors import BackendError, RateLimitConfigError, RateLimitExceeded
+from .errors import BackendError, RateLimitConfigError, RateLimitExceeded, RedisReplyError
 from .metrics import Metrics, metrics_for
 from .plans import Plan, Plans
 from .policy import Policy, cost_scaled, policy_for, validate_cost
@@ -112,6 +112,15 @@ class RateLimiter:
         self._decide_now: Optional[DecideNow] = (
             self._backend.decide_now if isinstance(self._backend, MemoryBackend) else None
         )
+
+    @property
+    def backend(self) -> Backend:
+        """What decides this limiter's checks: a ``RedisBackend`` or a ``MemoryBackend``.
+
+        For tests on ``memory://``: its ``clock`` attribute (a callable
+        returning Unix milliseconds) can be replaced to drive time by hand.
+        """
+        return self._backend
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -412,7 +421,10 @@ class RateLimiter:
             if decide_now is not None:
                 reply = decide_now(algorithm, keys, args)
             else:
-                reply = await self._backend.decide(algorithm, keys, args)
+                try:
+                    reply = await self._backend.decide(algorithm, keys, args)
+                except RedisReplyError as error:
+                    raise script_refusal(algorithm.script, error) from None
             try:
                 result: CheckResult = _accel.check_result(reply, plan.result_shape)
             except (TypeError, ValueError) as error:

@@ -54,7 +54,7 @@ def own_cluster() -> Iterator[RedisCluster]:
 
 
 def cluster_client(limiter: RateLimiter) -> ClusterClient:
-    backend = limiter._backend
+    backend = limiter.backend
     assert isinstance(backend, RedisBackend)
     client = backend.client
     assert isinstance(client, ClusterClient)

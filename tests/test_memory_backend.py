@@ -27,6 +27,7 @@ from moderato import (
 from moderato.algorithms import ALGORITHMS
 from moderato.backends import memory as memory_module
 from moderato.backends.memory import MemoryBackend
+from moderato.backends.redis import RedisBackend
 
 ALGORITHM_NAMES = tuple(ALGORITHMS)
 # A minute boundary (and an hour one): windows line up with the numbers below.
@@ -48,7 +49,7 @@ class FakeClock:
 
 
 def memory_backend(limiter: RateLimiter) -> MemoryBackend:
-    backend = limiter._backend
+    backend = limiter.backend
     assert isinstance(backend, MemoryBackend)
     return backend
 
@@ -63,6 +64,25 @@ def limiter(clock: FakeClock) -> RateLimiter:
     limiter = RateLimiter("memory://", key_prefix="test")
     memory_backend(limiter).clock = clock
     return limiter
+
+
+def test_the_backend_is_public_and_its_clock_drives_decisions() -> None:
+    limiter = RateLimiter("memory://")
+    assert isinstance(limiter.backend, MemoryBackend)
+    assert isinstance(RateLimiter("redis://127.0.0.1:1").backend, RedisBackend)
+    with pytest.raises(AttributeError):
+        limiter.backend = MemoryBackend()  # type: ignore[misc]
+
+
+async def test_a_replaced_clock_decides_windows(limiter: RateLimiter, clock: FakeClock) -> None:
+    # limiter.backend.clock, as a user's test would set it (the fixture does).
+    clock.now_ms = 28_333_334 * 60_000 - 1  # the last millisecond of a minute
+    assert (await limiter.check_with_info("u", "1/minute")).allowed
+    assert not (await limiter.check_with_info("u", "1/minute")).allowed
+    clock.advance(1)
+    result = await limiter.check_with_info("u", "1/minute")
+    assert result.allowed
+    assert result.reset_at == 28_333_335 * 60
 
 
 def test_the_store_is_the_compiled_one() -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Callable, Protocol
 
 from ..algorithms import Algorithm, ScriptArg
+from ..errors import RateLimitConfigError, RedisReplyError
 
 DecisionReply = list[int]
 """A decision script's reply: ``[allowed, deciding, (remaining_scaled, retry_ms, reset_ms) * n]``.
@@ -17,19 +18,32 @@ DecideNow = Callable[[Algorithm, Sequence[bytes], Sequence[ScriptArg]], Decision
 """An in-process backend's synchronous ``decide``."""
 
 
+def script_refusal(script: str, error: RedisReplyError) -> Exception:
+    """What an error reply from a script means to the caller.
+
+    The scripts prefix their own refusals, so a bad argument from a direct
+    caller reads as a configuration error rather than an outage; any other
+    error reply stays a BackendError.
+    """
+    if error.message.startswith("MODERATO_ARG"):
+        return RateLimitConfigError(f"{script}: {error.message}")
+    return error
+
+
 class Backend(Protocol):
     async def connect(self) -> None: ...
 
     async def close(self) -> None: ...
 
-    async def decide(
+    def decide(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> DecisionReply:
+    ) -> Awaitable[DecisionReply]:
         """Run one atomic decision (or a read-only peek), one key per policy.
 
         ``args`` is ``(cost_scaled, apply, *per-policy arguments)`` as
         docs/internals.md lays out. A refused argument raises
-        RateLimitConfigError; a backend that cannot decide, BackendError.
+        RateLimitConfigError, or RedisReplyError (for script_refusal() to
+        map); a backend that cannot decide, BackendError.
         """
         ...
 

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Union
 
 from ..algorithms import Algorithm, ScriptArg
-from ..errors import BackendError, RateLimitConfigError, RedisReplyError
+from ..errors import BackendError, RedisReplyError
 from ..redis import ClusterClient, RedisClient
 from ..scripts import load_script
-from .base import DecisionReply
+from .base import DecisionReply, script_refusal
 
 _SCAN_BATCH = 1000
-
-
-def _script_error(script: str, error: RedisReplyError) -> Exception:
-    # The scripts prefix their own refusals, so a bad argument from a direct
-    # caller reads as a configuration error rather than an outage.
-    if error.message.startswith("MODERATO_ARG"):
-        return RateLimitConfigError(f"{script}: {error.message}")
-    return error
 
 
 class RedisBackend:
@@ -40,22 +32,20 @@ class RedisBackend:
     async def close(self) -> None:
         await self.client.close()
 
-    async def decide(
+    def decide(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> DecisionReply:
-        script = load_script(algorithm.script)
-        try:
-            reply: DecisionReply = await self.client.evalsha(script, keys, args)
-        except RedisReplyError as error:
-            raise _script_error(script.name, error) from None
-        return reply
+    ) -> Awaitable[DecisionReply]:
+        # The client's future itself, no coroutine around it: this is every
+        # check's path. A refusal arrives as RedisReplyError; the limiter maps
+        # it with script_refusal().
+        return self.client.evalsha(load_script(algorithm.script), keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script("reset")
         try:
             deleted = await self.client.evalsha(script, keys, windows_s)
         except RedisReplyError as error:
-            raise _script_error(script.name, error) from None
+            raise script_refusal(script.name, error) from None
         return _as_count(deleted, script.name)
 
     async def delete_matching(self, pattern: bytes) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any, Optional
 
@@ -245,15 +246,52 @@ def targets_across(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def targets_summary(paths: list[Path]) -> str:
+    """Each target over several runs: the median ratio, the range, and how often it was met."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    order: list[str] = []
+    found: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for target in run["targets"]:
+            if target["value"] is None:
+                continue
+            if target["target"] not in found:
+                order.append(target["target"])
+            found.setdefault(target["target"], []).append(target)
+    lines = [
+        f"| target | threshold | median of {len(runs)} runs [range] | met in |",
+        "|---|---|---|---|",
+    ]
+    for name in order:
+        targets = found[name]
+        values = [t["value"] for t in targets]
+        threshold = targets[0]["threshold"]
+        middle = statistics.median(values)
+        spread = f"{middle:.2f} [{min(values):.2f}..{max(values):.2f}]"
+        if threshold is None:
+            lines.append(f"| {name} | reference | {spread} | — |")
+            continue
+        met = sum(1 for t in targets if t["met"])
+        verdict = f"{met} of {len(targets)}" if met else f"**0 of {len(targets)}**"
+        lines.append(f"| {name} | ≥ {threshold} | {spread} | {verdict} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("run", nargs="?", type=Path)
     parser.add_argument(
         "--targets", nargs="+", type=Path, metavar="RUN", help="only the targets of these runs"
     )
+    parser.add_argument(
+        "--summary", nargs="+", type=Path, metavar="RUN", help="each target over these runs"
+    )
     args = parser.parse_args()
     if args.targets:
         print(targets_across(args.targets))
+        return
+    if args.summary:
+        print(targets_summary(args.summary))
         return
     source = args.run or newest_run()
     run = json.loads(source.read_text())

@@ -682,7 +682,7 @@ def test_loop_closed_without_shutdown_is_swept(redis_server: RedisServer) -> Non
     assert client._pools == {}
 
 
-async def test_connections_per_loop_round_robin(redis_url: str) -> None:
+async def test_concurrent_commands_spread_over_every_connection(redis_url: str) -> None:
     client = RedisClient.from_url(redis_url, connections_per_loop=3, client_name="rr")
     try:
         replies = await asyncio.gather(*(client.execute("ECHO", str(i)) for i in range(90)))
@@ -693,6 +693,39 @@ async def test_connections_per_loop_round_robin(redis_url: str) -> None:
         clients = await client.execute("CLIENT", "LIST")
         assert clients.count(b"name=rr ") == 3
     finally:
+        await client.close()
+
+
+async def test_a_sequential_caller_stays_on_one_connection(redis_url: str) -> None:
+    # Fewest in flight, the first on a tie: waiting for each reply, nothing is
+    # ever in flight, so the second connection is never even opened.
+    client = RedisClient.from_url(redis_url, connections_per_loop=2)
+    try:
+        ids = {await client.execute("CLIENT", "ID") for _ in range(20)}
+        assert len(ids) == 1
+        assert len(client.connections()) == 1
+    finally:
+        await client.close()
+
+
+async def test_a_slot_in_backoff_is_passed_over(own_redis_server: RedisServer) -> None:
+    client = RedisClient.from_url(own_redis_server.url, connections_per_loop=2)
+    try:
+        assert await client.execute("PING") == b"PONG"  # opens the first connection only
+        # No further client is admitted: the second slot's connect is refused.
+        await client.execute("CONFIG", "SET", "maxclients", "1")
+        first, second = await asyncio.gather(
+            client.execute("PING"), client.execute("PING"), return_exceptions=True
+        )
+        assert first == b"PONG"
+        assert isinstance(second, BackendError)  # Redis refuses it and hangs up
+        # While the second slot waits out its backoff, every command takes the first.
+        for _ in range(5):
+            replies = await asyncio.gather(*(client.execute("ECHO", str(i)) for i in range(10)))
+            assert replies == [str(i).encode() for i in range(10)]
+        assert len(client.connections()) == 1
+    finally:
+        await client.execute("CONFIG", "SET", "maxclients", "10000")
         await client.close()
 
 

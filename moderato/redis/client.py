@@ -102,7 +102,6 @@ class _Pool:
         "base_loop",
         "client",
         "loop",
-        "next_index",
         "only",
         "slots",
     )
@@ -113,21 +112,41 @@ class _Pool:
         # The loop again when it is a BaseEventLoop (it has _thread_id), else None.
         self.base_loop: Any = loop if isinstance(loop, asyncio.BaseEventLoop) else None
         self.slots = [_Slot(self) for _ in range(size)]
-        self.next_index = 0
         # With one connection per loop, that connection while it is open: the hot
         # path reads this and skips pick().
         self.only: RedisConnection | None = None
         self._shutdown_hook: AsyncGenerator[None, None] | None = None
 
     def pick(self) -> RedisConnection:
-        """The next connection in turn, opened if need be; BackendError during a backoff."""
+        """The connection with the fewest commands in flight, opened if need be.
+
+        Fewest in flight, the first on a tie: a caller that waits for each
+        reply stays on one connection (each command then carries the TCP
+        acknowledgement of the previous reply), while concurrent callers
+        spread over all of them, so Redis works on one batch while this
+        process reads another's replies. A slot waiting out a reconnect
+        backoff is passed over while another can take the command;
+        BackendError when none can.
+        """
         slots = self.slots
-        if len(slots) == 1:
-            slot = slots[0]
-        else:
-            index = self.next_index
-            slot = slots[index]
-            self.next_index = index + 1 if index + 1 < len(slots) else 0
+        slot = slots[0]
+        if len(slots) > 1:
+            fewest = -1
+            now = -1.0
+            for candidate in slots:
+                connection = candidate.connection
+                if connection is not None and connection.usable:
+                    in_flight = connection.pending_count
+                else:
+                    if now < 0:
+                        now = self.loop.time()
+                    if candidate.retry_at > now:
+                        continue  # in a backoff: only if no other slot can be used
+                    in_flight = 0  # opens now
+                if fewest < 0 or in_flight < fewest:
+                    slot, fewest = candidate, in_flight
+                    if in_flight == 0:
+                        break
         connection = slot.connection
         if connection is not None and connection.usable:
             return connection

@@ -279,7 +279,7 @@ class RateLimiter:
         keys: list[bytes] = []
         windows: list[int] = []
         for each in chosen:
-            keys.extend(self._keys(each, policy, key, tenant, scope))
+            keys.extend(self._keys(each, policy, key, tenant_type, scope))
             windows.extend(policy.windows_s)
         return await self._guarded("reset", self._backend.reset(keys, windows))
 
@@ -292,20 +292,27 @@ class RateLimiter:
             raise self._short_circuit(operation)
         try:
             result = await call
-        except RateLimitConfigError:
+        except BaseException as error:
+            self._failed(operation, error)
+            raise
+        self._succeeded(operation)
+        return result
+
+    def _succeeded(self, operation: str) -> None:
+        self.breaker.success()
+        if self.metrics is not None:  # checked here too: this runs on every check
+            self._count_operation(operation, "ok")
+
+    def _failed(self, operation: str, error: BaseException) -> None:
+        """Tell the breaker how a backend call that raised ended (the caller re-raises)."""
+        if isinstance(error, RateLimitConfigError):
             # The backend answered (it refused an argument): it is healthy.
             self.breaker.success()
-            raise
-        except BackendError:
+        elif isinstance(error, BackendError):
             self.breaker.failure()
             self._count_operation(operation, "error")
-            raise
-        except BaseException:
+        else:  # cancelled, or a bug: it proved nothing either way
             self.breaker.abandon()
-            raise
-        self.breaker.success()
-        self._count_operation(operation, "ok")
-        return result
 
     def _short_circuit(self, operation: str) -> BackendError:
         """The error of a call the open breaker refused (counted here)."""
@@ -363,15 +370,27 @@ class RateLimiter:
             raise RateLimitConfigError(str(error)) from None
 
     def _keys(
-        self, algorithm: Algorithm, policy: Policy, key: object, tenant: str, scope: object
+        self,
+        algorithm: Algorithm,
+        policy: Policy,
+        key: object,
+        tenant_type: Optional[str],
+        scope: object,
     ) -> list[bytes]:
+        # The common call (no tenant, str scope and key) skips the checks that
+        # only exist to name a wrong type in the error.
+        tenant = "" if tenant_type is None else _tenant(tenant_type)
+        if type(scope) is not str:
+            scope = _scope(scope)
+        if type(key) is not str:
+            key = _identity(key)
         try:
             keys: list[bytes] = _accel.build_keys(
                 self.key_prefix,
                 algorithm.key_tag,
                 tenant,
-                _scope(scope),
-                _identity(key),
+                scope,
+                key,
                 policy.windows_s,
                 self._identity_secret,
             )
@@ -392,29 +411,13 @@ class RateLimiter:
     ) -> CheckResult:
         """One decision (or peek) through the circuit breaker, as a CheckResult.
 
-        _guarded's rules, written out: this is the path of every check, and
-        the in-process backend answers without a coroutine of its own.
+        _guarded's rules without its coroutine: this is the path of every
+        check, and the in-process backend answers without one of its own.
         """
         algorithm = plan.algorithm
-        if tenant_type is None and type(scope) is str and type(key) is str:
-            # The common call, its types already right: straight to the C key builder.
-            try:
-                keys = _accel.build_keys(
-                    self.key_prefix,
-                    algorithm.key_tag,
-                    "",
-                    scope,
-                    key,
-                    plan.policy.windows_s,
-                    self._identity_secret,
-                )
-            except (TypeError, ValueError) as error:
-                raise RateLimitConfigError(str(error)) from None
-        else:
-            keys = self._keys(algorithm, plan.policy, key, _tenant(tenant_type), scope)
+        keys = self._keys(algorithm, plan.policy, key, tenant_type, scope)
         args = (charged_scaled, 1 if apply else 0, *plan.script_args)
-        breaker = self.breaker
-        if not breaker.allow():
+        if not self.breaker.allow():
             raise self._short_circuit(operation)
         try:
             decide_now = self._decide_now
@@ -431,20 +434,10 @@ class RateLimiter:
                 raise BackendError(
                     f"malformed reply from the {algorithm.script} script: {error}"
                 ) from None
-        except RateLimitConfigError:
-            # The backend answered (it refused an argument): it is healthy.
-            breaker.success()
+        except BaseException as error:
+            self._failed(operation, error)
             raise
-        except BackendError:
-            breaker.failure()
-            self._count_operation(operation, "error")
-            raise
-        except BaseException:
-            breaker.abandon()
-            raise
-        breaker.success()
-        if self.metrics is not None:
-            self._count_operation(operation, "ok")
+        self._succeeded(operation)
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Union
 
 from . import _accel
 from .errors import RateLimitConfigError
@@ -46,10 +45,6 @@ class Policy:
     # Derived once here: every check reads them.
     windows_s: tuple[int, ...] = field(init=False, compare=False, repr=False)
     smallest_limit: int = field(init=False, compare=False, repr=False)
-    script_args: dict[str, tuple[Union[int, str], ...]] = field(
-        init=False, compare=False, repr=False, default_factory=dict
-    )
-    """Per algorithm name, the scripts' per-policy arguments (filled on first use)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "windows_s", tuple(rate.window_s for rate in self.rates))

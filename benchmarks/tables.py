@@ -208,22 +208,32 @@ def targets_table(run: dict[str, Any]) -> str:
     for target in run["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[target["met"]]
         value = "n/a" if target["value"] is None else f"{target['value']:.2f}"
-        threshold = "reference" if target["threshold"] is None else f"≥ {target['threshold']}"
+        threshold = _threshold(target["threshold"])
         if target["threshold"] is None:
             met = "—"
         lines.append(f"| {target['target']} | {value} | {threshold} | {met} | {target['detail']} |")
     return "\n".join(lines)
 
 
+def targets_by_run(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Every target name in first-seen order, and per run its measured targets by name."""
+    names: list[str] = []
+    by_run: list[dict[str, Any]] = []
+    for run in runs:
+        measured = {t["target"]: t for t in run["targets"] if t["value"] is not None}
+        by_run.append(measured)
+        names += [name for name in measured if name not in names]
+    return names, by_run
+
+
+def _threshold(threshold: Optional[float]) -> str:
+    return "reference" if threshold is None else f"≥ {threshold}"
+
+
 def targets_across(paths: list[Path]) -> str:
     """Each target's ratio in several runs, side by side (a run lacking it shows n/a)."""
     runs = [json.loads(path.read_text()) for path in paths]
-    names: list[str] = []
-    values: list[dict[str, dict[str, Any]]] = []
-    for run in runs:
-        by_name = {t["target"]: t for t in run["targets"]}
-        values.append(by_name)
-        names += [name for name in by_name if name not in names]
+    names, by_run = targets_by_run(runs)
     header = " | ".join(
         f"{run['started_at'][11:16]} UTC"
         + (" uvloop" if run["config"].get("loop") == "uvloop" else "")
@@ -231,49 +241,37 @@ def targets_across(paths: list[Path]) -> str:
     )
     lines = [f"| target | threshold | {header} |", "|---|---|" + "---|" * len(runs)]
     for name in names:
-        cells = []
-        threshold = None
-        for by_name in values:
-            target = by_name.get(name)
-            if target is None or target["value"] is None:
-                cells.append("n/a")
-                continue
-            threshold = target["threshold"]
-            mark = "" if target["met"] or threshold is None else " ✗"
-            cells.append(f"{target['value']:.2f}{mark}")
-        shown = "reference" if threshold is None else f"≥ {threshold}"
-        lines.append(f"| {name} | {shown} | " + " | ".join(cells) + " |")
+        found = [measured.get(name) for measured in by_run]
+        threshold = next(t for t in found if t is not None)["threshold"]
+        cells = [
+            "n/a"
+            if target is None
+            else f"{target['value']:.2f}" + ("" if target["met"] or threshold is None else " ✗")
+            for target in found
+        ]
+        lines.append(f"| {name} | {_threshold(threshold)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def targets_summary(paths: list[Path]) -> str:
     """Each target over several runs: the median ratio, the range, and how often it was met."""
     runs = [json.loads(path.read_text()) for path in paths]
-    order: list[str] = []
-    found: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        for target in run["targets"]:
-            if target["value"] is None:
-                continue
-            if target["target"] not in found:
-                order.append(target["target"])
-            found.setdefault(target["target"], []).append(target)
+    names, by_run = targets_by_run(runs)
     lines = [
         f"| target | threshold | median of {len(runs)} runs [range] | met in |",
         "|---|---|---|---|",
     ]
-    for name in order:
-        targets = found[name]
+    for name in names:
+        targets = [measured[name] for measured in by_run if name in measured]
         values = [t["value"] for t in targets]
         threshold = targets[0]["threshold"]
-        middle = statistics.median(values)
-        spread = f"{middle:.2f} [{min(values):.2f}..{max(values):.2f}]"
+        spread = f"{statistics.median(values):.2f} [{min(values):.2f}..{max(values):.2f}]"
         if threshold is None:
-            lines.append(f"| {name} | reference | {spread} | — |")
-            continue
-        met = sum(1 for t in targets if t["met"])
-        verdict = f"{met} of {len(targets)}" if met else f"**0 of {len(targets)}**"
-        lines.append(f"| {name} | ≥ {threshold} | {spread} | {verdict} |")
+            verdict = "—"
+        else:
+            met = sum(1 for t in targets if t["met"])
+            verdict = f"{met} of {len(targets)}" if met else f"**0 of {len(targets)}**"
+        lines.append(f"| {name} | {_threshold(threshold)} | {spread} | {verdict} |")
     return "\n".join(lines)
 
 

@@ -31,55 +31,14 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 -- Leaky bucket (policing).
 
 local LEAKY_SUFFIX = ':leaky'
-local MAX_STATE_TIME_MS = 4503599627370496 -- 2^52 ms (~142,000 years): room to add waits below 2^53
 local EXPIRY_MARGIN_MS = 1000
 
 -- The stored bucket, or nil for a missing one (which starts empty).
 local function read_bucket(key)
-  local fields = read('HMGET', key, 'level', 'base', 'drained')
-  if not fields[1] and not fields[2] and not fields[3] then
-    if read('EXISTS', key) == 1 then
-      fail('MODERATO_STATE', 'key ' .. shown(key, 1024)
-        .. ' holds a hash without level, base and drained')
-    end
-    return nil
-  end
-  local names = { 'level', 'base', 'drained' }
-  local highs = { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER }
-  local values = {}
-  for i = 1, 3 do
-    values[i] = fields[i] and parse_integer(fields[i], 0, highs[i])
-    if not values[i] then
-      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
-        .. (fields[i] and shown(fields[i]) or 'missing')
-        .. ', not a decimal integer 0..' .. decimal(highs[i]))
-    end
-  end
-  return { level_scaled = values[1], base_ms = values[2], drained_scaled = values[3] }
-end
-
--- Exactly floor(elapsed_ms * capacity / window) for 0 <= elapsed_ms <= window.
--- The product can pass 2^53, so capacity = per_ms_whole * window + per_ms_rest is split:
--- elapsed * per_ms_whole <= capacity, elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53.
-local function drained_by_scaled(policy, elapsed_ms)
-  return elapsed_ms * policy.per_ms_whole
-    + floor_div(elapsed_ms * policy.per_ms_rest, policy.window_ms)
-end
-
--- The smallest elapsed_ms in [0, window] draining at least target_scaled
--- (0 <= target_scaled <= capacity). The float estimate of ceil(target * window / capacity)
--- is off by at most one; the exact drain function settles it.
-local function elapsed_for_drain_ms(policy, target_scaled)
-  local window_ms = policy.window_ms
-  local elapsed_ms = math.ceil(target_scaled / policy.capacity_scaled * window_ms)
-  elapsed_ms = math.max(0, math.min(window_ms, elapsed_ms))
-  while elapsed_ms < window_ms and drained_by_scaled(policy, elapsed_ms) < target_scaled do
-    elapsed_ms = elapsed_ms + 1
-  end
-  while elapsed_ms > 0 and drained_by_scaled(policy, elapsed_ms - 1) >= target_scaled do
-    elapsed_ms = elapsed_ms - 1
-  end
-  return elapsed_ms
+  local bucket = read_integer_hash(key, { 'level', 'base', 'drained' },
+    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
+  return bucket and { level_scaled = bucket.level, base_ms = bucket.base,
+    drained_scaled = bucket.drained }
 end
 
 -- Brings a bucket up to now. Returns level_scaled, base_ms, drained_scaled and
@@ -99,7 +58,7 @@ local function drain(policy, bucket, now_ms)
   local window_ms = policy.window_ms
   local whole_windows = floor_div(elapsed_ms, window_ms)
   -- Within the first window the drain due is small enough to compute directly.
-  local due_scaled = whole_windows == 0 and drained_by_scaled(policy, elapsed_ms) or nil
+  local due_scaled = whole_windows == 0 and linear_accrual_scaled(policy, elapsed_ms) or nil
   local empty
   if drained_scaled >= capacity_scaled or (due_scaled and due_scaled < drained_scaled) then
     -- A consistent bucket always has drained_by(elapsed) >= drained < capacity: this one was
@@ -112,7 +71,7 @@ local function drain(policy, bucket, now_ms)
   elseif whole_windows == 1 then
     -- Due since base = capacity + drained_by(elapsed - window); rebase by one whole window.
     -- Empty iff capacity + drain - drained >= level, i.e. capacity - level >= drained - drain.
-    local drain_in_window_scaled = drained_by_scaled(policy, elapsed_ms - window_ms)
+    local drain_in_window_scaled = linear_accrual_scaled(policy, elapsed_ms - window_ms)
     empty = capacity_scaled - level_scaled >= drained_scaled - drain_in_window_scaled
     if not empty then
       -- The level stays positive: level > capacity + drain - drained > drain_in_window.
@@ -142,9 +101,9 @@ local function wait_end_after_base_ms(policy, drained_scaled, need_scaled)
   -- drained + need can pass 2^53; compare through the headroom left in this window.
   local left_in_window_scaled = policy.capacity_scaled - drained_scaled
   if need_scaled <= left_in_window_scaled then
-    return elapsed_for_drain_ms(policy, drained_scaled + need_scaled)
+    return elapsed_for_accrual_ms(policy, drained_scaled + need_scaled)
   end
-  return policy.window_ms + elapsed_for_drain_ms(policy, need_scaled - left_in_window_scaled)
+  return policy.window_ms + elapsed_for_accrual_ms(policy, need_scaled - left_in_window_scaled)
 end
 
 local function evaluate(policy, cost_scaled, now_ms)
@@ -184,8 +143,7 @@ local function evaluate(policy, cost_scaled, now_ms)
 end
 
 local function parse_leaky_policy(policy)
-  policy.per_ms_whole = floor_div(policy.capacity_scaled, policy.window_ms)
-  policy.per_ms_rest = policy.capacity_scaled - policy.per_ms_whole * policy.window_ms
+  split_per_ms(policy)
 end
 
 local function decide()

@@ -128,6 +128,69 @@ local function read(command, key, ...)
   return result
 end
 
+-- Room to add waits to a stored time and stay below 2^53: 2^52 ms (~142,000 years).
+local MAX_STATE_TIME_MS = 4503599627370496
+
+-- A hash of decimal integer fields (names, each 0..highs[i]), as a table by name;
+-- nil for a missing key. Anything else stored there is a state refusal.
+local function read_integer_hash(key, names, highs)
+  local fields = read('HMGET', key, unpack(names))
+  local present = false
+  for i = 1, #names do
+    present = present or fields[i] ~= false
+  end
+  if not present then
+    if read('EXISTS', key) == 1 then
+      fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds a hash without '
+        .. table.concat(names, ', ', 1, #names - 1) .. ' and ' .. names[#names])
+    end
+    return nil
+  end
+  local values = {}
+  for i = 1, #names do
+    local value = fields[i] and parse_integer(fields[i], 0, highs[i])
+    if not value then
+      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
+        .. (fields[i] and shown(fields[i]) or 'missing')
+        .. ', not a decimal integer 0..' .. decimal(highs[i]))
+    end
+    values[names[i]] = value
+  end
+  return values
+end
+
+-- Accrual at exactly one capacity per window (the token bucket's credit, the leaky
+-- bucket's drain): split_per_ms once per policy, then
+-- linear_accrual_scaled(elapsed) = floor(elapsed_ms * capacity / window) for
+-- 0 <= elapsed_ms <= window. The product can pass 2^53, so capacity =
+-- per_ms_whole * window + per_ms_rest is split: elapsed * per_ms_whole <= capacity,
+-- elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53.
+local function split_per_ms(policy)
+  policy.per_ms_whole = floor_div(policy.capacity_scaled, policy.window_ms)
+  policy.per_ms_rest = policy.capacity_scaled - policy.per_ms_whole * policy.window_ms
+end
+
+local function linear_accrual_scaled(policy, elapsed_ms)
+  return elapsed_ms * policy.per_ms_whole
+    + floor_div(elapsed_ms * policy.per_ms_rest, policy.window_ms)
+end
+
+-- The smallest elapsed_ms in [0, window] accruing at least target_scaled
+-- (0 <= target_scaled <= capacity). The float estimate of ceil(target * window / capacity)
+-- is off by at most one; the exact accrual settles it.
+local function elapsed_for_accrual_ms(policy, target_scaled)
+  local window_ms = policy.window_ms
+  local elapsed_ms = math.ceil(target_scaled / policy.capacity_scaled * window_ms)
+  elapsed_ms = math.max(0, math.min(window_ms, elapsed_ms))
+  while elapsed_ms < window_ms and linear_accrual_scaled(policy, elapsed_ms) < target_scaled do
+    elapsed_ms = elapsed_ms + 1
+  end
+  while elapsed_ms > 0 and linear_accrual_scaled(policy, elapsed_ms - 1) >= target_scaled do
+    elapsed_ms = elapsed_ms - 1
+  end
+  return elapsed_ms
+end
+
 -- Combines the per-policy verdicts into the reply, and applies the writes only
 -- when every policy admits and the caller is charging.
 -- Each verdict: fits, permanent, retry_ms, and for the two outcomes

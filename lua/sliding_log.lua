@@ -38,7 +38,6 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 -- Sliding log.
 
 local LOG_SUFFIX = ':log'
-local MAX_STATE_TIME_MS = 4503599627370496 -- 2^52 ms: room to add a window below 2^53
 local EXPIRY_MARGIN_MS = 1000
 local TOTAL_DIGITS = 16
 local RENUMBER_BATCH = 1000 -- members per ZADD when renumbering

@@ -26,7 +26,6 @@ in both cases nothing has been written. The math is docs/internals.md
 -- Token bucket.
 
 local BUCKET_SUFFIX = ':bucket:v2'
-local MAX_STATE_TIME_MS = 4503599627370496 -- 2^52 ms (~142,000 years): room to add waits below 2^53
 local EXPIRY_MARGIN_MS = 60000
 local MAX_SEARCH_STEPS = 1000 -- the float estimates below are off by a few ms at most
 
@@ -53,50 +52,10 @@ end
 
 -- The stored bucket, or nil for a missing one (which starts full).
 local function read_bucket(key)
-  local fields = read('HMGET', key, 'tokens', 'base', 'credited')
-  if not fields[1] and not fields[2] and not fields[3] then
-    if read('EXISTS', key) == 1 then
-      fail('MODERATO_STATE', 'key ' .. shown(key, 1024)
-        .. ' holds a hash without tokens, base and credited')
-    end
-    return nil
-  end
-  local names = { 'tokens', 'base', 'credited' }
-  local highs = { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER }
-  local values = {}
-  for i = 1, 3 do
-    values[i] = fields[i] and parse_integer(fields[i], 0, highs[i])
-    if not values[i] then
-      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
-        .. (fields[i] and shown(fields[i]) or 'missing')
-        .. ', not a decimal integer 0..' .. decimal(highs[i]))
-    end
-  end
-  return { tokens_scaled = values[1], base_ms = values[2], credited_scaled = values[3] }
-end
-
--- Public rule: exactly floor(elapsed_ms * capacity / window) for 0 <= elapsed_ms <= window.
--- The product can pass 2^53, so capacity = per_ms_whole * window + per_ms_rest is split:
--- elapsed * per_ms_whole <= capacity, elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53.
-local function public_credit_scaled(policy, elapsed_ms)
-  return elapsed_ms * policy.per_ms_whole
-    + floor_div(elapsed_ms * policy.per_ms_rest, policy.window_ms)
-end
-
--- Public rule: the smallest elapsed_ms in [0, window] crediting at least target_scaled
--- (0 <= target_scaled <= capacity). The float estimate of ceil(target * window / capacity)
--- is off by at most one; the exact credit function settles it.
-local function public_elapsed_for_credit_ms(policy, target_scaled)
-  local window_ms = policy.window_ms
-  local elapsed_ms = math.ceil(target_scaled / policy.capacity_scaled * window_ms)
-  elapsed_ms = math.max(0, math.min(window_ms, elapsed_ms))
-  while elapsed_ms < window_ms and public_credit_scaled(policy, elapsed_ms) < target_scaled do
-    elapsed_ms = elapsed_ms + 1
-  end
-  while elapsed_ms > 0 and public_credit_scaled(policy, elapsed_ms - 1) >= target_scaled do
-    elapsed_ms = elapsed_ms - 1
-  end
-  return elapsed_ms
+  local bucket = read_integer_hash(key, { 'tokens', 'base', 'credited' },
+    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
+  return bucket and { tokens_scaled = bucket.tokens, base_ms = bucket.base,
+    credited_scaled = bucket.credited }
 end
 
 -- Custom rate: floating point by design (custom rates are documented as floating point).
@@ -144,7 +103,7 @@ local function refill(policy, bucket, now_ms)
     local window_ms = policy.window_ms
     local whole_windows = floor_div(elapsed_ms, window_ms)
     -- Within the first window the credit due is small enough to compute directly.
-    local due_scaled = whole_windows == 0 and public_credit_scaled(policy, elapsed_ms) or nil
+    local due_scaled = whole_windows == 0 and linear_accrual_scaled(policy, elapsed_ms) or nil
     if credited_scaled >= capacity_scaled or (due_scaled and due_scaled < credited_scaled) then
       -- A consistent public bucket always has credit(elapsed) >= credited < capacity: this one was
       -- written under another capacity, or the clock stepped back. Restart the accrual here.
@@ -156,7 +115,7 @@ local function refill(policy, bucket, now_ms)
     elseif whole_windows == 1 then
       -- Due since base = capacity + credit(elapsed - window); rebase by one whole window.
       -- Full iff capacity + credit - credited >= capacity - tokens, i.e. tokens >= credited - credit.
-      local credit_in_window_scaled = public_credit_scaled(policy, elapsed_ms - window_ms)
+      local credit_in_window_scaled = linear_accrual_scaled(policy, elapsed_ms - window_ms)
       full = tokens_scaled >= credited_scaled - credit_in_window_scaled
       if not full then
         -- The sum stays below capacity: tokens + credit < credited < capacity.
@@ -189,9 +148,9 @@ local function wait_end_after_base_ms(policy, credited_scaled, elapsed_ms, need_
     -- credited + need can pass 2^53; compare through the headroom left in this window.
     local left_in_window_scaled = capacity_scaled - credited_scaled
     if need_scaled <= left_in_window_scaled then
-      return public_elapsed_for_credit_ms(policy, credited_scaled + need_scaled)
+      return elapsed_for_accrual_ms(policy, credited_scaled + need_scaled)
     end
-    return policy.window_ms + public_elapsed_for_credit_ms(policy, need_scaled - left_in_window_scaled)
+    return policy.window_ms + elapsed_for_accrual_ms(policy, need_scaled - left_in_window_scaled)
   end
   -- Custom rate: the smallest elapsed >= the current one whose float accrual reaches the
   -- target; the estimate is within a few ms, the accrual function itself decides.
@@ -264,8 +223,7 @@ end
 
 local function parse_token_policy(policy, argv_index)
   parse_refill_rate(policy, argv_index)
-  policy.per_ms_whole = floor_div(policy.capacity_scaled, policy.window_ms)
-  policy.per_ms_rest = policy.capacity_scaled - policy.per_ms_whole * policy.window_ms
+  split_per_ms(policy)
 end
 
 local function decide()

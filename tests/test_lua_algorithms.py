@@ -848,6 +848,33 @@ async def test_unusable_state_is_refused_and_nothing_is_written(
     assert await lua.dump() == before
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"other": "1"}, "holds a hash without tokens, base and credited"),
+        (
+            {"tokens": "x1", "base": "1", "credited": "0"},
+            'field tokens of key "{key}" is "x1", not a decimal integer 0..9007199254740992',
+        ),
+        (
+            {"tokens": "1", "credited": "0"},
+            'field base of key "{key}" is missing, not a decimal integer 0..4503599627370496',
+        ),
+    ],
+)
+async def test_a_bucket_hash_refusal_names_the_field(
+    lua: LuaHarness, fields: dict[str, str], message: str
+) -> None:
+    broken = policy("token_bucket", 10, 60, "broken")
+    key = broken.key + ":bucket:v2"
+    await lua.execute("HSET", key, *(x for pair in fields.items() for x in pair))
+    with pytest.raises(RedisReplyError) as refused:
+        await decide(lua, "token_bucket", [broken], 1000)
+    if message.startswith("holds"):
+        message = f'key "{key}" {message}'
+    assert refused.value.message == "MODERATO_STATE " + message.replace("{key}", key)
+
+
 # -- the shipped files -----------------------------------------------------------------------
 
 

@@ -20,19 +20,6 @@ in both cases nothing has been written. The math is docs/internals.md
 
 -- Fixed window.
 
-local function read_window_usage_scaled(key)
-  local stored = read('GET', key)
-  if not stored then
-    return 0
-  end
-  local used_scaled = parse_integer(stored, 0, MAX_SAFE_INTEGER)
-  if not used_scaled then
-    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds ' .. shown(stored)
-      .. ', not a decimal integer 0..9007199254740992')
-  end
-  return used_scaled
-end
-
 local function evaluate(policy, cost_scaled, now_ms)
   local window_index = floor_div(now_ms, policy.window_ms)
   local window_end_ms = (window_index + 1) * policy.window_ms

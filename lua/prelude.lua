@@ -128,6 +128,20 @@ local function read(command, key, ...)
   return result
 end
 
+-- A window counter (scaled units admitted in one window, a decimal string); 0 if missing.
+local function read_window_usage_scaled(key)
+  local stored = read('GET', key)
+  if not stored then
+    return 0
+  end
+  local used_scaled = parse_integer(stored, 0, MAX_SAFE_INTEGER)
+  if not used_scaled then
+    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds ' .. shown(stored)
+      .. ', not a decimal integer 0..9007199254740992')
+  end
+  return used_scaled
+end
+
 -- Room to add waits to a stored time and stay below 2^53: 2^52 ms (~142,000 years).
 local MAX_STATE_TIME_MS = 4503599627370496
 

@@ -23,19 +23,6 @@ in both cases nothing has been written. The math is docs/internals.md
 
 -- Sliding window.
 
-local function read_window_usage_scaled(key)
-  local stored = read('GET', key)
-  if not stored then
-    return 0
-  end
-  local used_scaled = parse_integer(stored, 0, MAX_SAFE_INTEGER)
-  if not used_scaled then
-    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds ' .. shown(stored)
-      .. ', not a decimal integer 0..9007199254740992')
-  end
-  return used_scaled
-end
-
 -- The previous window's weight after elapsed_s whole seconds of the current one, in permille.
 local function previous_weight_permille(window_s, elapsed_s)
   return floor_div((window_s - elapsed_s) * 1000, window_s)

@@ -145,21 +145,4 @@ local function evaluate(policy, cost_scaled, now_ms)
   return verdict
 end
 
-local function decide()
-  local cost_scaled, apply, policies = parse_arguments(2, nil)
-  local now_ms = redis_now_ms()
-  local verdicts = {}
-  for i = 1, #policies do
-    verdicts[i] = evaluate(policies[i], cost_scaled, now_ms)
-  end
-  return conclude(verdicts, apply)
-end
-
-local ok, result = pcall(decide)
-if ok then
-  return result
-end
-if type(result) == 'table' and result.moderato_error then
-  return redis.error_reply(result.moderato_error)
-end
-error(result, 0)
+return decision_reply(2, nil, evaluate)

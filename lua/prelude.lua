@@ -253,3 +253,26 @@ local function conclude(verdicts, apply)
   end
   return reply
 end
+
+-- One decision, the whole of every script: the arguments checked, every policy
+-- evaluated at Redis's one instant (evaluate(policy, cost_scaled, now_ms) returns
+-- its verdict), then concluded. A refusal raised by fail() becomes the error reply
+-- the client maps; any other error stays a script error.
+local function decision_reply(fields_per_policy, parse_extra, evaluate)
+  local ok, result = pcall(function()
+    local cost_scaled, apply, policies = parse_arguments(fields_per_policy, parse_extra)
+    local now_ms = redis_now_ms()
+    local verdicts = {}
+    for i = 1, #policies do
+      verdicts[i] = evaluate(policies[i], cost_scaled, now_ms)
+    end
+    return conclude(verdicts, apply)
+  end)
+  if ok then
+    return result
+  end
+  if type(result) == 'table' and result.moderato_error then
+    return redis.error_reply(result.moderato_error)
+  end
+  error(result, 0)
+end

@@ -226,21 +226,4 @@ local function parse_token_policy(policy, argv_index)
   split_per_ms(policy)
 end
 
-local function decide()
-  local cost_scaled, apply, policies = parse_arguments(3, parse_token_policy)
-  local now_ms = redis_now_ms()
-  local verdicts = {}
-  for i = 1, #policies do
-    verdicts[i] = evaluate(policies[i], cost_scaled, now_ms)
-  end
-  return conclude(verdicts, apply)
-end
-
-local ok, result = pcall(decide)
-if ok then
-  return result
-end
-if type(result) == 'table' and result.moderato_error then
-  return redis.error_reply(result.moderato_error)
-end
-error(result, 0)
+return decision_reply(3, parse_token_policy, evaluate)

@@ -21,6 +21,16 @@ from typing import Callable, Union
 import pytest
 import pytest_asyncio
 import reference_model as model
+from differential_calls import (
+    Step,
+    capacities_scaled,
+    policy_sets,
+    refill_rates,
+    resolve_cost,
+    resolve_delta,
+    steps_for,
+    windows_s,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lua_harness import (
@@ -34,15 +44,6 @@ from lua_harness import (
 from redis_servers import RedisServer
 
 from moderato.errors import RedisReplyError
-
-TAGS = {
-    "fixed_window": "fw",
-    "token_bucket": "tb",
-    "sliding_window": "sw",
-    "gcra": "gc",
-    "sliding_log": "sl",
-    "leaky_bucket": "lb",
-}
 
 _BOUNDED = {
     "deadline": None,
@@ -116,118 +117,20 @@ async def load_state(lua: LuaHarness, state: model.State) -> None:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One call. Clock steps and costs may be relative to the policies and their state:
-
-    delta: ("ms", n) or ("window", policy, numerator, denominator, jitter_ms);
-    cost:  ("scaled", n) or ("remaining", policy, numerator, denominator, plus): that
-           fraction of what the policy has left just before the call, plus a nudge.
-    """
-
-    delta: tuple[object, ...]
-    cost: tuple[object, ...]
-    apply: bool
-
-
-@dataclass(frozen=True)
 class Scenario:
     start_offset_ms: int
     policies: tuple[model.Policy, ...]
     steps: tuple[Step, ...]
 
 
-windows_s = st.one_of(st.sampled_from([1, 2, 3, 7, 60, 3600, 86_400]), st.integers(1, 86_400))
-capacities_scaled = st.one_of(
-    st.sampled_from(
-        [1, 999, 1000, 1001, 3000, 10_000, model.MAX_CAPACITY_SCALED, model.MAX_CAPACITY_SCALED - 1]
-    ),
-    # What public rates produce; small limits divide common windows, which is where the
-    # float estimate of a refill time lands exactly on (and may round past) an integer.
-    st.integers(1, 1000).map(lambda limit: limit * 1000),
-    st.sampled_from([1, 2, 3, 4, 5, 6, 10, 12, 30, 100]).map(lambda limit: limit * 1000),
-    st.integers(1, 30_000),
-    st.integers(1, model.MAX_CAPACITY_SCALED),
-)
-
-
-def refill_rates(capacity_scaled: int) -> st.SearchStrategy[float]:
-    lowest = capacity_scaled / model.MAX_WINDOW_S
-    highest = float(model.MAX_CAPACITY_SCALED)
-    return st.one_of(
-        st.sampled_from([lowest, highest]),
-        st.floats(min_value=lowest, max_value=highest, allow_nan=False, allow_infinity=False),
-        # rates a caller would pick: whole units per second
-        st.integers(1, 1000).map(float).filter(lambda rate: lowest <= rate <= highest),
-    )
-
-
-@st.composite
-def policy_sets(draw: st.DrawFn, algorithm: str) -> tuple[model.Policy, ...]:
-    count = draw(st.integers(1, 3))
-    windows = draw(st.lists(windows_s, min_size=count, max_size=count, unique=True))
-    policies = []
-    for window_s in windows:
-        capacity_scaled = draw(capacities_scaled)
-        rate = None
-        if algorithm == "token_bucket" and draw(st.integers(0, 3)) == 0:
-            rate = draw(refill_rates(capacity_scaled))
-        key = f"test:{TAGS[algorithm]}:{{tenant:scope:client}}:{window_s}"
-        policies.append(model.Policy(key, capacity_scaled, window_s, rate))
-    return tuple(policies)
-
-
-def steps_for(count: int) -> st.SearchStrategy[Step]:
-    policy = st.integers(0, count - 1)
-    fractions = st.sampled_from([(1, 1), (1, 2), (1, 3), (9, 10), (1, 10), (3, 2)])
-    deltas = st.one_of(
-        st.tuples(st.just("ms"), st.sampled_from([0, 1, 999, 1000, 1001])),
-        st.tuples(st.just("ms"), st.integers(0, 3 * DAY_MS)),
-        st.tuples(
-            st.just("window"),
-            policy,
-            st.integers(1, 25),
-            st.sampled_from([1, 2, 3, 10]),
-            st.integers(-1, 1),
-        ),
-    )
-    costs = st.one_of(
-        st.tuples(st.just("scaled"), st.integers(1, 5000)),
-        st.tuples(st.just("scaled"), st.just(model.MAX_SAFE_INTEGER)),
-        st.tuples(st.just("remaining"), policy, fractions, st.integers(-1, 1)),
-        st.tuples(st.just("capacity"), policy, fractions, st.integers(-1, 1)),
-    )
-    return st.builds(Step, deltas, costs, st.sampled_from([True, True, True, False]))
-
-
 @st.composite
 def scenarios(draw: st.DrawFn, algorithm: str) -> Scenario:
-    policies = draw(policy_sets(algorithm))
+    policies = draw(policy_sets(algorithm, "test"))
     steps = draw(st.lists(steps_for(len(policies)), min_size=1, max_size=25))
     start_offset_ms = draw(
         st.one_of(st.integers(0, 2 * DAY_MS), st.sampled_from([0, 999, DAY_MS - 1]))
     )
     return Scenario(start_offset_ms, policies, tuple(steps))
-
-
-def resolve_delta(step: Step, policies: tuple[model.Policy, ...]) -> int:
-    if step.delta[0] == "ms":
-        return int(step.delta[1])  # type: ignore[call-overload]
-    _, index, numerator, denominator, jitter = step.delta
-    return max(0, policies[index].window_ms * numerator // denominator + jitter)  # type: ignore
-
-
-def resolve_cost(step: Step, policies: tuple[model.Policy, ...], remaining: list[int]) -> int:
-    kind = step.cost[0]
-    if kind == "scaled":
-        cost = int(step.cost[1])  # type: ignore[call-overload]
-    else:
-        _, index, (numerator, denominator), plus = step.cost  # type: ignore[misc]
-        whole = remaining[index] if kind == "remaining" else policies[index].capacity_scaled
-        cost = max(1, whole * numerator // denominator + plus)
-    # A peek may also ask about cost 0 (a usage read).
-    if not step.apply and kind == "scaled" and cost == 1:
-        return 0
-    return cost
 
 
 def script_args(
@@ -487,7 +390,7 @@ def stored_states(
 
 async def run_from_state(lua: LuaHarness, algorithm: str, data: st.DataObject) -> None:
     decide = model.DECIDERS[algorithm]
-    policies = data.draw(policy_sets(algorithm), label="policies")
+    policies = data.draw(policy_sets(algorithm, "test"), label="policies")
     keys = [policy.key for policy in policies]
     now_ms = clock_origin_ms() + data.draw(st.integers(0, 2 * DAY_MS), label="start")
     state = data.draw(stored_states(algorithm, policies, now_ms), label="state")
@@ -617,7 +520,7 @@ def test_gcra_leaky_and_token_bucket_models_agree(data: st.DataObject) -> None:
     public rule). On any consistent history their replies are the same, call for call.
     """
     deciders = [model.gcra, model.leaky_bucket, model.token_bucket]
-    policies = data.draw(policy_sets("gcra"), label="policies")
+    policies = data.draw(policy_sets("gcra", "test"), label="policies")
     policies = tuple(model.Policy(p.key, p.capacity_scaled, p.window_s) for p in policies)
     steps = data.draw(st.lists(steps_for(len(policies)), min_size=1, max_size=40), label="steps")
     now_ms = 1_700_000_000_000 + data.draw(st.integers(0, DAY_MS), label="start")

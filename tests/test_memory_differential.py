@@ -13,12 +13,12 @@ stored states no history produces, reset, and Redis's glob rules.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Union
 
 import pytest
 import pytest_asyncio
 import reference_model as model
+from differential_calls import policy_sets, resolve_cost, resolve_delta, steps_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lua_harness import DAY_MS, LuaHarness, clock_origin_ms, open_harness
@@ -92,41 +92,6 @@ async def load_redis(lua: LuaHarness, state: model.State) -> None:
 
 # -- calls ---------------------------------------------------------------------------------
 
-windows_s = st.one_of(st.sampled_from([1, 2, 3, 7, 60, 3600, 86_400]), st.integers(1, 86_400))
-capacities_scaled = st.one_of(
-    st.sampled_from([1, 999, 1000, 1001, 3000, model.MAX_CAPACITY_SCALED]),
-    st.integers(1, 1000).map(lambda limit: limit * 1000),
-    st.sampled_from([1, 2, 3, 5, 10, 12, 30, 100]).map(lambda limit: limit * 1000),
-    st.integers(1, 30_000),
-    st.integers(1, model.MAX_CAPACITY_SCALED),
-)
-
-
-def refill_rates(capacity_scaled: int) -> st.SearchStrategy[float]:
-    lowest = capacity_scaled / model.MAX_WINDOW_S
-    highest = float(model.MAX_CAPACITY_SCALED)
-    return st.one_of(
-        st.sampled_from([lowest, highest]),
-        st.floats(min_value=lowest, max_value=highest, allow_nan=False, allow_infinity=False),
-        st.integers(1, 1000).map(float).filter(lambda rate: lowest <= rate <= highest),
-    )
-
-
-@st.composite
-def policy_sets(draw: st.DrawFn, algorithm: str) -> tuple[model.Policy, ...]:
-    count = draw(st.integers(1, 3))
-    windows = draw(st.lists(windows_s, min_size=count, max_size=count, unique=True))
-    tag = ALGORITHMS[algorithm].key_tag
-    policies = []
-    for window_s in windows:
-        capacity_scaled = draw(capacities_scaled)
-        rate = None
-        if algorithm == "token_bucket" and draw(st.integers(0, 3)) == 0:
-            rate = draw(refill_rates(capacity_scaled))
-        key = f"mem:{tag}:{{tenant:scope:client}}:{window_s}"
-        policies.append(model.Policy(key, capacity_scaled, window_s, rate))
-    return tuple(policies)
-
 
 def script_args(
     algorithm: str, cost_scaled: int, apply: bool, policies: Sequence[model.Policy]
@@ -139,58 +104,6 @@ def script_args(
             rate = policy.refill_scaled_per_s
             args.append("" if rate is None else repr(rate))
     return args
-
-
-@dataclass(frozen=True)
-class Step:
-    delta_ms: tuple[Any, ...]
-    """("ms", n) or ("window", policy, numerator, denominator, jitter)"""
-    cost: tuple[Any, ...]
-    """("scaled", n), or ("remaining" | "capacity", policy, (numerator, denominator), plus)"""
-    apply: bool
-
-
-def steps_for(count: int) -> st.SearchStrategy[Step]:
-    policy = st.integers(0, count - 1)
-    fractions = st.sampled_from([(1, 1), (1, 2), (1, 3), (9, 10), (1, 10), (3, 2)])
-    deltas = st.one_of(
-        st.tuples(st.just("ms"), st.sampled_from([0, 1, 999, 1000, 1001])),
-        st.tuples(st.just("ms"), st.integers(0, 3 * DAY_MS)),
-        st.tuples(
-            st.just("window"),
-            policy,
-            st.integers(1, 25),
-            st.sampled_from([1, 2, 3, 10]),
-            st.integers(-1, 1),
-        ),
-    )
-    costs = st.one_of(
-        st.tuples(st.just("scaled"), st.integers(1, 5000)),
-        st.tuples(st.just("scaled"), st.just(model.MAX_SAFE_INTEGER)),
-        st.tuples(st.just("remaining"), policy, fractions, st.integers(-1, 1)),
-        st.tuples(st.just("capacity"), policy, fractions, st.integers(-1, 1)),
-    )
-    return st.builds(Step, deltas, costs, st.sampled_from([True, True, True, False]))
-
-
-def resolve_delta(step: Step, policies: Sequence[model.Policy]) -> int:
-    if step.delta_ms[0] == "ms":
-        return int(step.delta_ms[1])
-    _, index, numerator, denominator, jitter = step.delta_ms
-    return max(0, policies[index].window_ms * numerator // denominator + jitter)
-
-
-def resolve_cost(step: Step, policies: Sequence[model.Policy], remaining: Sequence[int]) -> int:
-    kind = step.cost[0]
-    if kind == "scaled":
-        cost = int(step.cost[1])
-    else:
-        _, index, (numerator, denominator), plus = step.cost
-        whole = remaining[index] if kind == "remaining" else policies[index].capacity_scaled
-        cost = max(1, whole * numerator // denominator + plus)
-    if not step.apply and kind == "scaled" and cost == 1:
-        return 0  # a usage read
-    return cost
 
 
 async def run_lua(
@@ -244,7 +157,7 @@ def same_outcome(reply: Union[list[int], str], expected: Union[list[int], str]) 
 @SEQUENCES
 @given(data=st.data())
 async def test_sequences_agree(lua: LuaHarness, algorithm: str, data: st.DataObject) -> None:
-    policies = data.draw(policy_sets(algorithm), label="policies")
+    policies = data.draw(policy_sets(algorithm, "mem"), label="policies")
     steps = data.draw(st.lists(steps_for(len(policies)), min_size=1, max_size=25), label="steps")
     start = data.draw(st.one_of(st.integers(0, 2 * DAY_MS), st.sampled_from([0, 999])))
     await lua.flush()
@@ -391,7 +304,7 @@ def log_sets(
 async def test_calls_from_any_state_agree(
     lua: LuaHarness, algorithm: str, data: st.DataObject
 ) -> None:
-    policies = data.draw(policy_sets(algorithm), label="policies")
+    policies = data.draw(policy_sets(algorithm, "mem"), label="policies")
     keys = [policy.key for policy in policies]
     now_ms = clock_origin_ms() + data.draw(st.integers(0, 2 * DAY_MS), label="start")
     state = data.draw(stored_states(algorithm, policies, now_ms), label="state")
@@ -430,7 +343,7 @@ async def test_logs_are_read_as_the_script_reads_them(lua: LuaHarness, data: st.
     newest, the first in the window, the ranks its bisection visits, or every member of
     the window when renumbering). The reference model checks every member of the window,
     so here the store is held against the script alone."""
-    policies = data.draw(policy_sets("sliding_log"), label="policies")
+    policies = data.draw(policy_sets("sliding_log", "mem"), label="policies")
     keys = [policy.key for policy in policies]
     now_ms = clock_origin_ms() + data.draw(st.integers(0, 2 * DAY_MS), label="start")
     state = data.draw(stored_states("sliding_log", policies, now_ms, True), label="state")
@@ -474,7 +387,7 @@ JUNK: list[Union[int, str]] = [
 
 @st.composite
 def bad_calls(draw: st.DrawFn, algorithm: str) -> tuple[list[str], list[Union[int, str]]]:
-    policies = draw(policy_sets(algorithm))
+    policies = draw(policy_sets(algorithm, "mem"))
     keys = [policy.key for policy in policies]
     args = script_args(algorithm, draw(st.integers(0, 5000)), draw(st.booleans()), policies)
     for _ in range(draw(st.integers(1, 2))):
@@ -600,7 +513,7 @@ async def test_delete_matching_follows_redis_glob(
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_sweeping_changes_no_decision(algorithm: str, data: st.DataObject) -> None:
-    policies = data.draw(policy_sets(algorithm), label="policies")
+    policies = data.draw(policy_sets(algorithm, "mem"), label="policies")
     keys = [policy.key.encode() for policy in policies]
     swept, unswept = _accel.MemoryStore(1_000_000), _accel.MemoryStore(1_000_000)
     now_ms = clock_origin_ms()

@@ -16,7 +16,6 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY csrc ./csrc
-COPY lua ./lua
 COPY moderato ./moderato
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 

@@ -356,7 +356,7 @@ def redis_section(port: int, config: Config, progress: Progress) -> dict[str, An
             redis_benchmark(port, 50, 16, config.ceiling_requests, "token_bucket")
         )
     result: dict[str, Any] = {
-        "script": "lua/token_bucket.lua",
+        "script": "moderato/lua/token_bucket.lua",
         "command": " ".join(benchmark_command("token_bucket")),
         "identities": IDENTITIES,
     }

@@ -19,9 +19,9 @@ SCRIPT_NAMES = (
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-# Installed wheels carry the scripts as moderato/lua/; a source checkout keeps
-# them one level up in lua/ (the single copy that is edited).
-_SEARCH_DIRS = (_PACKAGE_DIR / "lua", _PACKAGE_DIR.parent / "lua")
+# The scripts live inside the package (moderato/lua/), so the source tree, the
+# sdist and the wheel carry the same files at the same place.
+_SCRIPTS_DIR = _PACKAGE_DIR / "lua"
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,9 @@ class Script:
 
 
 def scripts_dir() -> Path:
-    for directory in _SEARCH_DIRS:
-        if (directory / "fixed_window.lua").is_file():
-            return directory
-    searched = ", ".join(str(d) for d in _SEARCH_DIRS)
-    raise FileNotFoundError(f"moderato's Lua scripts were not found (searched {searched})")
+    if (_SCRIPTS_DIR / "fixed_window.lua").is_file():
+        return _SCRIPTS_DIR
+    raise FileNotFoundError(f"moderato's Lua scripts were not found in {_SCRIPTS_DIR}")
 
 
 @cache

@@ -39,7 +39,8 @@ class RateLimiter:
 
     ``redis_url`` selects the backend: ``redis://``, ``rediss://`` (TLS),
     ``unix://``, ``redis+cluster://host:port[,host:port...]`` (a Redis
-    Cluster from its seed nodes) or ``memory://`` (in process). Nothing
+    Cluster from its seed nodes), ``redis+sentinel://host:port[,...]/service``
+    (the primary the sentinels name) or ``memory://`` (in process). Nothing
     connects until ``connect()`` or the first check, so an application can
     start while Redis is down.
 
@@ -557,13 +558,16 @@ def _make_backend(redis_url: str, **options: Any) -> Backend:
     if redis_url.startswith("memory:"):
         return MemoryBackend.from_url(redis_url)
     from .backends.redis import RedisBackend
-    from .redis import ClusterClient, RedisClient, is_cluster_url
+    from .redis import ClusterClient, RedisClient, SentinelClient, is_cluster_url, is_sentinel_url
 
-    client: Union[RedisClient, ClusterClient]
+    client: Union[RedisClient, ClusterClient, SentinelClient]
     try:
         if is_cluster_url(redis_url):
             # redis+cluster:// and rediss+cluster://: seed nodes of a Redis Cluster.
             client = ClusterClient.from_url(redis_url, **options)
+        elif is_sentinel_url(redis_url):
+            # redis+sentinel://: the primary a set of sentinels names, followed across failovers.
+            client = SentinelClient.from_url(redis_url, **options)
         else:
             client = RedisClient.from_url(redis_url, **options)
     except ValueError as error:

@@ -115,3 +115,95 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SentinelServer(RedisServer):
+    """One ``redis-server --sentinel`` process watching ``service`` on 127.0.0.1."""
+
+    def __init__(
+        self,
+        primary_port: int,
+        service: str = "moderato",
+        down_after_ms: int = 400,
+        failover_timeout_ms: int = 2000,
+    ) -> None:
+        super().__init__()
+        self.service = service
+        # A sentinel rewrites its configuration file, so it gets one of its own.
+        self.config = self.dir / "sentinel.conf"
+        self.config.write_text(
+            f"sentinel monitor {service} 127.0.0.1 {primary_port} 2\n"
+            f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+            f"sentinel failover-timeout {service} {failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {service} 1\n"
+        )
+
+    def start(self, timeout_s: float = 10.0) -> SentinelServer:
+        args = [
+            redis_server_binary(),
+            str(self.config),
+            "--sentinel",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--logfile", str(self.dir / "redis.log"),
+            "--protected-mode", "no",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log_path = self.dir / "redis.log"
+                log = log_path.read_text() if log_path.exists() else ""
+                raise RuntimeError(f"sentinel on port {self.port} exited on start:\n{log}")
+            if self.ping():
+                return self
+            time.sleep(0.02)
+        raise RuntimeError(f"sentinel on port {self.port} did not answer within {timeout_s} s")
+
+    def primary_port(self) -> int | None:
+        """The port of the primary this sentinel names now (None if it names none)."""
+        reply = self.command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+        parts = reply.split(b"\r\n")
+        return int(parts[4]) if reply.startswith(b"*2") else None
+
+    def knows(self, replicas: int, other_sentinels: int) -> bool:
+        """Whether this sentinel has found that many replicas and other sentinels."""
+        found_replicas = self.command("SENTINEL", "REPLICAS", self.service)
+        found_sentinels = self.command("SENTINEL", "SENTINELS", self.service)
+        return found_replicas.startswith(b"*%d\r\n" % replicas) and found_sentinels.startswith(
+            b"*%d\r\n" % other_sentinels
+        )
+
+
+class SentinelDeployment:
+    """A primary, one replica and three sentinels on free loopback ports."""
+
+    def __init__(self, service: str = "moderato", down_after_ms: int = 400) -> None:
+        self.service = service
+        self.primary = RedisServer().start()
+        self.replica = RedisServer(
+            extra_args=("--replicaof", "127.0.0.1", str(self.primary.port))
+        ).start()
+        self.sentinels = [
+            SentinelServer(self.primary.port, service, down_after_ms).start() for _ in range(3)
+        ]
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    def wait_until_watched(self, timeout_s: float = 20.0) -> None:
+        """Block until the replica is in sync and every sentinel knows the whole deployment."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            synced = b"master_link_status:up" in self.replica.command("INFO", "replication")
+            if synced and all(sentinel.knows(1, 2) for sentinel in self.sentinels):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the sentinels did not discover the deployment within {timeout_s} s")
+
+    def close(self) -> None:
+        for server in (*self.sentinels, self.replica, self.primary):
+            server.close()

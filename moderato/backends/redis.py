@@ -7,7 +7,7 @@ from typing import Any, Union
 
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RedisReplyError
-from ..redis import ClusterClient, RedisClient
+from ..redis import ClusterClient, RedisClient, SentinelClient
 from ..scripts import load_script
 from .base import DecisionReply, script_refusal
 
@@ -15,7 +15,8 @@ _SCAN_BATCH = 1000
 
 
 class RedisBackend:
-    """Runs the scripts through a RedisClient (one server) or a ClusterClient (a cluster).
+    """Runs the scripts through a RedisClient (one server), a ClusterClient (a cluster)
+    or a SentinelClient (the primary the sentinels name).
 
     Both route the same calls: every key of one decision shares a hash tag, so
     a decision is one script call on one node; reset's SCAN carries the
@@ -23,7 +24,7 @@ class RedisBackend:
     node owning that slot.
     """
 
-    def __init__(self, client: Union[RedisClient, ClusterClient]) -> None:
+    def __init__(self, client: Union[RedisClient, ClusterClient, SentinelClient]) -> None:
         self.client = client
 
     async def connect(self) -> None:

@@ -9,12 +9,16 @@ from ._encoding import Arg
 from .client import BACKOFF_CAP_S, BACKOFF_START_S, RedisClient, ScriptLike
 from .cluster import ClusterClient, ClusterCounters
 from .connection import RedisConnection
+from .sentinel import SentinelClient
 from .url import (
     ClusterAddress,
     RedisAddress,
+    SentinelAddress,
     is_cluster_url,
+    is_sentinel_url,
     mask_url,
     parse_cluster_url,
+    parse_sentinel_url,
     parse_url,
 )
 
@@ -29,8 +33,12 @@ __all__ = [
     "RedisClient",
     "RedisConnection",
     "ScriptLike",
+    "SentinelAddress",
+    "SentinelClient",
     "is_cluster_url",
+    "is_sentinel_url",
     "mask_url",
     "parse_cluster_url",
+    "parse_sentinel_url",
     "parse_url",
 ]

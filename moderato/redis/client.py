@@ -48,6 +48,7 @@ from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command, encode_evalsha
 from .connection import RedisConnection, ScriptLike
 from .url import RedisAddress, client_name_problem, parse_url
+from .url_options import apply_connect_options
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "RedisClient", "ScriptLike"]
 
@@ -284,8 +285,12 @@ class RedisClient:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisClient:
-        """``RedisClient(parse_url(url), **options)``; a bad URL is a ValueError."""
-        return cls(parse_url(url), **options)
+        """``RedisClient(parse_url(url), **options)``; a bad URL is a ValueError.
+
+        The URL's connection options (``?socket_timeout=``...) win over ``options``.
+        """
+        address = parse_url(url)
+        return cls(address, **apply_connect_options(address.options, options))
 
     def __repr__(self) -> str:
         return f"<RedisClient {self.address} loops={len(self._pools)}>"

@@ -63,6 +63,7 @@ from ._encoding import Arg, encode_command
 from .client import RedisClient, _positive_seconds
 from .connection import ScriptLike
 from .url import ClusterAddress, parse_cluster_url
+from .url_options import apply_connect_options
 
 __all__ = [
     "DEFAULT_MAX_REDIRECTS",
@@ -239,7 +240,8 @@ class ClusterClient:
     @classmethod
     def from_url(cls, url: str, **options: Any) -> ClusterClient:
         """``ClusterClient(parse_cluster_url(url), **options)``; a bad URL is a ValueError."""
-        return cls(parse_cluster_url(url), **options)
+        address = parse_cluster_url(url)
+        return cls(address, **apply_connect_options(address.options, options))
 
     def __repr__(self) -> str:
         return f"<ClusterClient {self.address} primaries={len(self._primaries)}>"

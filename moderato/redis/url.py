@@ -1,18 +1,25 @@
 """Redis URLs: ``redis://``, ``rediss://`` (TLS) and ``unix://``, parsed into a RedisAddress;
-``redis+cluster://`` and ``rediss+cluster://``, parsed into a ClusterAddress.
+``redis+cluster://`` and ``rediss+cluster://``, parsed into a ClusterAddress;
+``redis+sentinel://`` and ``rediss+sentinel://``, parsed into a SentinelAddress.
 
-Grammar (query options ``db`` and ``client_name`` are accepted by every
-single-node scheme; cluster URLs take ``client_name`` only)::
+Grammar::
 
-    redis://[user[:password]@]host[:port][/db][?db=N&client_name=NAME]
+    redis://[user[:password]@]host[:port][/db][?db=N&client_name=NAME&...]
     rediss://...                       the same, over TLS
-    unix://[user[:password]@]/path/to/redis.sock[?db=N&client_name=NAME]
-    redis+cluster://[user[:password]@]host[:port][,host[:port]...][?client_name=NAME]
+    unix://[user[:password]@]/path/to/redis.sock[?db=N&client_name=NAME&...]
+    redis+cluster://[user[:password]@]host[:port][,host[:port]...][?client_name=NAME&...]
     rediss+cluster://...               the same, over TLS
+    redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service_name[/db][?...]
+    rediss+sentinel://...              the same, over TLS
 
-A cluster URL lists seed nodes: any one of them that answers tells the client
-the whole cluster. Redis Cluster has only database 0, so a cluster URL names
-no database.
+Every scheme takes ``client_name`` and the connection options of
+url_options.py (``socket_timeout``, ``ssl_ca_certs``, ...); the single-node and
+Sentinel schemes take ``db`` too. A cluster URL lists seed nodes: any one of
+them that answers tells the client the whole cluster. Redis Cluster has only
+database 0, so a cluster URL names no database. A Sentinel URL lists sentinels
+(port 26379 unless given) and the name of the service they watch, as limits
+writes it; ``sentinel_username``, ``sentinel_password`` and ``sentinel_ssl``
+set the sentinels' own credentials and TLS when they differ from the primary's.
 
 Anything else is a ValueError whose message shows the URL with its password
 masked: URLs end up in logs and tracebacks, passwords must not.
@@ -25,22 +32,33 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from .url_options import CONNECT_OPTIONS, REFUSED_OPTIONS, ConnectOptions, parse_connect_options
+
 __all__ = [
     "CLUSTER_SCHEMES",
     "DEFAULT_PORT",
+    "DEFAULT_SENTINEL_PORT",
+    "SENTINEL_SCHEMES",
     "ClusterAddress",
     "RedisAddress",
+    "SentinelAddress",
     "client_name_problem",
     "is_cluster_url",
+    "is_sentinel_url",
     "mask_url",
     "parse_cluster_url",
+    "parse_sentinel_url",
     "parse_url",
 ]
 
 DEFAULT_PORT = 6379
 _SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-_QUERY_OPTIONS = ("db", "client_name")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+DEFAULT_SENTINEL_PORT = 26379
+_QUERY_OPTIONS = ("db", "client_name", *CONNECT_OPTIONS)
+# The sentinels' own credentials and TLS, when they differ from the data nodes'.
+_SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password", "sentinel_ssl")
 # Redis refuses CLIENT SETNAME with spaces, newlines or other special characters:
 # printable ASCII other than the blank is what it takes.
 _CLIENT_NAME = re.compile(r"[!-~]+")
@@ -67,13 +85,12 @@ class RedisAddress:
     password: str | None = field(default=None, repr=False)
     tls: bool = False
     client_name: str | None = None
+    # The URL's connection options (timeouts, TLS settings); see url_options.py.
+    options: ConnectOptions = field(default=ConnectOptions(), compare=False, repr=False)
 
     def __str__(self) -> str:
         """The address as a URL with the password masked, for messages and logs."""
-        user = ""
-        if self.username is not None or self.password is not None:
-            name = quote(self.username or "", safe="")
-            user = f"{name}:***@" if self.password is not None else f"{name}@"
+        user = _masked_user(self.username, self.password)
         if self.unix_path is not None:
             where = f"unix://{user}{self.unix_path}"
             return where if self.db == 0 else f"{where}?db={self.db}"
@@ -97,6 +114,7 @@ class ClusterAddress:
     password: str | None = field(default=None, repr=False)
     tls: bool = False
     client_name: str | None = None
+    options: ConnectOptions = field(default=ConnectOptions(), compare=False, repr=False)
 
     def node(self, host: str, port: int) -> RedisAddress:
         """The address of one node of this cluster (database 0, the cluster's credentials)."""
@@ -107,19 +125,79 @@ class ClusterAddress:
             password=self.password,
             tls=self.tls,
             client_name=self.client_name,
+            options=self.options,
         )
 
     def __str__(self) -> str:
         """The address as a URL with the password masked, for messages and logs."""
-        user = ""
-        if self.username is not None or self.password is not None:
-            name = quote(self.username or "", safe="")
-            user = f"{name}:***@" if self.password is not None else f"{name}@"
-        hosts = ",".join(
-            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.seeds
-        )
+        user = _masked_user(self.username, self.password)
         scheme = "rediss+cluster" if self.tls else "redis+cluster"
-        return f"{scheme}://{user}{hosts}"
+        return f"{scheme}://{user}{_hosts_text(self.seeds)}"
+
+
+@dataclass(frozen=True)
+class SentinelAddress:
+    """The sentinels watching a replicated Redis, and the name of the service they watch.
+
+    ``username``/``password``, ``tls``, ``db`` and ``client_name`` apply to the
+    primary the sentinels name; the sentinels get ``sentinel_username``,
+    ``sentinel_password`` and ``sentinel_tls`` (which default to the same
+    credentials and TLS, as limits and most deployments use one password for both).
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    service_name: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    client_name: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    sentinel_tls: bool = False
+    options: ConnectOptions = field(default=ConnectOptions(), compare=False, repr=False)
+
+    def primary(self, host: str, port: int) -> RedisAddress:
+        """The address of the primary the sentinels named (the data nodes' settings)."""
+        return RedisAddress(
+            host=host,
+            port=port,
+            db=self.db,
+            username=self.username,
+            password=self.password,
+            tls=self.tls,
+            client_name=self.client_name,
+            options=self.options,
+        )
+
+    def sentinel(self, host: str, port: int) -> RedisAddress:
+        """The address of one sentinel (the sentinels' own credentials and TLS)."""
+        return RedisAddress(
+            host=host,
+            port=port,
+            username=self.sentinel_username,
+            password=self.sentinel_password,
+            tls=self.sentinel_tls,
+            options=self.options if self.sentinel_tls == self.tls else ConnectOptions(),
+        )
+
+    def __str__(self) -> str:
+        """The address as a URL with the passwords masked, for messages and logs."""
+        user = _masked_user(self.username, self.password)
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        where = f"{scheme}://{user}{_hosts_text(self.sentinels)}/{quote(self.service_name)}"
+        return where if self.db == 0 else f"{where}/{self.db}"
+
+
+def _masked_user(username: str | None, password: str | None) -> str:
+    if username is None and password is None:
+        return ""
+    name = quote(username or "", safe="")
+    return f"{name}:***@" if password is not None else f"{name}@"
+
+
+def _hosts_text(hosts: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in hosts)
 
 
 def is_cluster_url(url: object) -> bool:
@@ -128,6 +206,14 @@ def is_cluster_url(url: object) -> bool:
         return False
     scheme, sep, _ = url.partition("://")
     return bool(sep) and scheme.lower() in CLUSTER_SCHEMES
+
+
+def is_sentinel_url(url: object) -> bool:
+    """Whether ``url`` is a str with a Sentinel scheme (``redis+sentinel://``, ``rediss+sentinel://``)."""
+    if not isinstance(url, str):
+        return False
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() in SENTINEL_SCHEMES
 
 
 def mask_url(url: str) -> str:
@@ -170,6 +256,11 @@ def parse_url(url: str) -> RedisAddress:
             f"{parts.scheme}:// names a Redis Cluster, not one server; "
             "use parse_cluster_url() or ClusterClient"
         )
+    if scheme in SENTINEL_SCHEMES:
+        raise bad(
+            f"{parts.scheme}:// names sentinels, not one server; "
+            "use parse_sentinel_url() or SentinelClient"
+        )
     if scheme not in _SCHEMES:
         raise bad(
             f"unsupported scheme {parts.scheme + '://' if parts.scheme else '(none)'}; "
@@ -179,7 +270,8 @@ def parse_url(url: str) -> RedisAddress:
         raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
 
     username, password = _credentials(parts.netloc, bad)
-    db_from_query, client_name = _query(parts.query, bad)
+    query = _query(parts.query, _QUERY_OPTIONS, scheme == "rediss", bad)
+    db_from_query, client_name = query.db, query.client_name
 
     if scheme == "unix":
         host_part = parts.netloc.rpartition("@")[2]
@@ -196,6 +288,7 @@ def parse_url(url: str) -> RedisAddress:
             username=username,
             password=password,
             client_name=client_name,
+            options=query.options,
         )
 
     try:
@@ -231,6 +324,7 @@ def parse_url(url: str) -> RedisAddress:
         password=password,
         tls=scheme == "rediss",
         client_name=client_name,
+        options=query.options,
     )
 
 
@@ -265,39 +359,130 @@ def parse_cluster_url(url: str) -> ClusterAddress:
             "Redis Cluster has only database 0"
         )
     username, password = _credentials(netloc, bad)
-    db, client_name = _query(query, bad)
-    if db is not None:
+    parsed = _query(query, _QUERY_OPTIONS, scheme == "rediss+cluster", bad)
+    if parsed.db is not None:
         raise bad("a cluster URL takes no db option: Redis Cluster has only database 0")
 
     hosts = netloc.rpartition("@")[2]
     if not hosts:
         raise bad("at least one seed node is required, e.g. redis+cluster://10.0.0.1:7000")
-    seeds: list[tuple[str, int]] = []
+    return ClusterAddress(
+        seeds=_host_list(hosts, DEFAULT_PORT, "seed node", bad),
+        username=username,
+        password=password,
+        tls=scheme == "rediss+cluster",
+        client_name=parsed.client_name,
+        options=parsed.options,
+    )
+
+
+def parse_sentinel_url(url: str) -> SentinelAddress:
+    """Parse a ``redis+sentinel://`` or ``rediss+sentinel://`` URL (limits' form).
+
+    ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/service_name[/db]``;
+    a sentinel's port defaults to 26379. Query options: those of a single-node
+    URL, plus ``sentinel_username``, ``sentinel_password`` and ``sentinel_ssl``
+    (true/false) for the sentinels themselves. Raises ValueError naming the
+    (masked) URL and what is wrong.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
+
+    def bad(reason: str) -> ValueError:
+        return ValueError(f"invalid Redis Sentinel URL {mask_url(_mask_query(url))!r}: {reason}")
+
+    if url != url.strip() or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise bad("it contains blanks or control characters")
+    scheme_text, sep, rest = url.partition("://")
+    scheme = scheme_text.lower() if sep else ""
+    if scheme not in SENTINEL_SCHEMES:
+        raise bad(
+            f"unsupported scheme {scheme_text + '://' if sep and scheme_text else '(none)'}; "
+            "expected redis+sentinel:// or rediss+sentinel://"
+        )
+    if "#" in rest:
+        raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    tls = scheme == "rediss+sentinel"
+    username, password = _credentials(netloc, bad)
+    parsed = _query(query, (*_QUERY_OPTIONS, *_SENTINEL_OPTIONS), tls, bad)
+
+    hosts = netloc.rpartition("@")[2]
+    if not hosts:
+        raise bad("at least one sentinel is required, e.g. redis+sentinel://10.0.0.1:26379/mymaster")
+    service, _, db_text = path.partition("/")
+    service_name = unquote(service)
+    if not service_name:
+        raise bad("the service name is required: redis+sentinel://host:26379/service_name")
+    if not _CLIENT_NAME.fullmatch(service_name):
+        raise bad(f"service name {service_name!r} must be printable ASCII without blanks")
+    db = parsed.db
+    if db_text:
+        if not db_text.isdigit() or not db_text.isascii() or int(db_text) > _MAX_DB:
+            raise bad(
+                f"the path after the service name must be a database number (got {db_text!r})"
+            )
+        if db is not None and db != int(db_text):
+            raise bad(f"the database is given twice and differs (/{db_text} and db={db})")
+        db = int(db_text)
+    extra = parsed.extra
+    sentinel_tls = tls
+    if "sentinel_ssl" in extra:
+        text = extra["sentinel_ssl"].lower()
+        if text not in ("true", "false"):
+            raise bad(f"sentinel_ssl must be true or false (got {extra['sentinel_ssl']!r})")
+        sentinel_tls = text == "true"
+    sentinel_username, sentinel_password = username, password
+    if "sentinel_username" in extra or "sentinel_password" in extra:
+        sentinel_username = extra.get("sentinel_username") or None
+        sentinel_password = extra.get("sentinel_password") or None
+        if sentinel_username is not None and sentinel_password is None:
+            raise bad("sentinel_username needs sentinel_password")
+    return SentinelAddress(
+        sentinels=_host_list(hosts, DEFAULT_SENTINEL_PORT, "sentinel", bad),
+        service_name=service_name,
+        db=0 if db is None else db,
+        username=username,
+        password=password,
+        tls=tls,
+        client_name=parsed.client_name,
+        sentinel_username=sentinel_username,
+        sentinel_password=sentinel_password,
+        sentinel_tls=sentinel_tls,
+        options=parsed.options,
+    )
+
+
+def _mask_query(url: str) -> str:
+    """``url`` with the value of a ``sentinel_password`` query option masked."""
+    return re.sub(r"(sentinel_password=)[^&#]*", r"\1***", url)
+
+
+def _host_list(
+    hosts: str, default_port: int, what: str, bad: _BadFactory
+) -> tuple[tuple[str, int], ...]:
+    """``host[:port],host[:port]...`` as (host, port) pairs, duplicates dropped."""
+    pairs: list[tuple[str, int]] = []
     for entry in hosts.split(","):
         if not entry:
-            raise bad("an empty seed node (a stray ',')")
+            raise bad(f"an empty {what} (a stray ',')")
         try:
             seed = urlsplit(f"//{entry}")
             host = seed.hostname
             port = seed.port
         except ValueError as error:
-            raise bad(f"bad seed node {entry!r} ({error})") from None
+            raise bad(f"bad {what} {entry!r} ({error})") from None
         if not host:
-            raise bad(f"bad seed node {entry!r}: a host is required")
+            raise bad(f"bad {what} {entry!r}: a host is required")
         if port == 0:
-            raise bad(f"bad seed node {entry!r}: port 0 cannot be connected to")
+            raise bad(f"bad {what} {entry!r}: port 0 cannot be connected to")
         if port is None and entry.endswith(":"):
-            raise bad(f"bad seed node {entry!r}: an empty port after ':'")
-        pair = (host, DEFAULT_PORT if port is None else port)
-        if pair not in seeds:
-            seeds.append(pair)
-    return ClusterAddress(
-        seeds=tuple(seeds),
-        username=username,
-        password=password,
-        tls=scheme == "rediss+cluster",
-        client_name=client_name,
-    )
+            raise bad(f"bad {what} {entry!r}: an empty port after ':'")
+        pair = (host, default_port if port is None else port)
+        if pair not in pairs:
+            pairs.append(pair)
+    return tuple(pairs)
 
 
 def _credentials(netloc: str, bad: _BadFactory) -> tuple[str | None, str | None]:
@@ -318,17 +503,28 @@ def _credentials(netloc: str, bad: _BadFactory) -> tuple[str | None, str | None]
     return username, password
 
 
-def _query(query: str, bad: _BadFactory) -> tuple[int | None, str | None]:
+@dataclass(frozen=True)
+class _Query:
+    db: int | None = None
+    client_name: str | None = None
+    options: ConnectOptions = field(default_factory=ConnectOptions)
+    # Options only some schemes take (the sentinels' own), as given.
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _query(query: str, accepted: tuple[str, ...], tls: bool, bad: _BadFactory) -> _Query:
     if not query:
-        return None, None
+        return _Query()
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
         raise bad(f"malformed query {query!r}; expected name=value pairs joined by '&'") from None
     seen: dict[str, str] = {}
     for name, value in pairs:
-        if name not in _QUERY_OPTIONS:
-            raise bad(f"unknown option {name!r}; accepted: {', '.join(_QUERY_OPTIONS)}")
+        if name in REFUSED_OPTIONS:
+            raise bad(f"option {name!r} is not supported: {REFUSED_OPTIONS[name]}")
+        if name not in accepted:
+            raise bad(f"unknown option {name!r}; accepted: {', '.join(accepted)}")
         if name in seen:
             raise bad(f"option {name!r} is given twice")
         seen[name] = value
@@ -346,7 +542,9 @@ def _query(query: str, bad: _BadFactory) -> tuple[int | None, str | None]:
         problem = client_name_problem(client_name)
         if problem:
             raise bad(problem)
-    return db, client_name
+    options = parse_connect_options(seen, tls, bad)
+    extra = {name: value for name, value in seen.items() if name in _SENTINEL_OPTIONS}
+    return _Query(db, client_name, options, extra)
 
 
 def client_name_problem(name: str) -> str | None:

@@ -207,3 +207,36 @@ class SentinelDeployment:
     def close(self) -> None:
         for server in (*self.sentinels, self.replica, self.primary):
             server.close()
+
+
+def make_certificates(directory: Path, server_names: str = "DNS:localhost") -> None:
+    """A throwaway CA (ca.crt), a server certificate for ``server_names`` (server.crt,
+    server.key) and a client certificate (client.crt, client.key), all in ``directory``.
+
+    Raises FileNotFoundError when openssl is not installed.
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise FileNotFoundError("openssl is not installed; cannot make test certificates")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=directory, check=True, capture_output=True)
+
+    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    run("req", "-x509", *curve, "-days", "2", "-subj", "/CN=moderato test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    for name, usage in (("server", "serverAuth"), ("client", "clientAuth")):
+        run("req", *curve, "-subj", f"/CN=moderato {name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+        extensions = directory / f"{name}.cnf"
+        extensions.write_text(
+            (f"subjectAltName={server_names}\n" if name == "server" else "")
+            + "keyUsage=critical,digitalSignature\n"
+            + f"extendedKeyUsage={usage}\n"
+            + "authorityKeyIdentifier=keyid,issuer\n"
+        )
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", str(extensions),
+            "-out", f"{name}.crt")  # fmt: skip

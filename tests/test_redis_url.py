@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import shutil
+import ssl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from redis_servers import RedisServer, free_port, make_certificates
 
+from moderato import RateLimiter
+from moderato.errors import BackendError, RateLimitConfigError
 from moderato.redis import (
     ClusterAddress,
+    ClusterClient,
     RedisAddress,
+    RedisClient,
+    SentinelAddress,
+    SentinelClient,
     is_cluster_url,
+    is_sentinel_url,
     mask_url,
     parse_cluster_url,
+    parse_sentinel_url,
     parse_url,
 )
+from moderato.redis.url_options import ConnectOptions
 
 
 @pytest.mark.parametrize(
@@ -252,3 +268,254 @@ def test_is_cluster_url() -> None:
     assert is_cluster_url("redis+cluster://a") and is_cluster_url("RediSS+Cluster://a")
     assert not is_cluster_url("redis://a") and not is_cluster_url("redis+cluster:a")
     assert not is_cluster_url(b"redis+cluster://a")
+
+
+# -- Sentinel URLs (limits' form) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis+sentinel://s1:26379/mymaster",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="mymaster")),
+        ("redis+sentinel://s1,s2:26380,[::1]/svc/4",
+         SentinelAddress(sentinels=(("s1", 26379), ("s2", 26380), ("::1", 26379)),
+                         service_name="svc", db=4)),
+        # One password for the primary and the sentinels, as limits does.
+        ("redis+sentinel://:pw@s1/svc?db=2&client_name=api",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc", db=2, password="pw",
+                         client_name="api", sentinel_password="pw")),
+        # The sentinels' own credentials.
+        ("redis+sentinel://u:pw@s1/svc?sentinel_username=watch&sentinel_password=spw",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc", username="u",
+                         password="pw", sentinel_username="watch", sentinel_password="spw")),
+        # Sentinels without a password in front of a primary with one.
+        ("redis+sentinel://:pw@s1/svc?sentinel_password=",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc", password="pw")),
+        ("rediss+sentinel://s1/svc",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc", tls=True,
+                         sentinel_tls=True)),
+        ("rediss+sentinel://s1/svc?sentinel_ssl=false",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc", tls=True)),
+    ],
+)  # fmt: skip
+def test_accepted_sentinel_urls(url: str, expected: SentinelAddress) -> None:
+    assert parse_sentinel_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://s1/svc", "expected redis+sentinel:// or rediss+sentinel://"),
+        ("redis+sentinel://s1", "the service name is required"),
+        ("redis+sentinel://s1/", "the service name is required"),
+        ("redis+sentinel:///svc", "at least one sentinel is required"),
+        ("redis+sentinel://s1,,s2/svc", "an empty sentinel"),
+        ("redis+sentinel://s1:0/svc", "port 0 cannot be connected to"),
+        ("redis+sentinel://s1/svc/x", "must be a database number"),
+        ("redis+sentinel://s1/svc/1?db=2", "the database is given twice and differs"),
+        ("redis+sentinel://s1/svc?sentinel_ssl=maybe", "sentinel_ssl must be true or false"),
+        ("redis+sentinel://s1/svc?sentinel_username=u", "sentinel_username needs"),
+        ("redis+sentinel://s1/svc?master=x", "unknown option 'master'; accepted: db, "),
+        ("redis+sentinel://s1/svc#x", "a fragment"),
+    ],
+)
+def test_rejected_sentinel_urls(url: str, reason: str) -> None:
+    with pytest.raises(ValueError, match="invalid Redis Sentinel URL") as raised:
+        parse_sentinel_url(url)
+    assert reason in str(raised.value)
+
+
+def test_sentinel_urls_never_show_a_password() -> None:
+    url = "redis+sentinel://:hunter2@s1/svc?sentinel_password=swordfish&bad=1"
+    with pytest.raises(ValueError) as raised:
+        parse_sentinel_url(url)
+    assert "hunter2" not in str(raised.value) and "swordfish" not in str(raised.value)
+    address = parse_sentinel_url("redis+sentinel://u:hunter2@s1/svc/3?sentinel_password=sw")
+    assert str(address) == "redis+sentinel://u:***@s1:26379/svc/3"
+    assert "hunter2" not in repr(address) and "sw'" not in repr(address)
+
+
+def test_sentinel_urls_are_told_apart() -> None:
+    assert is_sentinel_url("redis+sentinel://s/x") and is_sentinel_url("REDISS+SENTINEL://s/x")
+    assert not is_sentinel_url("redis://s") and not is_sentinel_url(None)
+    with pytest.raises(ValueError, match="names sentinels, not one server"):
+        parse_url("redis+sentinel://s1/svc")
+    with pytest.raises(RateLimitConfigError, match="the service name is required"):
+        RateLimiter("redis+sentinel://s1")
+
+
+# -- the options users put in their URLs ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("socket_timeout=0.25", ConnectOptions(command_timeout_s=0.25)),
+        ("socket_connect_timeout=2", ConnectOptions(connect_timeout_s=2.0)),
+        ("ssl_cert_reqs=NONE", ConnectOptions(ssl_cert_reqs="none")),
+        ("ssl_cert_reqs=optional", ConnectOptions(ssl_cert_reqs="optional")),
+        ("ssl_ca_certs=/etc/ca.pem", ConnectOptions(ssl_ca_certs="/etc/ca.pem")),
+        ("ssl_certfile=/c.pem&ssl_keyfile=/k.pem",
+         ConnectOptions(ssl_certfile="/c.pem", ssl_keyfile="/k.pem")),
+        ("ssl_check_hostname=False", ConnectOptions(ssl_check_hostname=False)),
+        ("ssl_check_hostname=true", ConnectOptions(ssl_check_hostname=True)),
+        ("protocol=2", ConnectOptions()),
+    ],
+)  # fmt: skip
+def test_connect_options_are_parsed(query: str, expected: ConnectOptions) -> None:
+    assert parse_url(f"rediss://h?{query}").options == expected
+    assert parse_cluster_url(f"rediss+cluster://h?{query}").options == expected
+    assert parse_sentinel_url(f"rediss+sentinel://h/svc?{query}").options == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://h?socket_timeout=0", "socket_timeout must be a positive number of seconds"),
+        ("redis://h?socket_timeout=inf", "socket_timeout must be a positive number of seconds"),
+        ("redis://h?socket_connect_timeout=x", "socket_connect_timeout must be a positive"),
+        ("rediss://h?ssl_cert_reqs=maybe", "ssl_cert_reqs must be one of none, optional, required"),
+        ("rediss://h?ssl_check_hostname=2", "ssl_check_hostname must be true or false"),
+        ("rediss://h?ssl_ca_certs=", "ssl_ca_certs must be a file path"),
+        ("rediss://h?ssl_keyfile=/k.pem", "ssl_keyfile needs ssl_certfile"),
+        ("rediss://h?ssl_cert_reqs=none&ssl_check_hostname=true", "cannot hold with"),
+        ("redis://h?ssl_cert_reqs=none", "ssl_* options need a TLS scheme"),
+        ("redis+cluster://h?ssl_ca_certs=/ca", "ssl_* options need a TLS scheme"),
+        ("redis://h?protocol=3", "protocol=3 is not supported: moderato speaks RESP2"),
+        ("redis://h?health_check_interval=30",
+         "option 'health_check_interval' is not supported: moderato does not ping idle"),
+        ("redis://h?retry_on_timeout=true",
+         "unknown option 'retry_on_timeout'; accepted: db, client_name, socket_timeout, "
+         "socket_connect_timeout, ssl_cert_reqs, ssl_ca_certs, ssl_certfile, ssl_keyfile, "
+         "ssl_check_hostname, protocol"),
+    ],
+)  # fmt: skip
+def test_refused_connect_options(url: str, reason: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_url(url) if url.startswith("redis") and "+" not in url else parse_cluster_url(url)
+    assert reason in str(raised.value)
+
+
+def test_url_options_win_over_keywords() -> None:
+    client = RedisClient.from_url(
+        "redis://h?socket_timeout=0.3&socket_connect_timeout=0.7", command_timeout_s=5
+    )
+    assert (client.command_timeout_s, client.connect_timeout_s) == (0.3, 0.7)
+    cluster = ClusterClient.from_url("redis+cluster://h?socket_timeout=0.3")
+    assert cluster.command_timeout_s == 0.3
+    limiter = RateLimiter("redis+sentinel://s/svc?socket_timeout=0.3")
+    sentinel = limiter.backend.client  # type: ignore[attr-defined]
+    assert isinstance(sentinel, SentinelClient)
+    assert sentinel._options["command_timeout_s"] == 0.3
+    with pytest.raises(ValueError, match="an ssl_context was given too"):
+        RedisClient.from_url(
+            "rediss://h?ssl_cert_reqs=none", ssl_context=ssl.create_default_context()
+        )
+    with pytest.raises(RateLimitConfigError, match="TLS options cannot be loaded"):
+        RateLimiter("rediss://h?ssl_ca_certs=/nonexistent/ca.pem")
+
+
+async def test_socket_timeout_fires(own_redis_server: RedisServer) -> None:
+    limiter = RateLimiter(f"{own_redis_server.url}?socket_timeout=0.1", key_prefix="t")
+    try:
+        await limiter.connect()
+        own_redis_server.pause()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(BackendError, match=r"did not reply within 0\.1 s"):
+            await limiter.check("user:1", "5/minute")
+        assert asyncio.get_running_loop().time() - started < 0.5
+    finally:
+        own_redis_server.resume()
+        await limiter.close()
+
+
+async def test_socket_connect_timeout_fires(own_redis_server: RedisServer) -> None:
+    own_redis_server.pause()  # the kernel still accepts; nobody answers the handshake
+    client = RedisClient.from_url(f"{own_redis_server.url}?socket_connect_timeout=0.15")
+    try:
+        with pytest.raises(BackendError, match=r"no answer within 0\.15 s \(connect timeout\)"):
+            await client.connect()
+    finally:
+        own_redis_server.resume()
+        await client.close()
+
+
+async def test_db_client_name_and_protocol_reach_the_server(redis_server: RedisServer) -> None:
+    limiter = RateLimiter(
+        f"{redis_server.url}?db=5&client_name=url-opts&protocol=2", key_prefix="dbtest"
+    )
+    probe = RedisClient(f"{redis_server.url}/5")
+    try:
+        await probe.execute("FLUSHDB")
+        await limiter.check("user:1", "5/minute")
+        assert await probe.execute("DBSIZE") == 1
+        clients = redis_server.command("CLIENT", "LIST").decode()
+        line = next(line for line in clients.splitlines() if "name=url-opts" in line)
+        assert " db=5 " in line and line.endswith(" resp=2")
+    finally:
+        await probe.execute("FLUSHDB")
+        await probe.close()
+        await limiter.close()
+
+
+@pytest.fixture(scope="module")
+def tls_files() -> Iterator[tuple[Path, int]]:
+    """A redis-server that requires client certificates; its certificate names localhost only."""
+    directory = Path(tempfile.mkdtemp(prefix="moderato-url-tls-"))
+    try:
+        make_certificates(directory, server_names="DNS:localhost")
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    tls_port = free_port()
+    server = RedisServer(
+        extra_args=(
+            "--tls-port", str(tls_port),
+            "--tls-cert-file", str(directory / "server.crt"),
+            "--tls-key-file", str(directory / "server.key"),
+            "--tls-ca-cert-file", str(directory / "ca.crt"),
+            "--tls-auth-clients", "yes",
+        )
+    )  # fmt: skip
+    try:
+        server.start()
+    except RuntimeError as error:
+        if "tls" in str(error).lower():
+            pytest.skip(f"this redis-server was built without TLS: {error}")
+        raise
+    try:
+        yield directory, tls_port
+    finally:
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _pings(url: str) -> bool:
+    client = RedisClient.from_url(url, connect_timeout_s=2.0, command_timeout_s=2.0)
+    try:
+        return bool(await client.execute("PING") == b"PONG")
+    finally:
+        await client.close()
+
+
+async def test_tls_options_change_verification(tls_files: tuple[Path, int]) -> None:
+    directory, port = tls_files
+    ca = f"ssl_ca_certs={directory / 'ca.crt'}"
+    cert = f"ssl_certfile={directory / 'client.crt'}&ssl_keyfile={directory / 'client.key'}"
+    # The CA verifies the server; the client certificate satisfies the server.
+    assert await _pings(f"rediss://localhost:{port}?{ca}&{cert}")
+    # Without a client certificate the server refuses the handshake.
+    with pytest.raises(BackendError, match=r"CERTIFICATE_REQUIRED|cannot connect"):
+        await _pings(f"rediss://localhost:{port}?{ca}")
+    # Without the CA the server's certificate fails verification...
+    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _pings(f"rediss://localhost:{port}?{cert}")
+    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _pings(f"rediss://localhost:{port}?ssl_cert_reqs=optional&{cert}")
+    # ...unless verification is switched off.
+    assert await _pings(f"rediss://localhost:{port}?ssl_cert_reqs=none&{cert}")
+    # The certificate names localhost, not 127.0.0.1: the host name check fails...
+    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _pings(f"rediss://127.0.0.1:{port}?{ca}&{cert}")
+    # ...unless it is switched off (the chain is still verified).
+    assert await _pings(f"rediss://127.0.0.1:{port}?{ca}&{cert}&ssl_check_hostname=false")

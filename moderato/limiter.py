@@ -40,7 +40,9 @@ class RateLimiter:
     ``redis_url`` selects the backend: ``redis://``, ``rediss://`` (TLS),
     ``unix://``, ``redis+cluster://host:port[,host:port...]`` (a Redis
     Cluster from its seed nodes), ``redis+sentinel://host:port[,...]/service``
-    (the primary the sentinels name) or ``memory://`` (in process). Nothing
+    (the primary the sentinels name) or ``memory://`` (in process); or, instead
+    of a URL, an application's own ``redis.asyncio.Redis`` or ``RedisCluster``
+    client (``moderato[redis-py]``), whose own settings then apply. Nothing
     connects until ``connect()`` or the first check, so an application can
     start while Redis is down.
 
@@ -54,7 +56,7 @@ class RateLimiter:
 
     def __init__(
         self,
-        redis_url: str = "redis://localhost:6379",
+        redis_url: Union[str, Any] = "redis://localhost:6379",
         *,
         key_prefix: str = "moderato",
         default_algorithm: str = DEFAULT_ALGORITHM,
@@ -552,12 +554,21 @@ def exceeded(result: CheckResult) -> RateLimitExceeded:
     )
 
 
-def _make_backend(redis_url: str, **options: Any) -> Backend:
-    if not isinstance(redis_url, str):
-        raise RateLimitConfigError(f"redis_url must be a string, got {type(redis_url).__name__}")
-    if redis_url.startswith("memory:"):
+def _make_backend(redis_url: Any, **options: Any) -> Backend:
+    if isinstance(redis_url, str) and redis_url.startswith("memory:"):
         return MemoryBackend.from_url(redis_url)
     from .backends.redis import RedisBackend
+    from .backends.redis_py import RedisPyClient, is_redis_py_client
+
+    if is_redis_py_client(redis_url):
+        # The user's own redis-py client: its settings rule, moderato's connection options
+        # (timeouts, TLS, client name) are not used.
+        return RedisBackend(RedisPyClient(redis_url))
+    if not isinstance(redis_url, str):
+        raise RateLimitConfigError(
+            "redis_url must be a URL string or a redis.asyncio.Redis / RedisCluster client, "
+            f"got {type(redis_url).__name__}"
+        )
     from .redis import ClusterClient, RedisClient, SentinelClient, is_cluster_url, is_sentinel_url
 
     client: Union[RedisClient, ClusterClient, SentinelClient]

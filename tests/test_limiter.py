@@ -22,10 +22,22 @@ from moderato import (
 ALGORITHMS = ("fixed_window", "token_bucket", "sliding_window")
 
 
-@pytest.fixture
-async def limiter(redis_url: str):
-    async with RateLimiter(redis_url, key_prefix="test") as limiter:
-        yield limiter
+@pytest.fixture(params=["built-in", "redis-py"])
+async def limiter(redis_url: str, request: pytest.FixtureRequest):
+    """The limiter over moderato's own client, and over a user's redis-py client."""
+    if request.param == "built-in":
+        async with RateLimiter(redis_url, key_prefix="test") as limiter:
+            yield limiter
+        return
+    import redis.asyncio
+
+    pool = redis.asyncio.BlockingConnectionPool.from_url(redis_url, max_connections=32, timeout=5)
+    client = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        async with RateLimiter(client, key_prefix="test") as limiter:
+            yield limiter
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -10,13 +10,15 @@ from ..errors import BackendError, RedisReplyError
 from ..redis import ClusterClient, RedisClient, SentinelClient
 from ..scripts import load_script
 from .base import DecisionReply, script_refusal
+from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
 
 
 class RedisBackend:
     """Runs the scripts through a RedisClient (one server), a ClusterClient (a cluster)
-    or a SentinelClient (the primary the sentinels name).
+    a SentinelClient (the primary the sentinels name) or a RedisPyClient (a user's
+    own redis-py client).
 
     Both route the same calls: every key of one decision shares a hash tag, so
     a decision is one script call on one node; reset's SCAN carries the
@@ -24,7 +26,9 @@ class RedisBackend:
     node owning that slot.
     """
 
-    def __init__(self, client: Union[RedisClient, ClusterClient, SentinelClient]) -> None:
+    def __init__(
+        self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
+    ) -> None:
         self.client = client
 
     async def connect(self) -> None:

@@ -1,0 +1,156 @@
+"""A user's own redis-py client (``redis.asyncio.Redis`` or ``RedisCluster``) as moderato's.
+
+For applications whose connection set-up (Sentinel, IAM tokens, custom pools,
+retries) already lives in redis-py: the RateLimiter runs the same Lua scripts
+through that client. redis-py is an optional extra (``moderato[redis-py]``);
+this module imports it only when given such a client, so moderato imports
+without it.
+
+The adapter offers what RedisBackend calls (execute, evalsha, connect, close)
+and turns redis-py's exceptions into moderato's: an error reply becomes
+RedisReplyError (so a script's MODERATO_ARG refusal still reads as a
+configuration error), anything that kept the command from being answered
+(connection, timeout, cluster down) BackendError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Any, Callable
+
+from ..errors import BackendError, RedisReplyError
+from ..redis import Arg, ScriptLike
+
+__all__ = ["RedisPyClient", "is_redis_py_client"]
+
+
+def is_redis_py_client(candidate: object) -> bool:
+    """Whether ``candidate`` is a ``redis.asyncio`` Redis or RedisCluster client.
+
+    Looks at the type's module first, so nothing imports redis-py for a URL.
+    """
+    if not type(candidate).__module__.startswith("redis."):
+        return False
+    import redis.asyncio
+    import redis.asyncio.cluster
+
+    return isinstance(candidate, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster))
+
+
+class RedisPyClient:
+    """Runs moderato's commands and scripts through a user's redis-py asyncio client.
+
+    The client stays the user's: its timeouts, retries and TLS settings apply,
+    and ``close()`` leaves it open (whoever made it closes it).
+    """
+
+    def __init__(self, client: Any) -> None:
+        if not is_redis_py_client(client):
+            raise TypeError(
+                "expected a redis.asyncio.Redis or redis.asyncio.cluster.RedisCluster, "
+                f"got {type(client).__name__}"
+            )
+        import redis.asyncio.cluster
+        import redis.exceptions
+
+        self.client = client
+        self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
+        self._label = _label(client, self._cluster)
+        self._reply_errors: tuple[type[BaseException], ...] = (redis.exceptions.ResponseError,)
+        self._no_script: type[BaseException] = redis.exceptions.NoScriptError
+        self._failures: tuple[type[BaseException], ...] = (
+            redis.exceptions.RedisError,
+            OSError,
+            asyncio.TimeoutError,
+        )
+
+    def __repr__(self) -> str:
+        return f"<RedisPyClient {self._label}>"
+
+    async def execute(self, *args: Arg) -> Any:
+        """Run one command; replies as the user's client decodes them."""
+        if self._cluster and _word(args[0]) == "SCAN":
+            node = self._scan_node(args)
+            reply = await self._guard(
+                lambda: self.client.execute_command(*args, target_nodes=node)
+            )
+            # redis-py's cluster client keys a SCAN cursor by node: {node name: cursor}.
+            cursor, found = reply
+            if isinstance(cursor, dict):
+                (cursor,) = cursor.values()
+            return [cursor, found]
+        return await self._guard(lambda: self.client.execute_command(*args))
+
+    async def evalsha(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """EVALSHA; after NOSCRIPT (a flush, a restart, a failover) EVAL, which caches it."""
+        client = self.client
+        try:
+            return await self._guard(
+                lambda: client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args),
+                no_script=True,
+            )
+        except _NoScript:
+            return await self._guard(
+                lambda: client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+            )
+
+    async def connect(self) -> None:
+        """Check that the client reaches Redis (redis-py connects on first use)."""
+        if self._cluster:
+            await self._guard(self.client.initialize)
+        await self._guard(lambda: self.client.execute_command("PING"))
+
+    async def close(self) -> None:
+        """Nothing: the client belongs to the caller, who closes it."""
+
+    async def _guard(self, call: Callable[[], Awaitable[Any]], no_script: bool = False) -> Any:
+        try:
+            return await call()
+        except self._reply_errors as error:
+            if no_script and isinstance(error, self._no_script):
+                raise _NoScript from None
+            raise RedisReplyError(_message(error)) from None
+        except self._failures as error:
+            reason = str(error) or type(error).__name__
+            raise BackendError(f"{self._label}: {reason}") from None
+
+    def _scan_node(self, args: Sequence[Arg]) -> Any:
+        """The node a SCAN goes to: the owner of its MATCH pattern's hash tag."""
+        names = [_word(arg) for arg in args]
+        if "MATCH" not in names:
+            raise BackendError("SCAN on a Redis Cluster needs a MATCH pattern with a {hash tag}")
+        pattern = args[names.index("MATCH") + 1]
+        return self.client.get_node_from_key(pattern)
+
+
+class _NoScript(Exception):
+    """The EVALSHA was answered NOSCRIPT: send the script's source."""
+
+
+def _label(client: Any, cluster: bool) -> str:
+    """``redis-py Redis at host:port`` for messages (the client's repr is a page long)."""
+    kind = "RedisCluster" if cluster else "Redis"
+    if cluster:
+        nodes = getattr(client, "startup_nodes", None) or []
+        where = ",".join(getattr(node, "name", "?") for node in nodes)
+    else:
+        settings = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        where = settings.get("path") or f"{settings.get('host')}:{settings.get('port')}"
+    return f"redis-py {kind} client at {where}"
+
+
+def _word(arg: Arg) -> str:
+    text = bytes(arg).decode("latin-1") if isinstance(arg, (bytes, bytearray)) else str(arg)
+    return text.upper()
+
+
+def _message(error: BaseException) -> str:
+    text = str(error)
+    # redis-py drops the reply's error code from some subclasses' text; put it back.
+    code = getattr(type(error), "__name__", "")
+    if code == "NoScriptError" and not text.startswith("NOSCRIPT"):
+        return f"NOSCRIPT {text}"
+    if code == "ReadOnlyError" and not text.startswith("READONLY"):
+        return f"READONLY {text}"
+    return text

@@ -24,26 +24,25 @@ RATE = "100/hour"
 LOAD_RATE = "100000/hour"
 
 
-@pytest.fixture(scope="module")
-def deployment() -> Iterator[SentinelDeployment]:
-    """A deployment the tests share and leave as they found it (no kills)."""
-    servers = SentinelDeployment(service="shared")
+def _watched(service: str) -> Iterator[SentinelDeployment]:
+    servers = SentinelDeployment(service=service)
     try:
         servers.wait_until_watched()
         yield servers
     finally:
         servers.close()
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[SentinelDeployment]:
+    """A deployment the tests share and leave as they found it (no kills)."""
+    yield from _watched("shared")
 
 
 @pytest.fixture
 def own_deployment() -> Iterator[SentinelDeployment]:
     """A deployment for one test, free to be killed and reconfigured."""
-    servers = SentinelDeployment(service="own")
-    try:
-        servers.wait_until_watched()
-        yield servers
-    finally:
-        servers.close()
+    yield from _watched("own")
 
 
 async def test_decisions_go_to_the_primary_the_sentinels_name(

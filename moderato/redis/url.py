@@ -339,19 +339,7 @@ def parse_cluster_url(url: str) -> ClusterAddress:
     def bad(reason: str) -> ValueError:
         return ValueError(f"invalid Redis Cluster URL {mask_url(url)!r}: {reason}")
 
-    if url != url.strip() or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
-        raise bad("it contains blanks or control characters")
-    # Split by hand: urlsplit() refuses a bracketed IPv6 host after the first seed.
-    scheme_text, sep, rest = url.partition("://")
-    scheme = scheme_text.lower() if sep else ""
-    if scheme not in CLUSTER_SCHEMES:
-        raise bad(
-            f"unsupported scheme {scheme_text + '://' if sep and scheme_text else '(none)'}; "
-            "expected redis+cluster:// or rediss+cluster://"
-        )
-    if "#" in rest:
-        raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
-    rest, _, query = rest.partition("?")
+    scheme, rest, query = _split_host_list_url(url, CLUSTER_SCHEMES, bad)
     netloc, slash, path = rest.partition("/")
     if path:
         raise bad(
@@ -391,18 +379,7 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
     def bad(reason: str) -> ValueError:
         return ValueError(f"invalid Redis Sentinel URL {mask_url(_mask_query(url))!r}: {reason}")
 
-    if url != url.strip() or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
-        raise bad("it contains blanks or control characters")
-    scheme_text, sep, rest = url.partition("://")
-    scheme = scheme_text.lower() if sep else ""
-    if scheme not in SENTINEL_SCHEMES:
-        raise bad(
-            f"unsupported scheme {scheme_text + '://' if sep and scheme_text else '(none)'}; "
-            "expected redis+sentinel:// or rediss+sentinel://"
-        )
-    if "#" in rest:
-        raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
-    rest, _, query = rest.partition("?")
+    scheme, rest, query = _split_host_list_url(url, SENTINEL_SCHEMES, bad)
     netloc, _, path = rest.partition("/")
     tls = scheme == "rediss+sentinel"
     username, password = _credentials(netloc, bad)
@@ -452,6 +429,28 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
         sentinel_tls=sentinel_tls,
         options=parsed.options,
     )
+
+
+def _split_host_list_url(
+    url: str, schemes: tuple[str, ...], bad: _BadFactory
+) -> tuple[str, str, str]:
+    """(scheme, everything up to the query, the query) of a URL listing several hosts.
+
+    Split by hand: urlsplit() refuses a bracketed IPv6 host after the first one.
+    """
+    if url != url.strip() or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise bad("it contains blanks or control characters")
+    scheme_text, sep, rest = url.partition("://")
+    scheme = scheme_text.lower() if sep else ""
+    if scheme not in schemes:
+        raise bad(
+            f"unsupported scheme {scheme_text + '://' if sep and scheme_text else '(none)'}; "
+            f"expected {' or '.join(name + '://' for name in schemes)}"
+        )
+    if "#" in rest:
+        raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
+    rest, _, query = rest.partition("?")
+    return scheme, rest, query
 
 
 def _mask_query(url: str) -> str:

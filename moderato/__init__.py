@@ -14,13 +14,18 @@ from .policy import Policy, Rate, parse_rate
 from .results import CheckResult, PolicyState
 
 if TYPE_CHECKING:
-    from .integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
+    from .integrations import (
+        ClientIdentity,
+        RateLimitHeadersMiddleware,
+        RateLimitMiddleware,
+        install,
+    )
 
 __version__ = "0.1.0"
 
 # The HTTP integration needs Starlette (the `fastapi` extra); the core does not,
 # so those names are imported on first use.
-_HTTP_NAMES = ("ClientIdentity", "RateLimitHeadersMiddleware", "RateLimitMiddleware")
+_HTTP_NAMES = ("ClientIdentity", "RateLimitHeadersMiddleware", "RateLimitMiddleware", "install")
 
 
 def __getattr__(name: str) -> Any:
@@ -46,5 +51,6 @@ __all__ = [
     "RateLimitMiddleware",
     "RateLimiter",
     "__version__",
+    "install",
     "parse_rate",
 ]

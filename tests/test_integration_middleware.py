@@ -50,8 +50,15 @@ async def test_seed_burst_exactly_20_admitted_and_other_keys_unaffected(
     limiter: RateLimiter,
 ) -> None:
     # Seed 004: 200 requests from one key against a burst of 20 -> 20 x 200, 180 x 429.
+    # Keys are opt-in identities (by default one address is one client).
     hits: list[str] = []
-    app = counting_app(hits, limiter=limiter, rate="20/10 minutes", algorithm="token_bucket")
+    app = counting_app(
+        hits,
+        limiter=limiter,
+        rate="20/10 minutes",
+        algorithm="token_bucket",
+        api_key_header="X-API-Key",
+    )
     async with client(app) as http:
         burst = [http.get("/", headers={"x-api-key": "key-a"}) for _ in range(200)]
         other = http.get("/", headers={"x-api-key": "key-b"})

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from http_helpers import rate_headers
 from redis_servers import RedisServer, free_port
 
-from moderato import RateLimiter
+from moderato import RateLimiter, install
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
 
 Serve = Callable[[Any], Awaitable[str]]
@@ -73,6 +73,7 @@ def seed_app(limiter: RateLimiter, hits: list[str]) -> FastAPI:
         algorithm="token_bucket",
         exempt_paths=["/healthz"],
         scope="seed-burst",
+        api_key_header="X-API-Key",  # seed 004 keys clients by API key; opt-in
     )
 
     @app.get("/work")
@@ -197,3 +198,40 @@ async def test_backend_down_over_tcp(own_redis_server: RedisServer, serve: Serve
     assert down.json() == {"error": "Rate limit backend unavailable"}
     assert rate_headers(down) == {}
     await limiter.close()
+
+
+async def test_install_over_tcp(redis_url: str, serve: Serve) -> None:
+    # The one-call set-up under a real server: the lifespan connects and closes the
+    # limiter around the app's own, a bare decorator answers 429 with its headers.
+    limiter = RateLimiter(redis_url, key_prefix="tcp")
+    events: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        events.append("app startup")
+        yield
+        events.append("app shutdown")
+
+    app = FastAPI(lifespan=lifespan)
+    install(app, limiter)
+
+    @app.get("/search")
+    @limiter.limit("5/minute")
+    async def search(q: str) -> dict[str, str]:
+        return {"q": q}
+
+    base_url = await serve(app)
+    async with httpx.AsyncClient(base_url=base_url, timeout=5) as http:
+        responses = [await http.get("/search", params={"q": "x"}) for _ in range(6)]
+        heads = [(await http.head("/search", params={"q": "x"})).status_code for _ in range(2)]
+    assert events == ["app startup"]
+    assert [r.status_code for r in responses] == [200] * 5 + [429]
+    assert [r.headers["x-ratelimit-remaining"] for r in responses] == ["4", "3", "2", "1", "0", "0"]
+    assert responses[5].json() == {
+        "error": "Rate limit exceeded",
+        "retry_after": int(responses[5].headers["retry-after"]),
+        "limit": 5,
+    }
+    assert heads == [405, 405]  # FastAPI's @app.get has no HEAD; nothing was charged
+    usage = await limiter.get_usage("127.0.0.1", "5/minute", scope="GET:/search")
+    assert usage["current"] == 5

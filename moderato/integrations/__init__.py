@@ -1,22 +1,28 @@
-"""HTTP integration: decorator, dependency, scope discovery, identity, headers, middlewares."""
+"""HTTP integration: install(), decorator, dependency, scopes, identity, headers, middlewares."""
 
 from __future__ import annotations
 
 from .decorator import REQUEST_PARAMETER, limit
 from .dependency import RateLimitDependency, dependency
 from .headers import HeaderStyle
+from .http_errors import HTTPBackendError, HTTPRateLimitCallbackError, HTTPRateLimitExceeded
 from .identity import ClientIdentity
 from .middleware import RateLimitHeadersMiddleware, RateLimitMiddleware
 from .scope import route_scope
+from .wiring import install
 
 __all__ = [
     "REQUEST_PARAMETER",
     "ClientIdentity",
+    "HTTPBackendError",
+    "HTTPRateLimitCallbackError",
+    "HTTPRateLimitExceeded",
     "HeaderStyle",
     "RateLimitDependency",
     "RateLimitHeadersMiddleware",
     "RateLimitMiddleware",
     "dependency",
+    "install",
     "limit",
     "route_scope",
 ]

@@ -35,3 +35,15 @@ def claim_headers(scope: Scope) -> bool:
         return False
     scope[_HEADERS_DONE] = True
     return True
+
+
+_MIDDLEWARE = "moderato.middleware"
+
+
+def mark_middleware(scope: Scope) -> None:
+    """A moderato middleware wraps this request and answers moderato's exceptions itself."""
+    scope[_MIDDLEWARE] = True
+
+
+def has_middleware(scope: Scope) -> bool:
+    return bool(scope.get(_MIDDLEWARE))

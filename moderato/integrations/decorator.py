@@ -29,6 +29,7 @@ from starlette.requests import Request
 
 from ..errors import RateLimitConfigError
 from ..policy import policy_for
+from .order import remember
 from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,6 +81,7 @@ def limit(
         endpoint_rule = copy.copy(rule)
         endpoint_rule.endpoint = func
         wrapper = _wrap(func, endpoint_rule)
+        remember(func, rule.rate)  # registering ``func`` itself as a route is then a mistake
         setattr(wrapper, _RULES_ATTRIBUTE, (*stacked, endpoint_rule))
         return cast(F, wrapper)
 

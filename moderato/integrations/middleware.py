@@ -23,9 +23,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import RateLimitConfigError
 from .callbacks import RequestCallback, call_callback, callback_failed
-from .decisions import claim_headers, recorded
+from .decisions import claim_headers, mark_middleware, recorded
 from .headers import HeaderList, HeaderStyle, render, report, validate_style
 from .identity import ClientIdentity, ProxyHeader
+from .order import log_misplaced
+from .paths import ExemptPaths, exact_paths, normalize
 from .responses import error_response, send_json
 from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
 
@@ -45,11 +47,15 @@ class RateLimitHeadersMiddleware:
     def __init__(self, app: ASGIApp, *, headers: HeaderStyle = "legacy") -> None:
         self.app = app
         self.headers = validate_style(headers)
+        self.routes_checked = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if not self.routes_checked:
+            self.routes_checked = True
+            log_misplaced(scope.get("app"))
         await serve(self.app, scope, receive, send, self.headers)
 
 
@@ -57,11 +63,14 @@ class RateLimitMiddleware:
     """An app-wide limit, enforced before the application runs; rejected requests never reach it.
 
     - ``rate``: one or more policies (``"50/second;10000/day"``), decided atomically;
-    - ``key``: identity callback; by default the ``api_key_header`` value if
-      sent, else the client IP (forwarding headers believed only from
-      ``trusted_proxies``);
+    - ``key``: identity callback; by default the client IP (forwarding headers
+      believed only from ``trusted_proxies``). ``api_key_header`` opts in to
+      keying on that header's value when sent: unvalidated, it lets a client
+      mint a fresh identity per request, so validate keys in a ``key``
+      callback instead (see docs/http.md);
     - ``cost`` for every request, or ``costs`` per exact path (``{"/export": 20}``);
-    - ``exempt_paths``: exact paths, or prefixes ending in ``*``; ``exempt``:
+    - ``exempt_paths``: exact paths (a trailing slash is ignored), or prefixes
+      ending in ``*`` (``"/static/*"``), see paths.py; ``exempt``:
       predicates of the request (sync or async). Health checks belong here:
       limiting them gets healthy instances restarted under load;
     - ``scope``: the bucket's name, shared by every path (give two app-wide
@@ -88,7 +97,7 @@ class RateLimitMiddleware:
         exempt: Iterable[ExemptPredicate] = (),
         scope: str = "app",
         headers: HeaderStyle = "legacy",
-        api_key_header: Optional[str] = "X-API-Key",
+        api_key_header: Optional[str] = None,
         trusted_proxies: Iterable[str] = (),
         proxy_header: ProxyHeader = "x-forwarded-for",
         shadow: Optional[bool] = None,
@@ -118,12 +127,11 @@ class RateLimitMiddleware:
             )
 
         self.rule = rule_for(cost)
-        self.path_rules = {path: rule_for(charge) for path, charge in (costs or {}).items()}
-        if isinstance(exempt_paths, str):
-            exempt_paths = (exempt_paths,)
-        paths = list(exempt_paths)
-        self.exempt_exact = frozenset(path for path in paths if not path.endswith("*"))
-        self.exempt_prefixes = tuple(path[:-1] for path in paths if path.endswith("*"))
+        self.path_rules = {
+            path: rule_for(charge) for path, charge in exact_paths("costs", costs or {}).items()
+        }
+        self.exempt_paths = ExemptPaths(exempt_paths)
+        self.routes_checked = False
         self.exempt = tuple(exempt)
         for predicate in self.exempt:
             if not callable(predicate):
@@ -135,15 +143,24 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if not self.routes_checked:
+            self.routes_checked = True
+            log_misplaced(scope.get("app"))
         path = route_path(scope)
-        if path in self.exempt_exact or path.startswith(self.exempt_prefixes):
+        if self.exempt_paths.match(path):
             await serve(self.app, scope, receive, send, self.headers)
             return
+        mark_middleware(scope)
         # No receive: callbacks may read headers, never the body the app still needs.
         request = Request(scope)
         try:
             if not await self._exempt(request):
-                await self.path_rules.get(path, self.rule).enforce(request, scope=self.scope)
+                rule = (
+                    self.path_rules.get(normalize(path), self.rule)
+                    if self.path_rules
+                    else self.rule
+                )
+                await rule.enforce(request, scope=self.scope)
         except Exception as error:
             if not await send_error(error, scope, send, self.headers):
                 raise
@@ -176,6 +193,7 @@ async def serve(
                 message = _with_headers(message, _decision_headers(scope, style))
         await send(message)
 
+    mark_middleware(scope)
     try:
         await app(scope, receive, send_with_headers)
     except Exception as error:

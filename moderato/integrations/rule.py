@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 from starlette.requests import Request
 
 from ..algorithms import get_algorithm
-from ..errors import RateLimitConfigError
+from ..errors import BackendError, RateLimitCallbackError, RateLimitConfigError, RateLimitExceeded
 from ..limiter import exceeded
 from ..policy import policy_for, validate_cost
 from ..results import CheckResult
 from .callbacks import RequestCallback, call_callback, callback_failed
-from .decisions import record
+from .decisions import has_middleware, record
+from .http_errors import http_error
 from .identity import DEFAULT_IDENTITY
 from .scope import route_scope
 
@@ -100,7 +101,21 @@ class LimitRule:
 
         Raises RateLimitExceeded (429, or 422 for a cost above capacity),
         RateLimitCallbackError, or BackendError when Redis cannot decide.
+        Without a moderato middleware around the request, they are raised as
+        their HTTPException subclasses, which any Starlette app answers.
         """
+        try:
+            result = await self._decide(request, scope)
+            if not result.allowed:
+                raise exceeded(result)
+        except (RateLimitExceeded, BackendError, RateLimitCallbackError) as error:
+            converted = None if has_middleware(request.scope) else http_error(error, request.scope)
+            if converted is None:
+                raise
+            raise converted from error.__cause__
+        return result
+
+    async def _decide(self, request: Request, scope: Optional[str]) -> CheckResult:
         rate = await self._rate(request)
         key = await self._key(request)
         tenant = await self._tenant(request)
@@ -116,8 +131,6 @@ class LimitRule:
             shadow=self.shadow,
         )
         record(request.scope, result)
-        if not result.allowed:
-            raise exceeded(result)
         return result
 
     async def _rate(self, request: Request) -> str:

@@ -1,5 +1,9 @@
 """The default scope of a decorated endpoint: method + root path + mount templates + route template.
 
+HEAD counts as GET: Starlette answers HEAD on every GET route by running the
+GET endpoint, so a separate HEAD bucket would let each GET route run twice
+its limit.
+
 A scope names the bucket a rule counts in. It is built from templates, not
 concrete paths, so ``/users/1`` and ``/users/2`` share one quota per identity
 (a client cannot mint fresh quotas by varying a path parameter) while two
@@ -88,7 +92,7 @@ def route_scope(scope: Scope, endpoint: Optional[Callable[..., Any]] = None) -> 
     ``endpoint`` names the fallback when the routing tree gives no answer;
     by default the routed endpoint, ``scope["endpoint"]``.
     """
-    method = str(scope.get("method", "GET")).upper()
+    method = scope_method(scope)
     routed = scope.get("endpoint")
     router = scope.get("router")
     if routed is not None and router is not None:
@@ -99,6 +103,23 @@ def route_scope(scope: Scope, endpoint: Optional[Callable[..., Any]] = None) -> 
             if template is not None:
                 return template.render(method, root_path)
     return _fallback(method, endpoint if endpoint is not None else routed)
+
+
+def scope_method(scope: Scope) -> str:
+    """The request's method as scopes name it: HEAD shares GET's quota."""
+    method = str(scope.get("method", "GET")).upper()
+    return "GET" if method == "HEAD" else method
+
+
+def routed_endpoints(router: Any) -> list[tuple[object, str]]:
+    """Every (endpoint, full path template) reachable from ``router``, freshly walked."""
+    index = _index(router, rebuild=True)
+    found: dict[int, tuple[object, str]] = {}
+    for endpoint in index.endpoints:
+        templates = index.templates.get(id(endpoint))
+        if templates and id(endpoint) not in found:
+            found[id(endpoint)] = (endpoint, templates[0].path)
+    return list(found.values())
 
 
 def _templates_for(router: Any, endpoint: object) -> Optional[list[_Template]]:

@@ -20,15 +20,16 @@ Open http://127.0.0.1:8000/ for the live page. What the app shows:
   (Prometheus), both exempt from limits.
 
 Clients are told apart by the ``X-API-Key`` header when they send one, else
-by their address; no proxy header is believed.
+by their address; no proxy header is believed. That suits a demo whose page
+plays several clients; in a real app an unvalidated key lets a client mint a
+fresh quota per request: validate keys in the key callback and fall back to
+the address (docs/http.md, "Identity").
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -37,9 +38,9 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from moderato import BackendError, RateLimiter
+from moderato import BackendError, RateLimiter, install
 from moderato.algorithms import ALGORITHMS
-from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
+from moderato.integrations import ClientIdentity
 
 logger = logging.getLogger("moderato.demo")
 
@@ -134,30 +135,21 @@ def create_app(redis_url: Optional[str] = None) -> FastAPI:
     limiter = RateLimiter(url, key_prefix="moderato-demo", enable_metrics=True)
     routes = demo_routes(limiter.default_algorithm)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            await limiter.connect()
-        except BackendError as error:
-            # Start anyway: checks connect by themselves once the backend is back,
-            # and /api/status reports the outage to the health check meanwhile.
-            logger.warning("starting without a rate-limit backend (%s): %s", url, error)
-        try:
-            yield
-        finally:
-            await limiter.close()
-
-    app = FastAPI(title="moderato demo", lifespan=lifespan)
+    app = FastAPI(title="moderato demo")
     app.state.limiter = limiter
-    # Added last = outermost: the app-wide limit is decided before routing.
-    app.add_middleware(RateLimitHeadersMiddleware)
-    app.add_middleware(
-        RateLimitMiddleware,
-        limiter=limiter,
+    # One call: the app-wide limit (decided before routing, and the headers and
+    # 429/422/503 answers of the decorated routes), connect/close with the app,
+    # the decorator-order check. The demo starts even without its backend:
+    # checks connect by themselves once it is back, and /api/status reports the
+    # outage to the health check meanwhile.
+    install(
+        app,
+        limiter,
         rate=APP_RATE,
         key=IDENTITY,
         scope=APP_SCOPE,
         exempt_paths=UNLIMITED_PATHS,
+        require_backend=False,
     )
 
     for name in ALGORITHMS:

@@ -28,16 +28,13 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, Optional
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from moderato import BackendError, RateLimiter
-from moderato.integrations import RateLimitHeadersMiddleware
+from moderato import BackendError, RateLimiter, install
 
 logger = logging.getLogger("moderato.demo")
 
@@ -73,21 +70,12 @@ def create_app(redis_url: Optional[str] = None) -> FastAPI:
     limiter = RateLimiter(url, key_prefix="moderato-tenants", identity_secret=IDENTITY_SECRET)
     accounts = dict(DEMO_KEYS)  # api key -> tier; a real service keeps this in its database
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            await limiter.connect()
-        except BackendError as error:
-            logger.warning("starting without a rate-limit backend (%s): %s", url, error)
-        try:
-            yield
-        finally:
-            await limiter.close()
-
-    app = FastAPI(title="moderato multi-tenant demo", lifespan=lifespan)
+    app = FastAPI(title="moderato multi-tenant demo")
     app.state.limiter = limiter
     app.state.accounts = accounts
-    app.add_middleware(RateLimitHeadersMiddleware)
+    # Headers and 429 answers, connect/close with the app (starting even while
+    # the backend is down), the decorator-order check.
+    install(app, limiter, require_backend=False)
 
     def tier_of(request: Request) -> str:
         return accounts[request.headers["x-api-key"]]

@@ -253,6 +253,7 @@ async def test_costs_ignore_a_trailing_slash(limiter: RateLimiter) -> None:
         ("exempt_paths", ["/a**"], r"exempt_paths: '/a\*\*' may only end in '\*'"),
         ("exempt_paths", [5], "exempt_paths: each path must be a string .* got int"),
         ("exempt_paths", ["/a?x=1"], "must be a bare path, without query"),
+        ("exempt_paths", None, "exempt_paths must be a list of paths .* got NoneType"),
         ("costs", {"/x/*": 2}, r"costs: '/x/\*' must be an exact path, without '\*'"),
         ("costs", {"/x": 1, "/x/": 2}, "costs: '/x/' names the same path as '/x'"),
         ("costs", [("/x", 1)], "costs must map paths to values"),

@@ -204,8 +204,12 @@ async def test_misplaced_limits_are_found_in_mounts_and_stacks(
     async def inner(request: Any) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
-    half = inner.__wrapped__  # registered between the two decorators
-    child = Starlette(routes=[Route("/half", half), Route("/whole", inner)])
+    @limiter.limit("5/second")
+    async def whole(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    half = inner.__wrapped__  # as if the route decorator sat between the two limits
+    child = Starlette(routes=[Route("/half", half), Route("/whole", whole)])
     app = Starlette(routes=[Mount("/v1", app=child)])
     app.add_middleware(RateLimitMiddleware, limiter=limiter, rate="100/minute")
     with caplog.at_level(logging.ERROR, logger="moderato"):
@@ -216,3 +220,23 @@ async def test_misplaced_limits_are_found_in_mounts_and_stacks(
     assert errors[0].startswith("moderato: route /v1/half (")
     assert "@limiter.limit('1/second')" in errors[0]
     await limiter.close()
+
+
+async def test_a_function_routed_both_bare_and_limited_is_not_misplaced(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="install")
+
+    async def report(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app = Starlette(
+        routes=[Route("/open", report), Route("/limited", limiter.limit("1/minute")(report))]
+    )
+    install(app, limiter)
+    with caplog.at_level(logging.ERROR, logger="moderato"):
+        async with app.router.lifespan_context(app), client(app) as http:
+            opened = [(await http.get("/open")).status_code for _ in range(2)]
+            limited = [(await http.get("/limited")).status_code for _ in range(2)]
+    assert (opened, limited) == ([200, 200], [200, 429])
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -81,7 +81,7 @@ def limit(
         endpoint_rule = copy.copy(rule)
         endpoint_rule.endpoint = func
         wrapper = _wrap(func, endpoint_rule)
-        remember(func, rule.rate)  # registering ``func`` itself as a route is then a mistake
+        remember(func, wrapper, rule.rate)  # routing ``func`` itself is then a mistake
         setattr(wrapper, _RULES_ATTRIBUTE, (*stacked, endpoint_rule))
         return cast(F, wrapper)
 

@@ -11,6 +11,7 @@ endpoint is one of them is misplaced. The check runs at startup under
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from typing import Any, Callable
@@ -20,39 +21,45 @@ from .scope import routed_endpoints
 
 logger = logging.getLogger("moderato")
 
-_wrapped: weakref.WeakKeyDictionary[Callable[..., Any], str] = weakref.WeakKeyDictionary()
-"""Functions @limiter.limit wrapped -> the rates it put on them (the wrapper holds the limit)."""
+_wrapped: weakref.WeakKeyDictionary[Callable[..., Any], list[tuple[str, weakref.ref[Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Function @limiter.limit wrapped -> (rate, wrapper) per wrap; weak both ways, so nothing leaks."""
 
 
-def remember(original: Callable[..., Any], rate: object) -> None:
-    """Record that ``original`` was wrapped; registering it as an endpoint is then a mistake."""
-    try:
-        rates = _wrapped.get(original)
-        _wrapped[original] = f"{rates}, {rate!r}" if rates else repr(rate)
-    except TypeError:  # not weak-referenceable (a callable object with __slots__): unchecked
-        pass
+def remember(original: Callable[..., Any], wrapper: Callable[..., Any], rate: object) -> None:
+    """Record that ``original`` was wrapped; registering it (and not its wrapper) is a mistake."""
+    # A callable that cannot be weakly referenced (an object with __slots__) goes unchecked.
+    with contextlib.suppress(TypeError):
+        _wrapped.setdefault(original, []).append((repr(rate), weakref.ref(wrapper)))
 
 
 def misplaced_limits(app: Any) -> list[str]:
-    """One message per route of ``app`` (mounts included) whose endpoint is a wrapped function."""
+    """One message per route of ``app`` (mounts included) whose endpoint is a wrapped function.
+
+    A function routed both bare and wrapped (one route limited, another
+    deliberately not) is not reported: the wrapper is routed too.
+    """
     router = getattr(app, "router", app)
     if not isinstance(getattr(router, "routes", None), list):
         return []  # not a Starlette routing tree: nothing to check
+    routed = routed_endpoints(router)
+    routed_ids = {id(endpoint) for endpoint, _ in routed}
     problems = []
-    for endpoint, path in routed_endpoints(router):
+    for endpoint, path in routed:
         try:
-            rates = _wrapped.get(endpoint)  # type: ignore[call-overload]
+            wraps = _wrapped.get(endpoint)  # type: ignore[call-overload]
         except TypeError:
             continue
-        if rates is not None:
-            name = (
-                f"{getattr(endpoint, '__module__', '?')}.{getattr(endpoint, '__qualname__', '?')}"
-            )
-            problems.append(
-                f"route {path} ({name}) is not rate limited: @limiter.limit({rates}) is written "
-                "above the route decorator, which registered the function before the limit "
-                "wrapped it; put @limiter.limit(...) directly below @app.get(...)"
-            )
+        if not wraps or any(id(wrapper()) in routed_ids for _, wrapper in wraps):
+            continue
+        rates = ", ".join(rate for rate, _ in wraps)
+        name = f"{getattr(endpoint, '__module__', '?')}.{getattr(endpoint, '__qualname__', '?')}"
+        problems.append(
+            f"route {path} ({name}) is not rate limited: @limiter.limit({rates}) is written "
+            "above the route decorator, which registered the function before the limit "
+            "wrapped it; put @limiter.limit(...) directly below @app.get(...)"
+        )
     return problems
 
 

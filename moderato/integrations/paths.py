@@ -60,6 +60,10 @@ class ExemptPaths:
     def __init__(self, patterns: Iterable[str]) -> None:
         if isinstance(patterns, str):
             patterns = (patterns,)  # one path, not its characters
+        elif not isinstance(patterns, Iterable):
+            raise RateLimitConfigError(
+                f"exempt_paths must be a list of paths {_EXAMPLES}, got {type(patterns).__name__}"
+            )
         exact: set[str] = set()
         prefixes: list[str] = []
         for pattern in patterns:

@@ -416,3 +416,20 @@ def test_http_errors_keep_moderato_messages_and_types() -> None:
     down = http_error(BackendError("connection refused"), {"type": "http"})
     assert isinstance(down, BackendError) and str(down) == "connection refused"
     assert (down.status_code, down.headers) == (503, {})  # type: ignore[attr-defined]
+
+
+async def test_mounted_child_without_its_own_middleware_answers_429(limiter: RateLimiter) -> None:
+    # The parent's middleware cannot answer for the child (the child's error
+    # middleware would send a 500 first): the child answers the HTTPException form.
+    child = bare_app(limiter)
+    parent = FastAPI()
+    parent.mount("/child", child)
+    parent.add_middleware(RateLimitHeadersMiddleware)
+    async with client(parent) as http:
+        responses = [await http.get("/child/decorated") for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    assert responses[2].json() == {"detail": "Rate limit exceeded"}
+    assert rate_headers(responses[2])["x-ratelimit-remaining"] == "0"
+    assert "retry-after" in responses[2].headers
+    # Admissions get their quota headers from the parent's middleware as before.
+    assert rate_headers(responses[0])["x-ratelimit-remaining"] == "1"

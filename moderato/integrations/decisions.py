@@ -41,9 +41,18 @@ _MIDDLEWARE = "moderato.middleware"
 
 
 def mark_middleware(scope: Scope) -> None:
-    """A moderato middleware wraps this request and answers moderato's exceptions itself."""
-    scope[_MIDDLEWARE] = True
+    """A moderato middleware wraps this request and answers moderato's exceptions itself.
+
+    It records the Starlette application it is installed on (``scope["app"]``).
+    """
+    scope[_MIDDLEWARE] = scope.get("app")
 
 
 def has_middleware(scope: Scope) -> bool:
-    return bool(scope.get(_MIDDLEWARE))
+    """True if a moderato middleware will see an exception raised here.
+
+    Not when the request has since entered another Starlette application (a
+    mounted child overwrites ``scope["app"]``): that child's own error
+    middleware would answer a 500 before the exception got out.
+    """
+    return _MIDDLEWARE in scope and scope[_MIDDLEWARE] is scope.get("app")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import hiredis
-from redis_servers import RedisServer, free_port
+from redis_servers import RedisServer, TlsFiles, free_port
 
 from moderato import _accel
 
@@ -69,10 +69,21 @@ class Shard:
 class RedisCluster:
     """``primaries`` primaries with ``replicas`` replicas each, on 127.0.0.1."""
 
-    def __init__(self, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        primaries: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 1000,
+        tls: TlsFiles | None = None,
+    ) -> None:
         self.primaries = primaries
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
+        # With tls every node also listens on a TLS port (tls_ports[port]) and the
+        # cluster bus and replication use TLS; the plain port stays for the
+        # admin helpers here, and url names the TLS ports.
+        self.tls = tls
+        self.tls_ports: dict[int, int] = {}
         self.servers: list[RedisServer] = []
 
     # -- lifecycle ---------------------------------------------------------------
@@ -81,8 +92,18 @@ class RedisCluster:
         count = self.primaries * (1 + self.replicas)
         try:
             for _ in range(count):
+                tls_args: tuple[str, ...] = ()
+                tls_port = free_port()
+                if self.tls is not None:
+                    tls_args = (
+                        "--tls-port", str(tls_port),
+                        "--tls-cluster", "yes",
+                        "--tls-replication", "yes",
+                        *self.tls.server_args(),
+                    )  # fmt: skip
                 server = RedisServer(
                     extra_args=(
+                        *tls_args,
                         # The bus port would default to port + 10000, maybe above 65535.
                         "--cluster-port", str(free_port()),
                         "--cluster-enabled", "yes",
@@ -96,6 +117,8 @@ class RedisCluster:
                     )
                 )  # fmt: skip
                 self.servers.append(server.start())
+                if self.tls is not None:
+                    self.tls_ports[server.port] = tls_port
             subprocess.run(
                 [
                     redis_cli_binary(),
@@ -122,7 +145,10 @@ class RedisCluster:
 
     @property
     def url(self) -> str:
-        """A cluster URL naming two seed nodes."""
+        """A cluster URL naming two seed nodes (their TLS ports on a TLS cluster)."""
+        if self.tls is not None:
+            seeds = ",".join(f"127.0.0.1:{self.tls_ports[s.port]}" for s in self.servers[:2])
+            return f"rediss+cluster://{seeds}"
         seeds = ",".join(f"127.0.0.1:{server.port}" for server in self.servers[:2])
         return f"redis+cluster://{seeds}"
 

@@ -11,9 +11,11 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 INSTALL_HINT = (
@@ -36,23 +38,96 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RedisServer:
-    """One redis-server child process on 127.0.0.1:<port>."""
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throwaway CA and a server certificate it signed (for localhost and 127.0.0.1)."""
 
-    def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
+    directory: Path
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def server_args(self) -> tuple[str, ...]:
+        return (
+            "--tls-cert-file", str(self.cert_file),
+            "--tls-key-file", str(self.key_file),
+            "--tls-ca-cert-file", str(self.ca_file),
+            "--tls-auth-clients", "no",
+        )  # fmt: skip
+
+
+def make_tls_files(directory: Path) -> TlsFiles:
+    """Generate a CA and a server certificate into ``directory`` with the openssl CLI.
+
+    RuntimeError if openssl is not installed (tests turn that into a skip).
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("openssl is not installed; cannot make test certificates")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=directory, check=True, capture_output=True)
+
+    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    # The extensions satisfy strict X.509 checking (the default from Python 3.13).
+    run("req", "-x509", *curve, "-days", "2", "-subj", "/CN=moderato test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    run("req", *curve, "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr")
+    (directory / "san.cnf").write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth,clientAuth\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+    )
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt")  # fmt: skip
+    return TlsFiles(
+        directory, directory / "ca.crt", directory / "server.crt", directory / "server.key"
+    )
+
+
+class RedisServer:
+    """One redis-server child process on 127.0.0.1:<port>.
+
+    With ``tls`` it listens on <port> over TLS only (no plain-text port), and
+    ping() and command() speak TLS too.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        tls: TlsFiles | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.extra_args = extra_args
+        self.tls = tls
         self.dir = Path(tempfile.mkdtemp(prefix=f"moderato-redis-{self.port}-"))
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        scheme = "rediss" if self.tls is not None else "redis"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s)
+        if self.tls is None:
+            return sock
+        return self.tls.client_context().wrap_socket(sock, server_hostname="127.0.0.1")
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        ports = ("--port", str(self.port))
+        if self.tls is not None:
+            ports = ("--port", "0", "--tls-port", str(self.port), *self.tls.server_args())
         args = [
             redis_server_binary(),
-            "--port", str(self.port),
+            *ports,
             "--bind", "127.0.0.1",
             "--save", "",
             "--appendonly", "no",
@@ -75,10 +150,10 @@ class RedisServer:
 
     def ping(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+            with self._connect(0.5) as sock:
                 sock.sendall(b"*1\r\n$4\r\nPING\r\n")
                 return sock.recv(64).startswith(b"+PONG")
-        except OSError:
+        except OSError:  # ssl.SSLError included
             return False
 
     def command(self, *args: str) -> bytes:
@@ -87,7 +162,7 @@ class RedisServer:
         for arg in args:
             data = arg.encode()
             payload += b"$%d\r\n%s\r\n" % (len(data), data)
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+        with self._connect(5) as sock:
             sock.sendall(payload)
             return sock.recv(1 << 16)
 

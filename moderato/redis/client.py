@@ -46,7 +46,7 @@ from typing import Any
 
 from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command, encode_evalsha
-from .connection import RedisConnection, ScriptLike
+from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .url import RedisAddress, client_name_problem, parse_url
 from .url_options import apply_connect_options
 
@@ -154,7 +154,7 @@ class _Pool:
             return connection
         wait_s = slot.retry_at - self.loop.time()
         if wait_s > 0:
-            raise BackendError(
+            raise CommandNotSentError(
                 f"{slot.last_error}; not retrying yet: "
                 f"next connect attempt in {math.ceil(wait_s * 1000)} ms"
             )

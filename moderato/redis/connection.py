@@ -29,7 +29,11 @@ How a command travels:
   never holds a command past its own timeout.
 - Losing the connection fails every pending future with BackendError naming the
   server and the reason; the connection is then dead for good (the client opens
-  a new one).
+  a new one). A command that never left this process (still in the write
+  buffer, or held back while connecting) fails with CommandNotSentError
+  instead: only such a command is certainly safe to retry. One that was
+  written may have run (a script may have charged) even though its reply was
+  lost, cut short or garbled.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command
 from .url import RedisAddress
 
-__all__ = ["STALL_FACTOR", "RedisConnection", "ScriptLike"]
+__all__ = ["STALL_FACTOR", "CommandNotSentError", "RedisConnection", "ScriptLike"]
 
 # The oldest unanswered command may wait this many command timeouts before the
 # connection is presumed dead. Above 1 so that one slow command (a big script,
@@ -71,6 +75,14 @@ _Future = asyncio.Future
 _CONNECTING = 0
 _READY = 1
 _CLOSED = 2
+
+
+class CommandNotSentError(BackendError):
+    """The command was never written to the server, so it certainly did not run.
+
+    Retrying it cannot apply it twice; any other BackendError of a command
+    (a timeout, a lost connection, a malformed reply) leaves that unknown.
+    """
 
 
 class ScriptLike(Protocol):
@@ -123,6 +135,13 @@ class RedisConnection(asyncio.BufferedProtocol):
         # mmap/mremap/munmap: three extra syscalls per reply batch, measured at
         # about a quarter of sequential throughput.
         self._read_buffer = bytearray(_READ_BUFFER_BYTES)
+        # get_buffer() hands asyncio a memoryview, never the bytearray itself:
+        # asyncio's TLS layer (3.11+) fills one buffer with several TLS records by
+        # reading into ``buf[offset:]``, which for a bytearray is a copy (the
+        # bytes land in it and are lost, corrupting the reply stream) but for a
+        # memoryview is a window onto the same memory. Plain sockets (recv_into)
+        # and 3.9/3.10's TLS layer (slice assignment) accept either.
+        self._read_view = memoryview(self._read_buffer)
         self._pending: deque[asyncio.Future[Any]] = deque()
         self._write_buffer: list[bytes] = []
         # How many payloads at the head of _write_buffer already belong to a batch:
@@ -175,7 +194,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         connection with BackendError.
         """
         if not self.usable:
-            raise self._closed_error()
+            raise self._closed_error(sent=False)
         future: asyncio.Future[Any] = _Future(loop=self._loop)
         self._pending.append(future)
         self._write_buffer.append(payload)
@@ -201,7 +220,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         """
         # send(), inlined: this is the limiter's hot path.
         if not self.usable:
-            raise self._closed_error()
+            raise self._closed_error(sent=False)
         future: asyncio.Future[Any] = _Future(loop=self._loop)
         self._pending.append(future)
         buffer = self._write_buffer
@@ -218,7 +237,7 @@ class RedisConnection(asyncio.BufferedProtocol):
     def send_many(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
         """Queue several encoded commands at once; one future per command, in order."""
         if not self.usable:
-            raise self._closed_error()
+            raise self._closed_error(sent=False)
         loop = self._loop
         futures: list[asyncio.Future[Any]] = [_Future(loop=loop) for _ in payloads]
         self._pending.extend(futures)
@@ -274,8 +293,8 @@ class RedisConnection(asyncio.BufferedProtocol):
         """Replies received so far (negative while handshake replies are awaited)."""
         return self._batched_total + len(self._write_buffer) - self._held - len(self._pending)
 
-    def get_buffer(self, sizehint: int) -> bytearray:
-        return self._read_buffer
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
         reader = self._reader
@@ -581,15 +600,18 @@ class RedisConnection(asyncio.BufferedProtocol):
             task.cancel()
         pending = self._pending
         self._pending = deque()
+        # Each payload still in the write buffer is the command of one future at
+        # the tail of _pending (send() appends to both): those never left.
+        sent_count = len(pending) - len(self._write_buffer)
         self._write_buffer.clear()
         self._batches.clear()
         self._scripts.clear()
         self._transport = None
         # A fresh exception per future: one instance raised in many tasks would
         # collect all their tracebacks.
-        for future in pending:
+        for index, future in enumerate(pending):
             if not future.done():
-                future.set_exception(self._closed_error())
+                future.set_exception(self._closed_error(sent=index < sent_count))
         for waiter in self._ready_waiters:
             if not waiter.done():
                 waiter.set_exception(self._closed_error())
@@ -597,7 +619,9 @@ class RedisConnection(asyncio.BufferedProtocol):
         if self._on_close is not None:
             self._on_close(self, error, self._healthy)
 
-    def _closed_error(self) -> BackendError:
+    def _closed_error(self, *, sent: bool = True) -> BackendError:
+        """The error of a command failed by the closing; ``sent``: it was written out."""
+        kind = BackendError if sent else CommandNotSentError
         if self.error is not None:
-            return BackendError(str(self.error))
-        return BackendError(f"connection to {self._label} was closed by the client")
+            return kind(str(self.error))
+        return kind(f"connection to {self._label} was closed by the client")

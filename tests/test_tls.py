@@ -1,0 +1,156 @@
+"""Bursts over TLS: every reply reaches its caller, and Redis charges exactly what was admitted.
+
+asyncio's TLS layer reads several TLS records into the buffer a
+BufferedProtocol hands it; these tests make the replies of one read span many
+records (a burst of EVALs after SCRIPT FLUSH, large ECHOs) and check that no
+byte is lost: exactly ``limit`` admitted, exactly ``limit`` charged (read back
+from Redis), no error. Rates are per day so that no window boundary falls
+inside a burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import RedisCluster, call, identities_per_shard, report
+from redis_servers import RedisServer, TlsFiles, make_tls_files
+
+from moderato import RateLimiter
+from moderato.policy import SCALE
+from moderato.redis import RedisClient
+
+BURST = 200
+LIMIT = 100
+RATE = f"{LIMIT}/day"
+
+
+@pytest.fixture(scope="module")
+def tls_files() -> Iterator[TlsFiles]:
+    directory = Path(tempfile.mkdtemp(prefix="moderato-tls-"))
+    try:
+        try:
+            files = make_tls_files(directory)
+        except RuntimeError as error:
+            pytest.skip(str(error))
+        yield files
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tls_only_server(tls_files: TlsFiles) -> Iterator[RedisServer]:
+    """A redis-server listening on a TLS port only (no plain-text port at all)."""
+    server = RedisServer(tls=tls_files)
+    try:
+        server.start()
+    except RuntimeError as error:
+        if "tls" in str(error).lower():
+            pytest.skip(f"this redis-server was built without TLS: {error}")
+        raise
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def admitted(outcomes: list[Any]) -> int:
+    errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    assert errors == [], f"{len(errors)} checks failed, first: {errors[0]!r}"
+    return sum(1 for outcome in outcomes if outcome.allowed)
+
+
+async def charged_units(execute: Any, prefix: str) -> dict[bytes, int]:
+    """{fixed window counter key: units charged} for every counter under ``prefix``."""
+    keys = await execute("KEYS", f"{prefix}:fw:*")
+    return {key: int(await execute("GET", key)) // SCALE for key in keys}
+
+
+async def test_burst_after_script_flush_over_tls(tls_only_server: RedisServer) -> None:
+    assert tls_only_server.tls is not None
+    context = tls_only_server.tls.client_context()
+    limiter = RateLimiter(tls_only_server.url, key_prefix="tlsburst", ssl_context=context)
+    admin = RedisClient.from_url(tls_only_server.url, ssl_context=context)
+    try:
+        await admin.execute("FLUSHALL")
+        for round_number in range(3):
+            # A cold script cache: every EVALSHA of the burst is answered NOSCRIPT
+            # and re-sent as EVAL, whose replies come back in many TLS records.
+            assert await admin.execute("SCRIPT", "FLUSH") == b"OK"
+            key = f"k{round_number}"
+            outcomes = await asyncio.gather(
+                *(limiter.check_with_info(key, RATE) for _ in range(BURST)),
+                return_exceptions=True,
+            )
+            assert admitted(outcomes) == LIMIT
+        charged = await charged_units(admin.execute, "tlsburst")
+        assert sorted(charged.values()) == [LIMIT, LIMIT, LIMIT]
+        report(f"TLS single node: 3 bursts of {BURST} after SCRIPT FLUSH, {LIMIT} admitted "
+               f"and {LIMIT} charged each")  # fmt: skip
+    finally:
+        await limiter.close()
+        await admin.close()
+
+
+async def test_large_replies_over_tls_arrive_whole(tls_only_server: RedisServer) -> None:
+    """Replies far larger than one TLS record (16 KiB) and than the read buffer (64 KiB)."""
+    assert tls_only_server.tls is not None
+    client = RedisClient.from_url(
+        tls_only_server.url, ssl_context=tls_only_server.tls.client_context()
+    )
+    try:
+        values = [bytes([65 + i % 26]) * (1000 + 37 * i) for i in range(400)]
+        replies = await asyncio.gather(*(client.execute("ECHO", value) for value in values))
+        assert replies == values
+        big = b"x" * 300_000
+        assert await client.execute("ECHO", big) == big
+    finally:
+        await client.close()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tls_files: TlsFiles) -> Iterator[RedisCluster]:
+    try:
+        cluster = RedisCluster(tls=tls_files).start()
+    except RuntimeError as error:
+        if "tls" in str(error).lower():
+            pytest.skip(f"this redis-server was built without TLS: {error}")
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+async def test_burst_after_script_flush_on_a_tls_cluster(
+    tls_cluster: RedisCluster, tls_files: TlsFiles
+) -> None:
+    identities = [names[0] for names in identities_per_shard(tls_cluster.shards(), 1).values()]
+    context = tls_files.client_context()
+    limiter = RateLimiter(tls_cluster.url, key_prefix="tlsclu", ssl_context=context)
+    try:
+        for shard in tls_cluster.shards():
+            assert call(shard.primary, "SCRIPT", "FLUSH") == b"OK"
+        outcomes = await asyncio.gather(
+            *(limiter.check_with_info(identity, RATE) for identity in identities * BURST),
+            return_exceptions=True,
+        )
+        assert admitted(outcomes) == LIMIT * len(identities)
+        charged: dict[bytes, int] = {}
+        for shard in tls_cluster.shards():
+
+            async def on_primary(*args: Any, port: int = shard.primary) -> Any:
+                return call(port, *args)
+
+            charged.update(await charged_units(on_primary, "tlsclu"))
+        assert sorted(charged.values()) == [LIMIT] * len(identities)
+        report(f"TLS cluster: {BURST} checks on each of {len(identities)} shards after SCRIPT "
+               f"FLUSH, {LIMIT} admitted and {LIMIT} charged per shard")  # fmt: skip
+    finally:
+        await limiter.close()

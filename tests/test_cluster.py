@@ -273,6 +273,40 @@ async def test_script_flush_on_every_primary_mid_load(cluster: RedisCluster) -> 
     await limiter.close()
 
 
+async def test_a_script_whose_reply_was_lost_is_not_retried(cluster: RedisCluster) -> None:
+    """The script ran and charged, then its connection broke before the reply was read.
+
+    Retrying it would charge the request twice: the caller gets the BackendError.
+    (The break is made by hand, as a garbled reply stream would make it.)
+    """
+    limiter = RateLimiter(cluster.url, key_prefix="lost", connections_per_loop=1)
+    client = cluster_client(limiter)
+    await limiter.connect()
+    slot = identity_slot("lost-1")
+    owner = client.node_for_slot(slot)
+    assert owner is not None
+    port = int(owner.rpartition(":")[2])
+    assert (await limiter.check_with_info("lost-1", "5/day")).remaining == 4
+    connection = client.node_client(owner).connections()[0]
+    assert connection.transport is not None
+    connection.transport.pause_reading()  # the reply will wait unread in the socket
+    check = asyncio.ensure_future(limiter.check_with_info("lost-1", "5/day"))
+    key = next(k for k in call(port, "KEYS", "lost:fw:*"))
+    for _ in range(200):
+        await asyncio.sleep(0.005)
+        if int(call(port, "GET", key)) == 2 * 1000:  # charged (costs travel scaled by 1000)
+            break
+    connection._abort(BackendError("test: the reply stream broke"))
+    with pytest.raises(BackendError, match="test: the reply stream broke"):
+        await check
+    assert client.counters.lost_replies == 1
+    assert client.counters.connection_errors == 0
+    # Charged once, never twice; the next check sees exactly that.
+    assert int(call(port, "GET", key)) == 2 * 1000
+    assert (await limiter.check_with_info("lost-1", "5/day")).remaining == 2
+    await limiter.close()
+
+
 # -- resharding -----------------------------------------------------------------------
 
 

@@ -38,9 +38,12 @@ call (the first attempt included), so no call waits longer than that timeout
   timeout; CLUSTERDOWN also triggers a map reload.
 - A lost, refused or not-yet-retried connection (a node crashed, a failover):
   the map is reloaded from any reachable node and the command retried on the
-  slot's owner, with the same backoff, within the timeout. A command whose
-  connection dropped after it was sent may already have been applied; retrying
-  it can charge a decision twice (never admit one twice).
+  slot's owner, with the same backoff, within the timeout. A script is retried
+  so only if it was never written (CommandNotSentError: refused connect,
+  reconnect backoff, held back while connecting): one that was written and
+  lost its reply (connection dropped, timeout, malformed reply) may have
+  charged, so its BackendError is raised instead. Plain commands (the
+  limiter's are reads, SCAN and UNLINK) are retried either way.
 - Any other error reply (CROSSSLOT included) is raised as RedisReplyError.
 
 What the client saw is counted in ``counters`` (a ClusterCounters).
@@ -61,7 +64,7 @@ from .._accel import key_slot
 from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command
 from .client import RedisClient, _positive_seconds
-from .connection import ScriptLike
+from .connection import CommandNotSentError, ScriptLike
 from .url import ClusterAddress, parse_cluster_url
 from .url_options import apply_connect_options
 
@@ -111,6 +114,8 @@ class ClusterCounters:
     loading: int = 0
     connection_errors: int = 0
     """Commands retried after a lost, refused or backed-off connection."""
+    lost_replies: int = 0
+    """Script calls not retried: written, then their reply was lost (they may have run)."""
     refreshes: int = 0
     """Slot maps loaded."""
     refresh_failures: int = 0
@@ -396,6 +401,12 @@ class ClusterClient:
                     else:
                         raise error
                 else:
+                    if request.script is not None and not isinstance(error, CommandNotSentError):
+                        # Written, then no usable reply (lost connection, timeout,
+                        # garbled stream): the script may have charged, and running
+                        # it again would charge twice.
+                        self.counters.lost_replies += 1
+                        raise error
                     # Lost, refused or backed-off connection: the node may be gone.
                     self.counters.connection_errors += 1
                     await self._refreshed(deadline)

@@ -4,6 +4,11 @@ After ``failure_threshold`` consecutive backend failures the breaker opens:
 checks fail at once (or bypass, under fail-open) for ``cooldown_s`` instead of
 each waiting out a timeout. Then one check is let through as a probe; its
 success closes the breaker, its failure opens it for another cool-down.
+
+On a Redis Cluster each node fails on its own (a paused primary, a slot being
+migrated), so the limiter keeps one breaker per primary (``BreakerSet``): the
+failures of one node open only that node's breaker, and checks whose keys
+live elsewhere go on being decided. A single server has one breaker.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ logger = logging.getLogger("moderato")
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
 
+STATE_SEVERITY = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
+
+
 class CircuitBreaker:
     def __init__(
         self,
@@ -27,6 +35,7 @@ class CircuitBreaker:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_change: Optional[Callable[[str], None]] = None,
+        node: Optional[str] = None,
     ) -> None:
         if failure_threshold < 1:
             raise ValueError(f"failure_threshold must be at least 1, got {failure_threshold}")
@@ -36,6 +45,8 @@ class CircuitBreaker:
         self.cooldown_s = cooldown_s
         self._clock = clock
         self._on_change = on_change
+        # The cluster node this breaker guards (None: the whole backend).
+        self.node = node
         self._lock = threading.Lock()  # one limiter may serve several event loops
         self.state = CLOSED
         self._failures = 0
@@ -82,16 +93,81 @@ class CircuitBreaker:
             with self._lock:
                 self._probing = False
 
+    def describe(self) -> str:
+        """``backend circuit breaker`` or, for one node, ``... for node host:port``."""
+        if self.node is None:
+            return "backend circuit breaker"
+        return f"backend circuit breaker for node {self.node}"
+
     def _set(self, state: str) -> None:
         previous, self.state = self.state, state
         if state == OPEN:
             logger.warning(
-                "moderato: backend circuit breaker opened after %d consecutive failures; "
-                "checks fail fast for %.2f s",
+                "moderato: %s opened after %d consecutive failures; checks fail fast for %.2f s",
+                self.describe(),
                 self._failures,
                 self.cooldown_s,
             )
         elif state == CLOSED:
-            logger.warning("moderato: backend circuit breaker closed (was %s)", previous)
+            logger.warning("moderato: %s closed (was %s)", self.describe(), previous)
         if self._on_change is not None:
             self._on_change(state)
+
+
+class BreakerSet:
+    """The backend-wide breaker plus one breaker per cluster node, made on first use.
+
+    ``for_node(None)`` is the backend-wide one: a single server's only
+    breaker, and on a cluster the one for calls whose node is not known yet
+    (no slot map loaded). ``on_change`` gets the most severe state of them
+    all (open, then half-open, then closed) whenever one changes.
+    """
+
+    def __init__(
+        self,
+        failure_threshold: int = 5,
+        cooldown_s: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self._clock = clock
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self.default = CircuitBreaker(
+            failure_threshold, cooldown_s, clock=clock, on_change=self._changed
+        )
+        # Copy on write under _lock: the check path reads it without locking.
+        self._by_node: dict[str, CircuitBreaker] = {}
+
+    def for_node(self, node: Optional[str]) -> CircuitBreaker:
+        if node is None:
+            return self.default
+        breaker = self._by_node.get(node)
+        if breaker is not None:
+            return breaker
+        with self._lock:
+            breaker = self._by_node.get(node)
+            if breaker is None:
+                default = self.default
+                breaker = CircuitBreaker(
+                    default.failure_threshold,
+                    default.cooldown_s,
+                    clock=self._clock,
+                    on_change=self._changed,
+                    node=node,
+                )
+                self._by_node = {**self._by_node, node: breaker}
+            return breaker
+
+    def nodes(self) -> dict[str, str]:
+        """{node: state} of every per-node breaker made so far."""
+        return {node: breaker.state for node, breaker in self._by_node.items()}
+
+    def worst_state(self) -> str:
+        states = [self.default.state, *(b.state for b in self._by_node.values())]
+        return max(states, key=STATE_SEVERITY.__getitem__)
+
+    def _changed(self, _state: str) -> None:
+        if self._on_change is not None:
+            self._on_change(self.worst_state())

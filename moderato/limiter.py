@@ -14,7 +14,7 @@ from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
 from .backends.base import Backend, DecideNow, script_refusal
 from .backends.memory import MemoryBackend
-from .breaker import CircuitBreaker
+from .breaker import BreakerSet, CircuitBreaker
 from .errors import BackendError, RateLimitConfigError, RateLimitExceeded, RedisReplyError
 from .metrics import Metrics, metrics_for
 from .plans import Plan, Plans
@@ -89,11 +89,14 @@ class RateLimiter:
             metrics_for(metrics_namespace, metrics_registry) if self.enable_metrics else None
         )
         try:
-            self.breaker = CircuitBreaker(
+            # One breaker per cluster node (see breaker.py); self.breaker is the
+            # backend-wide one: a single server's only breaker.
+            self._breakers = BreakerSet(
                 breaker_failures, breaker_cooldown_s, on_change=self._breaker_changed
             )
         except ValueError as error:
             raise RateLimitConfigError(str(error)) from None
+        self.breaker: CircuitBreaker = self._breakers.default
         if self.metrics is not None:
             self.metrics.set_breaker_state(self.breaker.state)
         self._identity_secret = identity_secret
@@ -110,6 +113,10 @@ class RateLimiter:
             connections_per_loop=connections_per_loop,
             ssl_context=ssl_context,
             client_name=client_name,
+        )
+        # On a cluster: the node owning a key (None until the slot map is loaded).
+        self._node_of: Optional[Callable[[bytes], Optional[str]]] = getattr(
+            self._backend, "node_of", None
         )
         # An in-process backend decides without waiting: checks call it directly.
         self._decide_now: Optional[DecideNow] = (
@@ -276,7 +283,9 @@ class RateLimiter:
         tenant = _tenant(tenant_type)
         if rate is None:
             pattern = self._build(_accel.key_pattern, tenant, _scope(scope), _identity(key))
-            return await self._guarded("reset", self._backend.delete_matching(pattern))
+            return await self._guarded(
+                "reset", self._backend.delete_matching(pattern), route=pattern
+            )
         policy = policy_for(rate)
         chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
         keys: list[bytes] = []
@@ -284,45 +293,55 @@ class RateLimiter:
         for each in chosen:
             keys.extend(self._keys(each, policy, key, tenant_type, scope))
             windows.extend(policy.windows_s)
-        return await self._guarded("reset", self._backend.reset(keys, windows))
+        return await self._guarded("reset", self._backend.reset(keys, windows), route=keys[0])
 
     # -- internals ---------------------------------------------------------------
 
-    async def _guarded(self, operation: str, call: Awaitable[T]) -> T:
-        """Run one backend call through the circuit breaker, counting its outcome."""
-        if not self.breaker.allow():
+    async def _guarded(
+        self, operation: str, call: Awaitable[T], *, route: Optional[bytes] = None
+    ) -> T:
+        """Run one backend call through the circuit breaker of the node ``route`` lives on."""
+        breaker = self._breaker_for(route)
+        if not breaker.allow():
             _discard(call)
-            raise self._short_circuit(operation)
+            raise self._short_circuit(operation, breaker)
         try:
             result = await call
         except BaseException as error:
-            self._failed(operation, error)
+            self._failed(operation, error, breaker)
             raise
-        self._succeeded(operation)
+        self._succeeded(operation, breaker)
         return result
 
-    def _succeeded(self, operation: str) -> None:
-        self.breaker.success()
+    def _breaker_for(self, key: Optional[bytes]) -> CircuitBreaker:
+        """The breaker of the cluster node owning ``key``; the only one for a single server."""
+        node_of = self._node_of
+        if node_of is None or key is None:
+            return self.breaker
+        return self._breakers.for_node(node_of(key))
+
+    def _succeeded(self, operation: str, breaker: CircuitBreaker) -> None:
+        breaker.success()
         if self.metrics is not None:  # checked here too: this runs on every check
             self._count_operation(operation, "ok")
 
-    def _failed(self, operation: str, error: BaseException) -> None:
+    def _failed(self, operation: str, error: BaseException, breaker: CircuitBreaker) -> None:
         """Tell the breaker how a backend call that raised ended (the caller re-raises)."""
         if isinstance(error, RateLimitConfigError):
             # The backend answered (it refused an argument): it is healthy.
-            self.breaker.success()
+            breaker.success()
         elif isinstance(error, BackendError):
-            self.breaker.failure()
+            breaker.failure()
             self._count_operation(operation, "error")
         else:  # cancelled, or a bug: it proved nothing either way
-            self.breaker.abandon()
+            breaker.abandon()
 
-    def _short_circuit(self, operation: str) -> BackendError:
+    def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
         """The error of a call the open breaker refused (counted here)."""
         self._count_operation(operation, "short_circuited")
         return BackendError(
-            f"backend circuit breaker is open after repeated failures; "
-            f"next attempt in {self.breaker.retry_in_s():.2f} s"
+            f"{breaker.describe()} is open after repeated failures; "
+            f"next attempt in {breaker.retry_in_s():.2f} s"
         )
 
     def _count_operation(self, operation: str, status: str) -> None:
@@ -420,8 +439,9 @@ class RateLimiter:
         algorithm = plan.algorithm
         keys = self._keys(algorithm, plan.policy, key, tenant_type, scope)
         args = (charged_scaled, 1 if apply else 0, *plan.script_args)
-        if not self.breaker.allow():
-            raise self._short_circuit(operation)
+        breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
+        if not breaker.allow():
+            raise self._short_circuit(operation, breaker)
         try:
             decide_now = self._decide_now
             if decide_now is not None:
@@ -438,9 +458,9 @@ class RateLimiter:
                     f"malformed reply from the {algorithm.script} script: {error}"
                 ) from None
         except BaseException as error:
-            self._failed(operation, error)
+            self._failed(operation, error, breaker)
             raise
-        self._succeeded(operation)
+        self._succeeded(operation, breaker)
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------

@@ -492,3 +492,85 @@ async def test_primary_killed_replica_takes_over(own_cluster: RedisCluster) -> N
     results = await asyncio.gather(*(limiter.check_with_info(fresh, "50/day") for _ in range(200)))
     assert sum(r.allowed for r in results) == 50
     await limiter.close()
+
+
+# -- circuit breaker per node ---------------------------------------------------------
+
+
+async def test_a_paused_primary_opens_only_its_own_breaker(own_cluster: RedisCluster) -> None:
+    """SIGSTOP one primary: checks on the other primaries go on being decided exactly."""
+    shards = own_cluster.shards()
+    spread = {port: names[0] for port, names in identities_per_shard(shards, 1, "brk").items()}
+    paused = shards[0].primary
+    healthy = [shard.primary for shard in shards[1:]]
+    limiter = RateLimiter(
+        own_cluster.url,
+        key_prefix="brk",
+        command_timeout_s=0.25,
+        breaker_failures=3,
+        breaker_cooldown_s=1.0,
+    )
+    await limiter.connect()
+    rate, limit, rounds = "15/day", 15, 20
+    errors: list[str] = []
+    healthy_admitted: Counter[int] = Counter()
+    healthy_results = 0
+
+    async def one_round() -> None:
+        nonlocal healthy_results
+        # Three on the paused primary: enough to open its breaker in the first round.
+        ports = [paused, paused, paused, *healthy]
+        outcomes = await asyncio.gather(
+            *(limiter.check_with_info(spread[port], rate) for port in ports),
+            return_exceptions=True,
+        )
+        for port, outcome in zip(ports, outcomes):
+            if port == paused:
+                assert isinstance(outcome, BackendError), outcome
+                errors.append(str(outcome))
+            else:
+                assert not isinstance(outcome, BaseException), f"shard {port}: {outcome!r}"
+                healthy_results += 1
+                healthy_admitted[port] += outcome.allowed
+
+    own_cluster.server(paused).pause()
+    paused_at = time.monotonic()
+    try:
+        for _ in range(rounds):
+            await one_round()
+            await asyncio.sleep(0.02)
+        paused_for = time.monotonic() - paused_at
+    finally:
+        own_cluster.server(paused).resume()
+    # Well under cluster-node-timeout (1 s): no failover was started.
+    assert paused_for < 0.9
+
+    node = primary_name(paused)
+    short_circuited = sum(f"circuit breaker for node {node} is open" in e for e in errors)
+    report(
+        f"cluster breaker per node: primary {node} SIGSTOPped {paused_for:.2f} s; "
+        f"{healthy_results} checks on the 2 other primaries all decided, admitted "
+        f"{dict(healthy_admitted)} (limit {limit} each); {len(errors)} failed on the paused "
+        f"one ({short_circuited} short-circuited by its breaker)"
+    )
+    assert healthy_results == rounds * len(healthy)
+    assert healthy_admitted == {port: limit for port in healthy}
+    assert len(errors) == 3 * rounds
+    assert short_circuited >= 3 * (rounds - 1)
+    states = limiter._breakers.nodes()
+    assert states[node] == "open"
+    assert all(states[primary_name(port)] == "closed" for port in healthy)
+    assert limiter.breaker.state == "closed"
+
+    # Once the node answers again, a probe closes its breaker and it decides exactly.
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            result = await limiter.check_with_info(spread[paused], rate)
+            break
+        except BackendError:
+            assert time.monotonic() < deadline, "the paused primary's checks never resumed"
+            await asyncio.sleep(0.05)
+    assert result.remaining == limit - 1
+    assert limiter._breakers.nodes()[node] == "closed"
+    await limiter.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import Any, Union
+from typing import Any, Callable, Optional, Union
 
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RedisReplyError
@@ -30,6 +30,11 @@ class RedisBackend:
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:
         self.client = client
+        # On a cluster, the node owning a key: the limiter keeps a circuit
+        # breaker per node, so one failing primary does not stop the others.
+        self.node_of: Optional[Callable[[bytes], Optional[str]]] = (
+            client.node_for_key if isinstance(client, ClusterClient) else None
+        )
 
     async def connect(self) -> None:
         await self.client.connect()

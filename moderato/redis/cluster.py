@@ -339,6 +339,15 @@ class ClusterClient:
         node = None if table is None else table[slot]
         return None if node is None else node.name
 
+    def node_for_key(self, key: Arg) -> str | None:
+        """Name of the primary the map gives ``key``'s slot to (None before the map is loaded).
+
+        The limiter keeps one circuit breaker per node with this.
+        """
+        table = self._table
+        node = None if table is None else table[key_slot(_key_text(key))]
+        return None if node is None else node.name
+
     def node_client(self, name: str) -> RedisClient:
         """The RedisClient of one node, by name (``host:port``)."""
         return self._nodes[name].client

@@ -6,7 +6,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Callable, Protocol
 
 from ..algorithms import Algorithm, ScriptArg
-from ..errors import RateLimitConfigError, RedisReplyError
+from ..errors import BackendError, RateLimitConfigError, RedisReplyError
+
+# What Redis (7.0) says when a script calls a command its user may not run.
+_SCRIPT_ACL_DENIAL = "can't run this command or subcommand"
 
 DecisionReply = list[int]
 """A decision script's reply: ``[allowed, deciding, (remaining_scaled, retry_ms, reset_ms) * n]``.
@@ -25,8 +28,16 @@ def script_refusal(script: str, error: RedisReplyError) -> Exception:
     caller reads as a configuration error rather than an outage; any other
     error reply stays a BackendError.
     """
-    if error.message.startswith("MODERATO_ARG"):
-        return RateLimitConfigError(f"{script}: {error.message}")
+    message = error.message
+    if message.startswith("MODERATO_ARG"):
+        return RateLimitConfigError(f"{script}: {message}")
+    if message.startswith("NOPERM") or _SCRIPT_ACL_DENIAL in message or ": NOPERM " in message:
+        # A command the script calls was denied by the ACL (the script's own
+        # reads report it as unreadable state): a permission problem, said so.
+        return BackendError(
+            f"NOPERM: the Redis user may not run a command the {script} script needs "
+            f"(Redis said: {message}); see the ACL in docs/operations.md"
+        )
     return error
 
 

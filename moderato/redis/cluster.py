@@ -433,11 +433,21 @@ class ClusterClient:
                     )
                     pause = await self._pause(pause, deadline, error)
                     continue
-            future = self._send_asking(node, request) if asking else request.send(node.client)
+            asking_reply: asyncio.Future[Any] | None = None
+            if asking:
+                asking_reply, future = self._send_asking(node, request)
+            else:
+                future = request.send(node.client)
             try:
                 return await self._bounded(future, deadline)
             except BackendError as failure:
                 error = failure
+                if asking_reply is not None:
+                    refusal = _asking_refusal(asking_reply, node)
+                    if refusal is not None:
+                        # Else the target's ASK would be followed again and
+                        # again: "too many redirections" would hide the cause.
+                        raise refusal from None
 
     def _owner(self, request: _Request) -> _Node | None:
         table = self._table
@@ -480,16 +490,21 @@ class ClusterClient:
             "(command timeout, retries included)"
         )
 
-    def _send_asking(self, node: _Node, request: _Request) -> asyncio.Future[Any]:
-        """``ASKING`` and the command on one connection of ``node``, in one write."""
+    def _send_asking(
+        self, node: _Node, request: _Request
+    ) -> tuple[asyncio.Future[Any] | None, asyncio.Future[Any]]:
+        """``ASKING`` and the command on one connection of ``node``, in one write.
+
+        (ASKING's reply or None if nothing was sent, the command's reply.)
+        """
         pool = node.client._current_pool()
         try:
             connection = pool.pick()
         except BackendError as error:
-            return pool.failed(error)
+            return None, pool.failed(error)
         asking, reply = connection.send_many([_ASKING, request.asking_payload()])
         asking.add_done_callback(_consume)
-        return reply
+        return asking, reply
 
     async def _source_drained(
         self, slot: int, source: _Node, target: _Node, deadline: float
@@ -502,6 +517,14 @@ class ClusterClient:
             count = await self._bounded(
                 source.client.execute("CLUSTER", "COUNTKEYSINSLOT", slot), deadline
             )
+        except RedisReplyError as error:
+            if error.message.startswith("NOPERM"):
+                # Waiting could never end: say why instead of timing out.
+                raise BackendError(
+                    f"{source.name}: {error.message} (needed to follow ASK for a script "
+                    f"while slot {slot} migrates; see the ACL in docs/operations.md)"
+                ) from None
+            return False
         except BackendError:
             return False
         if count == 0:
@@ -812,6 +835,19 @@ def _parse_slots(reply: Any, asked_host: str) -> _Topology:
             ranges.append((start, end, *nodes[0]))
             every.extend(nodes)
     return ranges, every
+
+
+def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> BackendError | None:
+    """The error to raise if ``node`` refused ASKING for lack of permission, else None."""
+    if not asking.done() or asking.cancelled():
+        return None
+    error = asking.exception()
+    if isinstance(error, RedisReplyError) and error.message.startswith("NOPERM"):
+        return BackendError(
+            f"{node.name}: {error.message} (needed to follow ASK during a slot migration; "
+            "see the ACL in docs/operations.md)"
+        )
+    return None
 
 
 def _consume(future: asyncio.Future[Any]) -> None:

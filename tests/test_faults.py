@@ -405,3 +405,68 @@ async def test_script_flush_mid_load_fails_no_check(own_redis_server: RedisServe
     for algorithm in ALGORITHMS:
         assert outcomes[(algorithm, "admitted")] == limit
         assert outcomes[(algorithm, "denied")] == rounds * 30 - limit
+
+
+# -- min-replicas-to-write ------------------------------------------------------------
+
+
+async def test_min_replicas_to_write_stops_charges_when_the_replica_stalls() -> None:
+    """What docs/operations.md says min-replicas-to-write buys: a stalled replica stops
+    the primary accepting charges after about min-replicas-max-lag seconds, so checks
+    fail (and charge nothing) instead of piling up charges a failover would lose."""
+    primary = RedisServer(
+        extra_args=(
+            "--min-replicas-to-write", "1",
+            "--min-replicas-max-lag", "1",
+            "--repl-diskless-sync-delay", "0",
+        )
+    ).start()  # fmt: skip
+    replica = RedisServer(extra_args=("--replicaof", "127.0.0.1", str(primary.port)))
+    limiter = RateLimiter(primary.url, key_prefix="minrep", breaker_failures=1000)
+    try:
+        replica.start()
+        deadline = time.monotonic() + 10
+        while b"master_link_status:up" not in replica.command("INFO", "replication"):
+            assert time.monotonic() < deadline, "the replica never synced"
+            await asyncio.sleep(0.05)
+        admitted = failed = 0
+        while True:  # until the primary has seen its replica acknowledge
+            try:
+                await limiter.check_with_info("u", "1000000/day")
+                admitted += 1
+                break
+            except BackendError as error:
+                assert "NOREPLICAS" in str(error)
+                assert time.monotonic() < deadline, "the primary never accepted writes"
+                await asyncio.sleep(0.05)
+
+        replica.pause()
+        stalled_at = time.monotonic()
+        refused_after: float | None = None
+        errors: set[str] = set()
+        while time.monotonic() - stalled_at < 4.0:
+            try:
+                result = await limiter.check_with_info("u", "1000000/day")
+                assert result.allowed
+                admitted += 1
+            except BackendError as error:
+                failed += 1
+                errors.add(str(error))
+                if refused_after is None:
+                    refused_after = time.monotonic() - stalled_at
+            await asyncio.sleep(0.01)
+        replica.resume()
+        report(
+            f"min-replicas-to-write 1 / max-lag 1 s: replica SIGSTOPped, charges refused "
+            f"after {refused_after} s; {admitted} admitted, {failed} failed ({errors})"
+        )
+        assert refused_after is not None and 0.9 <= refused_after <= 3.0
+        assert errors and all("NOREPLICAS Not enough good replicas" in e for e in errors)
+        # A refused check charged nothing: the counter holds exactly the admissions.
+        usage = await limiter.get_usage("u", "1000000/day")
+        assert usage["current"] == admitted
+    finally:
+        replica.resume()
+        await limiter.close()
+        replica.close()
+        primary.close()

@@ -17,6 +17,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
+
+import pytest
+
+T = TypeVar("T")
 
 INSTALL_HINT = (
     "redis-server was not found on PATH. The test suite starts its own Redis "
@@ -89,6 +94,16 @@ def make_tls_files(directory: Path) -> TlsFiles:
     return TlsFiles(
         directory, directory / "ca.crt", directory / "server.crt", directory / "server.key"
     )
+
+
+def skip_without_tls(start: Callable[[], T]) -> T:
+    """``start()``, or skip the test if this redis-server was built without TLS."""
+    try:
+        return start()
+    except RuntimeError as error:
+        if "tls" in str(error).lower():
+            pytest.skip(f"this redis-server was built without TLS: {error}")
+        raise
 
 
 class RedisServer:

@@ -87,15 +87,6 @@ async def exercise_everything(limiter: RateLimiter, identity: str) -> None:
 # -- a single server ---------------------------------------------------------------
 
 
-@pytest.fixture
-def acl_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def set_user(server: RedisServer, commands: list[str]) -> None:
     server.command("ACL", "DELUSER", USER)
     reply = server.command("ACL", "SETUSER", USER, *acl_rules(commands))
@@ -106,12 +97,12 @@ def user_url(port: int, path: str = "") -> str:
     return f"redis://{USER}:{PASSWORD}@127.0.0.1:{port}{path}"
 
 
-async def test_minimal_acl_is_enough_on_a_single_server(acl_server: RedisServer) -> None:
-    set_user(acl_server, needed_commands())
-    limiter = RateLimiter(user_url(acl_server.port), key_prefix=PREFIX)
+async def test_minimal_acl_is_enough_on_a_single_server(own_redis_server: RedisServer) -> None:
+    set_user(own_redis_server, needed_commands())
+    limiter = RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX)
     try:
         await exercise_everything(limiter, "alice")
-        assert acl_server.command("SCRIPT", "FLUSH") == b"+OK\r\n"  # EVAL path too
+        assert own_redis_server.command("SCRIPT", "FLUSH") == b"+OK\r\n"  # EVAL path too
         assert (await limiter.check_with_info("bob", "3/day")).remaining == 2
     finally:
         await limiter.close()
@@ -127,10 +118,10 @@ async def test_minimal_acl_is_enough_on_a_single_server(acl_server: RedisServer)
     ],
 )
 async def test_a_missing_permission_is_reported_as_noperm(
-    acl_server: RedisServer, missing: str, operation: str, expected: str
+    own_redis_server: RedisServer, missing: str, operation: str, expected: str
 ) -> None:
-    set_user(acl_server, [c for c in needed_commands() if c != missing])
-    limiter = RateLimiter(user_url(acl_server.port), key_prefix=PREFIX)
+    set_user(own_redis_server, [c for c in needed_commands() if c != missing])
+    limiter = RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX)
     try:
         with pytest.raises(BackendError, match=expected):
             if operation == "reset":
@@ -143,15 +134,17 @@ async def test_a_missing_permission_is_reported_as_noperm(
         await limiter.close()
 
 
-async def test_client_name_and_a_database_need_their_commands(acl_server: RedisServer) -> None:
-    set_user(acl_server, needed_commands())
+async def test_client_name_and_a_database_need_their_commands(
+    own_redis_server: RedisServer,
+) -> None:
+    set_user(own_redis_server, needed_commands())
     for path, command in (("?client_name=api", "client|setname"), ("/2", "select")):
-        limiter = RateLimiter(user_url(acl_server.port, path), key_prefix=PREFIX)
+        limiter = RateLimiter(user_url(own_redis_server.port, path), key_prefix=PREFIX)
         with pytest.raises(BackendError, match=rf"NOPERM.*'{re.escape(command)}'"):
             await limiter.connect()
         await limiter.close()
-    set_user(acl_server, [*needed_commands(), "client|setname", "select"])
-    limiter = RateLimiter(user_url(acl_server.port, "/2?client_name=api"), key_prefix=PREFIX)
+    set_user(own_redis_server, [*needed_commands(), "client|setname", "select"])
+    limiter = RateLimiter(user_url(own_redis_server.port, "/2?client_name=api"), key_prefix=PREFIX)
     try:
         assert (await limiter.check_with_info("dave", "3/day")).remaining == 2
     finally:

@@ -11,7 +11,6 @@ import gc
 import hashlib
 import shutil
 import ssl
-import subprocess
 import tempfile
 import threading
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from redis_servers import RedisServer, free_port
+from redis_servers import RedisServer, free_port, make_tls_files, skip_without_tls
 
 from moderato.errors import BackendError, RedisReplyError
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
@@ -819,47 +818,17 @@ class TlsServer:
 @pytest.fixture(scope="module")
 def tls_server() -> Iterator[TlsServer]:
     """A redis-server with a TLS port, its certificate signed by a throwaway CA."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed; cannot make test certificates")
     directory = Path(tempfile.mkdtemp(prefix="moderato-tls-"))
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], cwd=directory, check=True, capture_output=True)
-
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    # The extensions satisfy strict X.509 checking (the default from Python 3.13).
-    run("req", "-x509", *curve, "-days", "2", "-subj", "/CN=moderato test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    run("req", *curve, "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr")
-    (directory / "san.cnf").write_text(
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-        "keyUsage=critical,digitalSignature\n"
-        "extendedKeyUsage=serverAuth\n"
-        "authorityKeyIdentifier=keyid,issuer\n"
-    )
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt")  # fmt: skip
+    try:
+        files = make_tls_files(directory)
+    except RuntimeError as error:  # no openssl
+        shutil.rmtree(directory, ignore_errors=True)
+        pytest.skip(str(error))
     tls_port = free_port()
-    server = RedisServer(
-        extra_args=(
-            "--tls-port", str(tls_port),
-            "--tls-cert-file", str(directory / "server.crt"),
-            "--tls-key-file", str(directory / "server.key"),
-            "--tls-ca-cert-file", str(directory / "ca.crt"),
-            "--tls-auth-clients", "no",
-        )
-    )  # fmt: skip
+    server = RedisServer(extra_args=("--tls-port", str(tls_port), *files.server_args()))
+    skip_without_tls(server.start)
     try:
-        server.start()
-    except RuntimeError as error:
-        if "tls" in str(error).lower():
-            pytest.skip(f"this redis-server was built without TLS: {error}")
-        raise
-    try:
-        yield TlsServer(server=server, tls_port=tls_port, ca_file=directory / "ca.crt")
+        yield TlsServer(server=server, tls_port=tls_port, ca_file=files.ca_file)
     finally:
         server.close()
         shutil.rmtree(directory, ignore_errors=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from cluster import RedisCluster, call, identities_per_shard, report
-from redis_servers import RedisServer, TlsFiles, make_tls_files
+from redis_servers import RedisServer, TlsFiles, make_tls_files, skip_without_tls
 
 from moderato import RateLimiter
 from moderato.policy import SCALE
@@ -46,13 +46,7 @@ def tls_files() -> Iterator[TlsFiles]:
 @pytest.fixture(scope="module")
 def tls_only_server(tls_files: TlsFiles) -> Iterator[RedisServer]:
     """A redis-server listening on a TLS port only (no plain-text port at all)."""
-    server = RedisServer(tls=tls_files)
-    try:
-        server.start()
-    except RuntimeError as error:
-        if "tls" in str(error).lower():
-            pytest.skip(f"this redis-server was built without TLS: {error}")
-        raise
+    server = skip_without_tls(RedisServer(tls=tls_files).start)
     try:
         yield server
     finally:
@@ -115,12 +109,7 @@ async def test_large_replies_over_tls_arrive_whole(tls_only_server: RedisServer)
 
 @pytest.fixture(scope="module")
 def tls_cluster(tls_files: TlsFiles) -> Iterator[RedisCluster]:
-    try:
-        cluster = RedisCluster(tls=tls_files).start()
-    except RuntimeError as error:
-        if "tls" in str(error).lower():
-            pytest.skip(f"this redis-server was built without TLS: {error}")
-        raise
+    cluster = skip_without_tls(RedisCluster(tls=tls_files).start)
     try:
         yield cluster
     finally:

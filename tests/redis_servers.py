@@ -65,32 +65,14 @@ class TlsFiles:
 
 
 def make_tls_files(directory: Path) -> TlsFiles:
-    """Generate a CA and a server certificate into ``directory`` with the openssl CLI.
+    """make_certificates() for localhost and 127.0.0.1, as a TlsFiles.
 
     RuntimeError if openssl is not installed (tests turn that into a skip).
     """
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise RuntimeError("openssl is not installed; cannot make test certificates")
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], cwd=directory, check=True, capture_output=True)
-
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    # The extensions satisfy strict X.509 checking (the default from Python 3.13).
-    run("req", "-x509", *curve, "-days", "2", "-subj", "/CN=moderato test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    run("req", *curve, "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr")
-    (directory / "san.cnf").write_text(
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-        "keyUsage=critical,digitalSignature\n"
-        "extendedKeyUsage=serverAuth,clientAuth\n"
-        "authorityKeyIdentifier=keyid,issuer\n"
-    )
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt")  # fmt: skip
+    try:
+        make_certificates(directory, server_names="DNS:localhost,IP:127.0.0.1")
+    except FileNotFoundError as error:
+        raise RuntimeError(str(error)) from None
     return TlsFiles(
         directory, directory / "ca.crt", directory / "server.crt", directory / "server.key"
     )

@@ -60,6 +60,10 @@ class TlsFiles:
             "--tls-cert-file", str(self.cert_file),
             "--tls-key-file", str(self.key_file),
             "--tls-ca-cert-file", str(self.ca_file),
+            # What a node presents when it connects to another (cluster bus,
+            # replication): the server certificate is for serverAuth only.
+            "--tls-client-cert-file", str(self.directory / "client.crt"),
+            "--tls-client-key-file", str(self.directory / "client.key"),
             "--tls-auth-clients", "no",
         )  # fmt: skip
 

@@ -94,8 +94,11 @@ async def test_burst_after_script_flush_over_tls(tls_only_server: RedisServer) -
 async def test_large_replies_over_tls_arrive_whole(tls_only_server: RedisServer) -> None:
     """Replies far larger than one TLS record (16 KiB) and than the read buffer (64 KiB)."""
     assert tls_only_server.tls is not None
+    # A generous timeout: this is about whole replies, not speed (3.5 MB on a loaded host).
     client = RedisClient.from_url(
-        tls_only_server.url, ssl_context=tls_only_server.tls.client_context()
+        tls_only_server.url,
+        ssl_context=tls_only_server.tls.client_context(),
+        command_timeout_s=10.0,
     )
     try:
         values = [bytes([65 + i % 26]) * (1000 + 37 * i) for i in range(400)]

@@ -270,30 +270,55 @@ class RateLimiter:
         *,
         rate: Optional[str] = None,
         tenant_type: Optional[str] = None,
-        scope: str = GLOBAL_SCOPE,
+        scope: Optional[str] = None,
         algorithm: Optional[str] = None,
     ) -> int:
         """Forget the identity's usage; returns the number of keys deleted.
 
-        With ``rate`` the keys are known exactly and deleted in one script
-        call. Without it every window and algorithm of this identity, tenant
-        and scope is found with SCAN, which walks the whole keyspace: fine for
-        an admin action, not for a request path.
+        ``scope=None`` (the default) means every scope: the identity's usage on
+        every route, whatever the rate and algorithm. ``tenant_type`` selects
+        one tenant's keys; without it only the keys checked without a tenant
+        are reset. ``rate`` and ``algorithm`` narrow the reset to those
+        policies' windows and that algorithm.
+
+        With both ``rate`` and ``scope`` the keys are known exactly and deleted
+        in one script call. Otherwise they are found with SCAN, which walks the
+        whole keyspace (every primary of a cluster when no scope is given):
+        fine for an admin action, not for a request path.
         """
         tenant = _tenant(tenant_type)
-        if rate is None:
-            pattern = self._build(_accel.key_pattern, tenant, _scope(scope), _identity(key))
+        identity = _identity(key)
+        if rate is not None and scope is not None:
+            policy = policy_for(rate)
+            chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
+            keys: list[bytes] = []
+            windows: list[int] = []
+            for each in chosen:
+                keys.extend(self._keys(each, policy, identity, tenant_type, scope))
+                windows.extend(policy.windows_s)
             return await self._guarded(
-                "reset", self._backend.delete_matching(pattern), route=pattern
+                "reset", self._backend.reset(keys, windows), route=keys[0]
             )
-        policy = policy_for(rate)
-        chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
-        keys: list[bytes] = []
-        windows: list[int] = []
-        for each in chosen:
-            keys.extend(self._keys(each, policy, key, tenant_type, scope))
-            windows.extend(policy.windows_s)
-        return await self._guarded("reset", self._backend.reset(keys, windows), route=keys[0])
+        pattern = self._build(
+            _accel.key_pattern, tenant, "" if scope is None else _scope(scope), identity
+        )
+        patterns = reset_patterns(
+            pattern,
+            len(self.key_prefix),
+            every_scope=scope is None,
+            key_tag=self._algorithm(algorithm).key_tag if algorithm else None,
+            windows_s=policy_for(rate).windows_s if rate is not None else None,
+        )
+        # One scope's patterns share a hash tag, so one node's breaker answers for
+        # them; every scope means every primary, which the limiter-wide one does.
+        route = patterns[0] if scope is not None else None
+        return await self._guarded("reset", self._delete_matching(patterns), route=route)
+
+    async def _delete_matching(self, patterns: list[bytes]) -> int:
+        deleted = 0
+        for pattern in patterns:  # disjoint patterns: the counts add up
+            deleted += await self._backend.delete_matching(pattern)
+        return deleted
 
     # -- internals ---------------------------------------------------------------
 
@@ -545,6 +570,35 @@ def _scope(scope: object) -> str:
     if not isinstance(scope, str):
         raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")
     return scope
+
+
+def reset_patterns(
+    pattern: bytes,
+    prefix_size: int,
+    *,
+    every_scope: bool,
+    key_tag: Optional[str],
+    windows_s: Optional[tuple[int, ...]],
+) -> list[bytes]:
+    """The SCAN globs of a reset, derived from ``_accel.key_pattern``'s one.
+
+    ``pattern`` is ``<prefix>:??:{<tenant>:<scope>:<identity>}:*``, built with
+    an empty scope when ``every_scope``. Encoded components contain no ``:``,
+    ``{``, ``}`` nor glob metacharacter, so a ``*`` spliced between the tag's
+    two colons matches exactly one whole scope component, and the literal
+    ``{`` after ``??`` keeps a longer key prefix out of reach.
+    """
+    tag_at = prefix_size + 4  # "<prefix>:??:" then "{"
+    if every_scope:
+        scope_at = pattern.index(b":", tag_at) + 1
+        pattern = pattern[:scope_at] + b"*" + pattern[scope_at:]
+    if key_tag is not None:
+        pattern = pattern[: prefix_size + 1] + key_tag.encode() + pattern[prefix_size + 3 :]
+    if windows_s is None:
+        return [pattern]
+    stem = pattern[:-1]  # without the final "*": "...}:"
+    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
+    return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
 
 
 def _discard(call: Awaitable[Any]) -> None:

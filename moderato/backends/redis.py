@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from typing import Any, Callable, Optional, Union
 
+from .._accel import key_slot
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RedisReplyError
 from ..redis import ClusterClient, RedisClient, SentinelClient
@@ -21,9 +22,10 @@ class RedisBackend:
     own redis-py client).
 
     Both route the same calls: every key of one decision shares a hash tag, so
-    a decision is one script call on one node; reset's SCAN carries the
-    identity's hash tag in its MATCH pattern, so on a cluster it walks only the
-    node owning that slot.
+    a decision is one script call on one node; a reset within one scope
+    SCANs with the identity's hash tag in its MATCH pattern, so on a cluster
+    it walks only the node owning that slot; a reset of every scope has no
+    literal hash tag and walks every primary.
     """
 
     def __init__(
@@ -59,17 +61,52 @@ class RedisBackend:
         return _as_count(deleted, script.name)
 
     async def delete_matching(self, pattern: bytes) -> int:
-        deleted = 0
-        cursor: Any = b"0"
-        while True:
-            reply = await self.client.execute(
-                "SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_BATCH
-            )
-            cursor, found = reply[0], reply[1]
-            if found:
-                deleted += _as_count(await self.client.execute("UNLINK", *found), "UNLINK")
-            if cursor in (b"0", 0, "0"):
-                return deleted
+        client = self.client
+        if isinstance(client, ClusterClient) and not _literal_hash_tag(pattern):
+            # No one slot holds the matches: walk every primary.
+            await client.connect()  # loads the slot map: the primaries are known
+            deleted = 0
+            for name in client.primaries():
+                deleted += await _scan_and_unlink(client.node_client(name), client, pattern)
+            return deleted
+        return await _scan_and_unlink(client, client, pattern)
+
+
+async def _scan_and_unlink(
+    scanned: Union[RedisClient, ClusterClient],
+    deleter: Union[RedisClient, ClusterClient],
+    pattern: bytes,
+) -> int:
+    """SCAN ``scanned`` for ``pattern`` and UNLINK what it finds through ``deleter``.
+
+    On a cluster the keys one node returns may lie in several slots, and one
+    UNLINK must stay in one slot: they are grouped by slot, each group sent
+    to its owner (the cluster client follows a slot that moved meanwhile).
+    """
+    deleted = 0
+    cursor: Any = b"0"
+    while True:
+        reply = await scanned.execute("SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_BATCH)
+        cursor, found = reply[0], reply[1]
+        if found:
+            if isinstance(deleter, ClusterClient):
+                by_slot: dict[int, list[bytes]] = {}
+                for key in found:
+                    by_slot.setdefault(key_slot(key), []).append(key)
+                groups = list(by_slot.values())
+            else:
+                groups = [found]
+            for group in groups:
+                deleted += _as_count(await deleter.execute("UNLINK", *group), "UNLINK")
+        if cursor in (b"0", 0, "0"):
+            return deleted
+
+
+def _literal_hash_tag(pattern: bytes) -> bool:
+    """Whether the pattern's ``{hash tag}`` is literal text (so it fixes one slot)."""
+    start = pattern.find(b"{")
+    end = pattern.find(b"}", start + 1) if start >= 0 else -1
+    return end > start + 1 and not any(char in pattern[start + 1 : end] for char in b"*?[]\\")
 
 
 def _as_count(reply: object, what: str) -> int:

@@ -16,7 +16,9 @@ from .backends.base import Backend, DecideNow, script_refusal
 from .backends.memory import MemoryBackend
 from .breaker import BreakerSet, CircuitBreaker
 from .errors import BackendError, RateLimitConfigError, RateLimitExceeded, RedisReplyError
+from .failure_log import DEFAULT_INTERVAL_S, OutageLog
 from .metrics import Metrics, metrics_for
+from .options import count_option, seconds_option
 from .plans import Plan, Plans
 from .policy import Policy, cost_scaled, policy_for, validate_cost
 from .results import CheckResult, PolicyState
@@ -52,6 +54,12 @@ class RateLimiter:
     ``shadow=True`` decides and counts but never denies, for rolling out a
     new limit. After ``breaker_failures`` consecutive backend failures,
     checks fail fast for ``breaker_cooldown_s`` before one probe is tried.
+
+    Logs survive an outage: its first failure is logged at once, then at
+    most one summary per ``failure_log_interval_s`` (counts of bypassed and
+    denied checks and of backend errors), and one line when the backend
+    answers again (``failure_log``, an OutageLog; tests may replace its
+    ``clock``). Metrics still count every event.
     """
 
     def __init__(
@@ -75,7 +83,14 @@ class RateLimiter:
         breaker_cooldown_s: float = 1.0,
         metrics_namespace: str = "moderato",
         metrics_registry: Optional[Any] = None,
+        failure_log_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
+        connect_timeout_s = seconds_option("connect_timeout_s", connect_timeout_s)
+        command_timeout_s = seconds_option("command_timeout_s", command_timeout_s)
+        connections_per_loop = count_option("connections_per_loop", connections_per_loop)
+        breaker_failures = count_option("breaker_failures", breaker_failures)
+        breaker_cooldown_s = seconds_option("breaker_cooldown_s", breaker_cooldown_s)
+        failure_log_interval_s = seconds_option("failure_log_interval_s", failure_log_interval_s)
         self.redis_url = redis_url
         self.key_prefix = key_prefix
         self.connections_per_loop = connections_per_loop
@@ -99,6 +114,7 @@ class RateLimiter:
         self.breaker: CircuitBreaker = self._breakers.default
         if self.metrics is not None:
             self.metrics.set_breaker_state(self.breaker.state)
+        self.failure_log = OutageLog(fail_open=self.fail_open, interval_s=failure_log_interval_s)
         self._identity_secret = identity_secret
         try:
             # Building one key validates the prefix and the secret up front.
@@ -212,6 +228,7 @@ class RateLimiter:
             if not self.fail_open or cost > plan.policy.smallest_limit:
                 if metrics is not None:
                     metrics.checks.labels(plan.algorithm.name, "error").inc()
+                self.failure_log.failed("denied", error)
                 raise
             return self._bypass(plan, error)
         if not result.allowed and (self.shadow if shadow is None else shadow):
@@ -347,6 +364,8 @@ class RateLimiter:
 
     def _succeeded(self, operation: str, breaker: CircuitBreaker) -> None:
         breaker.success()
+        if self.failure_log.active:
+            self.failure_log.recovered()
         if self.metrics is not None:  # checked here too: this runs on every check
             self._count_operation(operation, "ok")
 
@@ -355,9 +374,12 @@ class RateLimiter:
         if isinstance(error, RateLimitConfigError):
             # The backend answered (it refused an argument): it is healthy.
             breaker.success()
+            if self.failure_log.active:
+                self.failure_log.recovered()
         elif isinstance(error, BackendError):
             breaker.failure()
             self._count_operation(operation, "error")
+            self.failure_log.failed("errors", error)
         else:  # cancelled, or a bug: it proved nothing either way
             breaker.abandon()
 
@@ -379,12 +401,7 @@ class RateLimiter:
 
     def _bypass(self, plan: Plan, error: BackendError) -> CheckResult:
         policy, algorithm = plan.policy, plan.algorithm
-        logger.warning(
-            "moderato: fail-open bypass of %s (%s): backend could not decide: %s",
-            policy.text,
-            algorithm.name,
-            error,
-        )
+        self.failure_log.failed("bypassed", error)
         if self.metrics is not None:
             self.metrics.fail_open.labels(algorithm.name).inc()
             self.metrics.checks.labels(algorithm.name, "bypassed").inc()
@@ -655,6 +672,6 @@ def _make_backend(redis_url: Any, **options: Any) -> Backend:
             client = SentinelClient.from_url(redis_url, **options)
         else:
             client = RedisClient.from_url(redis_url, **options)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:  # an option of the wrong type or value
         raise RateLimitConfigError(str(error)) from None
     return RedisBackend(client)

@@ -9,17 +9,26 @@ from typing import Callable, TypeVar, Union
 from starlette.requests import Request
 
 from ..errors import RateLimitCallbackError
+from ..failure_log import CallbackFailureLog
 
 T = TypeVar("T")
 
 RequestCallback = Callable[[Request], Union[T, Awaitable[T]]]
 """A function of the request returning a value, or an awaitable of one."""
 
+RETURN_VALUE = "(its return value)"
+"""What the log names when a callback's return value, not the callback, failed."""
+
+failure_log = CallbackFailureLog()
+"""Every callback failure of the process: each cause's traceback once, then summaries."""
+
 
 async def call_callback(name: str, callback: RequestCallback[T], request: Request) -> T:
     """Run a user callback; any exception becomes RateLimitCallbackError naming it.
 
     Only ``Exception`` is wrapped: cancellation and exits must keep their meaning.
+    The failure is logged (``failure_log``): the client sees only which
+    callback failed, the operator gets the traceback.
     """
     try:
         result = callback(request)
@@ -27,9 +36,12 @@ async def call_callback(name: str, callback: RequestCallback[T], request: Reques
             return await result
         return result
     except Exception as error:
+        failure_log.failed(name, callback, error)
         raise RateLimitCallbackError(name, error) from error
 
 
 def callback_failed(name: str, message: str) -> RateLimitCallbackError:
-    """A callback returned something unusable: its bug, reported as its failure."""
-    return RateLimitCallbackError(name, TypeError(message))
+    """A callback returned something unusable: its bug, reported (and logged) as its failure."""
+    error = TypeError(message)
+    failure_log.failed(name, RETURN_VALUE, error)
+    return RateLimitCallbackError(name, error)

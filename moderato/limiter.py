@@ -14,10 +14,11 @@ from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
 from .backends.base import Backend, DecideNow, script_refusal
 from .backends.memory import MemoryBackend
+from .backends.schemes import make_backend
 from .breaker import BreakerSet, CircuitBreaker
 from .errors import BackendError, RateLimitConfigError, RateLimitExceeded, RedisReplyError
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
-from .metrics import Metrics, metrics_for
+from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
 from .policy import Policy, cost_scaled, policy_for, validate_cost
@@ -100,9 +101,10 @@ class RateLimiter:
         self.shadow = bool(shadow)
         # A bypass must always be counted: fail-open turns metrics on.
         self.enable_metrics = bool(enable_metrics) or self.fail_open
-        self.metrics: Optional[Metrics] = (
-            metrics_for(metrics_namespace, metrics_registry) if self.enable_metrics else None
-        )
+        self.metrics: Optional[Metrics] = None
+        if self.enable_metrics:
+            wanted_by = WANTED_BY_OPTION if enable_metrics else WANTED_BY_FAIL_OPEN
+            self.metrics = metrics_for(metrics_namespace, metrics_registry, wanted_by=wanted_by)
         try:
             # One breaker per cluster node (see breaker.py); self.breaker is the
             # backend-wide one: a single server's only breaker.
@@ -122,7 +124,7 @@ class RateLimiter:
         except (TypeError, ValueError) as error:
             raise RateLimitConfigError(str(error)) from None
         self._plans = Plans(self._default_algorithm)
-        self._backend: Backend = _make_backend(
+        self._backend: Backend = make_backend(
             redis_url,
             connect_timeout_s=connect_timeout_s,
             command_timeout_s=command_timeout_s,
@@ -643,35 +645,3 @@ def exceeded(result: CheckResult) -> RateLimitExceeded:
         window_seconds=result.window_seconds,
         rate=result.rate,
     )
-
-
-def _make_backend(redis_url: Any, **options: Any) -> Backend:
-    if isinstance(redis_url, str) and redis_url.startswith("memory:"):
-        return MemoryBackend.from_url(redis_url)
-    from .backends.redis import RedisBackend
-    from .backends.redis_py import RedisPyClient, is_redis_py_client
-
-    if is_redis_py_client(redis_url):
-        # The user's own redis-py client: its settings rule, moderato's connection options
-        # (timeouts, TLS, client name) are not used.
-        return RedisBackend(RedisPyClient(redis_url))
-    if not isinstance(redis_url, str):
-        raise RateLimitConfigError(
-            "redis_url must be a URL string or a redis.asyncio.Redis / RedisCluster client, "
-            f"got {type(redis_url).__name__}"
-        )
-    from .redis import ClusterClient, RedisClient, SentinelClient, is_cluster_url, is_sentinel_url
-
-    client: Union[RedisClient, ClusterClient, SentinelClient]
-    try:
-        if is_cluster_url(redis_url):
-            # redis+cluster:// and rediss+cluster://: seed nodes of a Redis Cluster.
-            client = ClusterClient.from_url(redis_url, **options)
-        elif is_sentinel_url(redis_url):
-            # redis+sentinel://: the primary a set of sentinels names, followed across failovers.
-            client = SentinelClient.from_url(redis_url, **options)
-        else:
-            client = RedisClient.from_url(redis_url, **options)
-    except (TypeError, ValueError) as error:  # an option of the wrong type or value
-        raise RateLimitConfigError(str(error)) from None
-    return RedisBackend(client)

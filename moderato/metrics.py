@@ -21,13 +21,18 @@ _registered: weakref.WeakKeyDictionary[Any, dict[str, Metrics]] = weakref.WeakKe
 _registered_lock = threading.Lock()
 
 
-def _prometheus() -> Any:
+# Why a limiter wants metrics, as its error names it when prometheus_client is missing.
+WANTED_BY_OPTION = "enable_metrics=True"
+WANTED_BY_FAIL_OPEN = "fail_open=True (a bypass must always be counted, so it turns metrics on)"
+
+
+def _prometheus(wanted_by: str = WANTED_BY_OPTION) -> Any:
     try:
         import prometheus_client
     except ImportError:
         raise RateLimitConfigError(
-            "metrics need the prometheus_client package: pip install 'moderato[metrics]' "
-            "(fail_open=True turns metrics on, so it needs it too)"
+            f"{wanted_by} needs the prometheus_client package, which is not installed: "
+            "pip install 'moderato[metrics]'"
         ) from None
     return prometheus_client
 
@@ -87,13 +92,19 @@ class Metrics:
         self.breaker_state.set(BREAKER_STATES[state])
 
 
-def metrics_for(namespace: str = "moderato", registry: Optional[Any] = None) -> Metrics:
+def metrics_for(
+    namespace: str = "moderato",
+    registry: Optional[Any] = None,
+    *,
+    wanted_by: str = WANTED_BY_OPTION,
+) -> Metrics:
     """The shared collectors of ``namespace`` in ``registry`` (the default one if None).
 
     Several limiters in one process share them: Prometheus refuses to
-    register one metric name twice in a registry.
+    register one metric name twice in a registry. ``wanted_by`` names the
+    setting that asked for metrics, for the error when the extra is missing.
     """
-    prometheus = _prometheus()
+    prometheus = _prometheus(wanted_by)
     target = prometheus.REGISTRY if registry is None else registry
     with _registered_lock:
         by_namespace = _registered.setdefault(target, {})

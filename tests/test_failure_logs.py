@@ -309,7 +309,8 @@ async def test_an_outage_and_its_recovery_are_two_lines(
     assert sample(registry, "moderato_checks_total", algorithm="fixed_window", result=outcome) == (
         failed
     )
-    errors = sample(registry, "moderato_backend_operations_total", operation="decide", status="error")
+    operations = "moderato_backend_operations_total"
+    errors = sample(registry, operations, operation="decide", status="error")
     assert 5 <= errors < failed  # the open breaker kept most checks from Redis
 
     messages = [record.getMessage() for record in records(caplog, "moderato.backend")]

@@ -74,7 +74,9 @@ async def test_every_scope_and_algorithm_but_only_the_no_tenant_keys(
     # Two policies in three scopes for each algorithm; the tenants' keys stay.
     assert await limiter.reset("user") == 2 * 3 * len(ALGORITHMS)
     for algorithm in ALGORITHMS:
-        assert await used(limiter, "user", "5/minute;50/day", scope="GET:/a") == 0
+        for scope in ("global", "GET:/a"):
+            usage = await used(limiter, "user", "5/minute;50/day", scope=scope, algorithm=algorithm)
+            assert usage == 0
     assert await used(limiter, "user", "5/minute", scope="api", tenant_type="gold") == 1
     assert await used(limiter, "user2", "5/minute", scope="api") == 1
     # With a tenant: that tenant's keys only, in every scope.

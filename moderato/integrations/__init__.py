@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# First: without Starlette, an ImportError naming the extra to install.
+from . import _starlette  # noqa: F401
 from .decorator import REQUEST_PARAMETER, limit
 from .dependency import RateLimitDependency, dependency
 from .headers import HeaderStyle

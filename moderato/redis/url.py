@@ -200,6 +200,12 @@ def _hosts_text(hosts: tuple[tuple[str, int], ...]) -> str:
     return ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in hosts)
 
 
+def _one_of(schemes: tuple[str, ...]) -> str:
+    """``a://, b:// or c://``: the schemes of one tuple, for error messages."""
+    names = [f"{scheme}://" for scheme in schemes]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def is_cluster_url(url: object) -> bool:
     """Whether ``url`` is a str with a cluster scheme (``redis+cluster://``, ``rediss+cluster://``)."""
     if not isinstance(url, str):
@@ -264,7 +270,9 @@ def parse_url(url: str) -> RedisAddress:
     if scheme not in _SCHEMES:
         raise bad(
             f"unsupported scheme {parts.scheme + '://' if parts.scheme else '(none)'}; "
-            "expected redis://, rediss:// or unix://"
+            f"expected {_one_of(_SCHEMES)} (a cluster: {_one_of(CLUSTER_SCHEMES)}, "
+            f"with parse_cluster_url(); sentinels: {_one_of(SENTINEL_SCHEMES)}, "
+            "with parse_sentinel_url())"
         )
     if parts.fragment or url.endswith("#"):
         raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")
@@ -445,7 +453,7 @@ def _split_host_list_url(
     if scheme not in schemes:
         raise bad(
             f"unsupported scheme {scheme_text + '://' if sep and scheme_text else '(none)'}; "
-            f"expected {' or '.join(name + '://' for name in schemes)}"
+            f"expected {_one_of(schemes)}"
         )
     if "#" in rest:
         raise bad("a fragment ('#...') is not allowed (write a '#' in a password as %23)")

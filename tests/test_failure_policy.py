@@ -216,3 +216,36 @@ async def test_metrics_count_each_outcome(redis_url: str) -> None:
     labels_seen = {k for m in registry.collect() for s in m.samples for k in s.labels}
     assert labels_seen <= {"algorithm", "result", "operation", "status", "le"}
     assert "moderato_circuit_breaker_state" in names
+
+
+@pytest.mark.parametrize("outage", ["killed", "frozen"])
+async def test_a_returning_redis_is_used_within_the_breaker_cooldown(
+    own_redis_server: RedisServer, outage: str
+) -> None:
+    # docs/operations.md: with the breaker open, the next probe finds Redis back
+    # at most breaker_cooldown_s after it returns (plus the probe's own round trip).
+    cooldown_s = 0.6
+    limiter = RateLimiter(
+        own_redis_server.url, key_prefix="t", breaker_cooldown_s=cooldown_s, command_timeout_s=0.2
+    )
+    assert await limiter.check("k", "100000/minute")
+    if outage == "killed":
+        own_redis_server.stop()
+    else:
+        own_redis_server.pause()
+    failed_until = time.monotonic() + 1.5
+    while time.monotonic() < failed_until:  # steady traffic: the breaker opens and probes
+        with pytest.raises(BackendError):
+            await limiter.check("k", "100000/minute")
+        await asyncio.sleep(0.01)
+    if outage == "killed":
+        own_redis_server.start()
+    else:
+        own_redis_server.resume()
+    back = time.monotonic()
+    result = await until_recovered(limiter, "k", "100000/minute")
+    recovered_after_s = time.monotonic() - back
+    assert result.allowed and limiter.breaker.state == "closed"
+    # Generous slack for a loaded machine; the bound that matters is the cool-down.
+    assert recovered_after_s < cooldown_s + 0.3, recovered_after_s
+    await limiter.close()

@@ -15,8 +15,8 @@ REDIS_URL = os.environ.get("MODERATO_REDIS_URL", "redis://localhost:6379")
 
 async def main() -> None:
     async with RateLimiter(REDIS_URL, key_prefix="moderato-demo") as limiter:
-        # With the rate, reset knows the keys exactly: one script call, no SCAN.
-        await limiter.reset("demo-user", rate="5/minute;20/hour")
+        # With the rate and the scope, reset knows the keys exactly: one script call, no SCAN.
+        await limiter.reset("demo-user", rate="5/minute;20/hour", scope="global")
         print(f"backend: {REDIS_URL}")
         print("rate 5/minute;20/hour, cost 1, then one request of cost 3")
         for attempt in range(1, 8):

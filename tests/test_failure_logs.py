@@ -71,17 +71,24 @@ def refusing_key(request: Request) -> str:
     raise HTTPException(status_code=401, detail="no key")
 
 
-async def test_a_failing_key_callback_logs_its_traceback_once_then_summaries(
-    caplog: pytest.LogCaptureFixture, callback_clock: FakeClock
-) -> None:
+def limited_app(**options: object) -> FastAPI:
+    """An app whose /data is limited (2/minute, memory://) with ``options`` for the decorator."""
     limiter = RateLimiter("memory://", key_prefix="cb")
     app = FastAPI()
     app.add_middleware(RateLimitHeadersMiddleware)
 
     @app.get("/data")
-    @limiter.limit("5/minute", key=header_key)
+    @limiter.limit("2/minute", **options)  # type: ignore[arg-type]
     async def data(request: Request) -> dict[str, bool]:
         return {"ok": True}
+
+    return app
+
+
+async def test_a_failing_key_callback_logs_its_traceback_once_then_summaries(
+    caplog: pytest.LogCaptureFixture, callback_clock: FakeClock
+) -> None:
+    app = limited_app(key=header_key)
 
     name = f"{__name__}.header_key"
     with caplog.at_level(logging.DEBUG, logger="moderato"):
@@ -142,14 +149,7 @@ async def test_a_failing_key_callback_logs_its_traceback_once_then_summaries(
 async def test_a_callback_returning_the_wrong_type_is_logged_too(
     caplog: pytest.LogCaptureFixture, callback_clock: FakeClock
 ) -> None:
-    limiter = RateLimiter("memory://", key_prefix="cb")
-    app = FastAPI()
-    app.add_middleware(RateLimitHeadersMiddleware)
-
-    @app.get("/data")
-    @limiter.limit("5/minute", cost=lambda request: "3")
-    async def data(request: Request) -> dict[str, bool]:
-        return {"ok": True}
+    app = limited_app(cost=lambda request: "3")
 
     with caplog.at_level(logging.DEBUG, logger="moderato"):
         async with client(app) as http:
@@ -169,14 +169,7 @@ async def test_an_http_exception_in_a_key_callback_fails_closed_as_the_spec_says
     caplog: pytest.LogCaptureFixture, callback_clock: FakeClock
 ) -> None:
     # The seed spec: a callback's exception raises RateLimitCallbackError (503).
-    limiter = RateLimiter("memory://", key_prefix="cb")
-    app = FastAPI()
-    app.add_middleware(RateLimitHeadersMiddleware)
-
-    @app.get("/data")
-    @limiter.limit("5/minute", key=refusing_key)
-    async def data(request: Request) -> dict[str, bool]:
-        return {"ok": True}
+    app = limited_app(key=refusing_key)
 
     with caplog.at_level(logging.DEBUG, logger="moderato"):
         async with client(app) as http:

@@ -13,6 +13,8 @@ import time
 from collections import Counter
 from typing import Callable, Optional
 
+from .options import seconds_option
+
 DEFAULT_INTERVAL_S = 10.0
 
 # At most this many distinct (callback, exception type) pairs get their own
@@ -23,17 +25,6 @@ backend_logger = logging.getLogger("moderato.backend")
 callback_logger = logging.getLogger("moderato.callbacks")
 
 OUTAGE_COUNTS = ("bypassed", "denied", "errors")
-
-
-def _positive_interval_s(interval_s: object) -> float:
-    if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)):
-        raise TypeError(
-            f"failure_log_interval_s must be a number of seconds (int or float), "
-            f"got {type(interval_s).__name__}"
-        )
-    if not interval_s > 0:
-        raise ValueError(f"failure_log_interval_s must be positive, got {interval_s!r}")
-    return float(interval_s)
 
 
 class OutageLog:
@@ -57,7 +48,7 @@ class OutageLog:
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.interval_s = _positive_interval_s(interval_s)
+        self.interval_s = seconds_option("failure_log_interval_s", interval_s)
         self.clock = clock
         self._consequence = (
             "failing open: checks are let through uncounted by the quota"
@@ -137,7 +128,7 @@ class CallbackFailureLog:
     def __init__(
         self, interval_s: float = DEFAULT_INTERVAL_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.interval_s = _positive_interval_s(interval_s)
+        self.interval_s = seconds_option("interval_s", interval_s)
         self.clock = clock
         self._lock = threading.Lock()
         self._seen: set[tuple[str, str, str]] = set()

@@ -13,7 +13,10 @@ from moderato import RateLimitConfigError, RateLimiter
 from moderato.backends import schemes
 from moderato.backends.memory import MemoryBackend
 
-EVERY_SCHEME = "memory://, redis://, rediss://, unix://, redis+cluster://, rediss+cluster://"
+EVERY_SCHEME = (
+    "memory://, redis://, rediss://, unix://, redis+cluster://, rediss+cluster://, "
+    "redis+sentinel://, rediss+sentinel://"
+)
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1", "memory://"])
@@ -64,7 +67,7 @@ def test_an_option_of_the_wrong_type_is_a_config_error_naming_it(
     [
         ("http://user:secret@host:6379", "http:// in redis_url 'http://user:***@host:6379'"),
         ("localhost:6379", "(none) in redis_url 'localhost:6379'"),
-        ("redis+sentinel://host:26379/mymaster", "redis+sentinel:// in redis_url"),
+        ("redis+shards://host:26379/x", "redis+shards:// in redis_url"),
     ],
 )
 def test_an_unknown_scheme_lists_every_accepted_one(url: str, shown: str) -> None:
@@ -75,10 +78,19 @@ def test_an_unknown_scheme_lists_every_accepted_one(url: str, shown: str) -> Non
     assert message.endswith(f"; expected one of {EVERY_SCHEME}")
 
 
+def test_anything_but_a_url_or_a_client_lists_the_schemes_too() -> None:
+    with pytest.raises(RateLimitConfigError) as raised:
+        RateLimiter(5)  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "redis_url must be a URL string or a redis.asyncio.Redis / RedisCluster client, "
+        f"got int; URL schemes: {EVERY_SCHEME}"
+    )
+
+
 def test_a_registered_scheme_is_accepted_and_listed_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # What a new backend (Sentinel, say) does: one entry in the registry.
+    # What a new backend does (as Sentinel's did): one entry in the registry.
     monkeypatch.setitem(
         schemes.SCHEMES, "test+mem", lambda url, **options: MemoryBackend(max_entries=10)
     )

@@ -7,8 +7,10 @@ HTTP for a decorated route that answered 429.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+import redis.asyncio.cluster
 from cluster import RedisCluster
 from fastapi import FastAPI, Request
 from http_helpers import client
@@ -172,22 +174,31 @@ def cluster() -> Iterator[RedisCluster]:
 
 
 @pytest.mark.slow
-async def test_reset_of_every_scope_walks_every_primary(cluster: RedisCluster) -> None:
+@pytest.mark.parametrize("client", ["moderato", "redis-py"])
+async def test_reset_of_every_scope_walks_every_primary(cluster: RedisCluster, client: str) -> None:
     scopes = [f"GET:/route/{n}" for n in range(30)]
-    async with RateLimiter(cluster.url, key_prefix="rsc") as limiter:
-        for scope in scopes:
-            await limiter.check("10.1.1.1", "5/minute", scope=scope)
-            await limiter.check("10.1.1.1", "5/minute", scope=scope, algorithm="gcra")
-            await limiter.check("10.1.1.2", "5/minute", scope=scope)
-        shards_used = {cluster.owner(slot) for slot in _slots("10.1.1.1", scopes)}
-        assert len(shards_used) == len(cluster.shards())  # the keys really are spread
-        assert await limiter.reset("10.1.1.1") == 2 * len(scopes)
-        for scope in scopes:
-            assert await used(limiter, "10.1.1.1", "5/minute", scope=scope) == 0
-            assert await used(limiter, "10.1.1.2", "5/minute", scope=scope) == 1
-        # Within one scope the hash tag is literal: one node, as before.
-        assert await limiter.reset("10.1.1.2", scope=scopes[0]) == 1
-        assert await limiter.reset("10.1.1.2") == len(scopes) - 1
+    seed = cluster.shards()[0].primary
+    redis_py = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=seed)
+    target: Any = cluster.url if client == "moderato" else redis_py
+    cluster.flushall()
+    try:
+        async with RateLimiter(target, key_prefix="rsc") as limiter:
+            for scope in scopes:
+                await limiter.check("10.1.1.1", "5/minute", scope=scope)
+                await limiter.check("10.1.1.1", "5/minute", scope=scope, algorithm="gcra")
+                await limiter.check("10.1.1.2", "5/minute", scope=scope)
+            shards_used = {cluster.owner(slot) for slot in _slots("10.1.1.1", scopes)}
+            assert len(shards_used) == len(cluster.shards())  # the keys really are spread
+            assert await limiter.reset("10.1.1.1") == 2 * len(scopes)
+            for scope in scopes:
+                assert await used(limiter, "10.1.1.1", "5/minute", scope=scope) == 0
+                assert await used(limiter, "10.1.1.2", "5/minute", scope=scope) == 1
+            # Within one scope the hash tag is literal: one node, as before.
+            assert await limiter.reset("10.1.1.2", scope=scopes[0]) == 1
+            assert await limiter.reset("10.1.1.2") == len(scopes) - 1
+            assert sum(cluster.dbsize().values()) == 0
+    finally:
+        await redis_py.aclose()
 
 
 def _slots(identity: str, scopes: list[str]) -> set[int]:

@@ -15,13 +15,16 @@ from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
 
+Execute = Callable[..., Awaitable[Any]]
+"""A client's (or one node's) ``execute``."""
+
 
 class RedisBackend:
-    """Runs the scripts through a RedisClient (one server), a ClusterClient (a cluster)
+    """Runs the scripts through a RedisClient (one server), a ClusterClient (a cluster),
     a SentinelClient (the primary the sentinels name) or a RedisPyClient (a user's
     own redis-py client).
 
-    Both route the same calls: every key of one decision shares a hash tag, so
+    They route the same calls: every key of one decision shares a hash tag, so
     a decision is one script call on one node; a reset within one scope
     SCANs with the identity's hash tag in its MATCH pattern, so on a cluster
     it walks only the node owning that slot; a reset of every scope has no
@@ -62,22 +65,28 @@ class RedisBackend:
 
     async def delete_matching(self, pattern: bytes) -> int:
         client = self.client
-        if isinstance(client, ClusterClient) and not _literal_hash_tag(pattern):
-            # No one slot holds the matches: walk every primary.
+        cluster = isinstance(client, ClusterClient) or (
+            isinstance(client, RedisPyClient) and client.is_cluster
+        )
+        if not cluster or _literal_hash_tag(pattern):
+            # One server, or one slot's owner (the client routes SCAN by the hash tag).
+            return await _scan_and_unlink(client.execute, client.execute, pattern, cluster)
+        # No one slot holds the matches: walk every primary.
+        scanners: list[Execute]
+        if isinstance(client, ClusterClient):
             await client.connect()  # loads the slot map: the primaries are known
-            deleted = 0
-            for name in client.primaries():
-                deleted += await _scan_and_unlink(client.node_client(name), client, pattern)
-            return deleted
-        return await _scan_and_unlink(client, client, pattern)
+            scanners = [client.node_client(name).execute for name in client.primaries()]
+        else:
+            assert isinstance(client, RedisPyClient)
+            scanners = await client.primary_executors()
+        deleted = 0
+        for scan in scanners:
+            deleted += await _scan_and_unlink(scan, client.execute, pattern, cluster)
+        return deleted
 
 
-async def _scan_and_unlink(
-    scanned: Union[RedisClient, ClusterClient],
-    deleter: Union[RedisClient, ClusterClient],
-    pattern: bytes,
-) -> int:
-    """SCAN ``scanned`` for ``pattern`` and UNLINK what it finds through ``deleter``.
+async def _scan_and_unlink(scan: Execute, unlink: Execute, pattern: bytes, cluster: bool) -> int:
+    """SCAN with ``scan`` for ``pattern`` and UNLINK what it finds with ``unlink``.
 
     On a cluster the keys one node returns may lie in several slots, and one
     UNLINK must stay in one slot: they are grouped by slot, each group sent
@@ -86,18 +95,17 @@ async def _scan_and_unlink(
     deleted = 0
     cursor: Any = b"0"
     while True:
-        reply = await scanned.execute("SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_BATCH)
+        reply = await scan("SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_BATCH)
         cursor, found = reply[0], reply[1]
         if found:
-            if isinstance(deleter, ClusterClient):
+            groups = [found]
+            if cluster:
                 by_slot: dict[int, list[bytes]] = {}
                 for key in found:
                     by_slot.setdefault(key_slot(key), []).append(key)
                 groups = list(by_slot.values())
-            else:
-                groups = [found]
             for group in groups:
-                deleted += _as_count(await deleter.execute("UNLINK", *group), "UNLINK")
+                deleted += _as_count(await unlink("UNLINK", *group), "UNLINK")
         if cursor in (b"0", 0, "0"):
             return deleted
 

@@ -16,6 +16,7 @@ configuration error), anything that kept the command from being answered
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Sequence
 from typing import Any, Callable
 
@@ -71,15 +72,7 @@ class RedisPyClient:
     async def execute(self, *args: Arg) -> Any:
         """Run one command; replies as the user's client decodes them."""
         if self._cluster and _word(args[0]) == "SCAN":
-            node = self._scan_node(args)
-            reply = await self._guard(
-                lambda: self.client.execute_command(*args, target_nodes=node)
-            )
-            # redis-py's cluster client keys a SCAN cursor by node: {node name: cursor}.
-            cursor, found = reply
-            if isinstance(cursor, dict):
-                (cursor,) = cursor.values()
-            return [cursor, found]
+            return await self._scan_on(self._scan_node(args), *args)
         return await self._guard(lambda: self.client.execute_command(*args))
 
     async def evalsha(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
@@ -114,6 +107,22 @@ class RedisPyClient:
         except self._failures as error:
             reason = str(error) or type(error).__name__
             raise BackendError(f"{self._label}: {reason}") from None
+
+    @property
+    def is_cluster(self) -> bool:
+        return self._cluster
+
+    async def primary_executors(self) -> list[Callable[..., Awaitable[Any]]]:
+        """One ``execute`` per primary of the cluster, for a SCAN no hash tag confines."""
+        await self._guard(self.client.initialize)
+        return [functools.partial(self._scan_on, node) for node in self.client.get_primaries()]
+
+    async def _scan_on(self, node: Any, *args: Arg) -> Any:
+        reply = await self._guard(lambda: self.client.execute_command(*args, target_nodes=node))
+        cursor, found = reply
+        if isinstance(cursor, dict):  # redis-py keys a cluster SCAN's cursor by node
+            (cursor,) = cursor.values()
+        return [cursor, found]
 
     def _scan_node(self, args: Sequence[Arg]) -> Any:
         """The node a SCAN goes to: the owner of its MATCH pattern's hash tag."""

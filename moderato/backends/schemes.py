@@ -76,8 +76,8 @@ def make_backend(url: object, **options: Any) -> Backend:
         return RedisBackend(RedisPyClient(url))
     if not isinstance(url, str):
         raise RateLimitConfigError(
-            f"redis_url must be a URL string (schemes {accepted_schemes()}) or a "
-            f"redis.asyncio.Redis / RedisCluster client, got {type(url).__name__}"
+            "redis_url must be a URL string or a redis.asyncio.Redis / RedisCluster client, "
+            f"got {type(url).__name__}; URL schemes: {accepted_schemes()}"
         )
     scheme, sep, _ = url.partition("://")
     factory = SCHEMES.get(scheme.lower()) if sep else None

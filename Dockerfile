@@ -14,7 +14,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY csrc ./csrc
 COPY moderato ./moderato
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .

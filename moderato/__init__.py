@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .errors import (
     BackendError,
     ModeratoError,
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
         RateLimitMiddleware,
         install,
     )
-
-__version__ = "0.1.0"
 
 # The HTTP integration needs Starlette (the `fastapi` extra); the core does not,
 # so those names are imported on first use.

@@ -1,4 +1,4 @@
-"""The Lua scripts: found in the installed package or the source tree, hashed once."""
+"""The Lua scripts: read from the package (moderato/lua/), hashed once."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from .errors import BackendError
 
 _INCLUDE = b"--#include "
 SCRIPT_NAMES = (
@@ -34,9 +36,22 @@ class Script:
 
 
 def scripts_dir() -> Path:
-    if (_SCRIPTS_DIR / "fixed_window.lua").is_file():
-        return _SCRIPTS_DIR
-    raise FileNotFoundError(f"moderato's Lua scripts were not found in {_SCRIPTS_DIR}")
+    return _SCRIPTS_DIR
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        # A BackendError, so the HTTP layer answers 503 (the backend cannot
+        # decide) and fail_open applies, as for any other backend failure.
+        raise BackendError(
+            f"moderato's Lua script {path.name} is missing from {path.parent}: this "
+            f"installation of moderato is incomplete (its package data was not installed). "
+            f"Reinstall it: pip install --force-reinstall --no-cache-dir moderato; "
+            f"when building from source, build from the sdist or a full checkout, "
+            f"where the scripts are moderato/lua/*.lua"
+        ) from None
 
 
 @cache
@@ -44,7 +59,7 @@ def load_script(name: str) -> Script:
     if name not in SCRIPT_NAMES:
         raise ValueError(f"unknown script {name!r}; expected one of {', '.join(SCRIPT_NAMES)}")
     directory = scripts_dir()
-    source = _with_includes(directory, (directory / f"{name}.lua").read_bytes())
+    source = _with_includes(directory, _read(directory / f"{name}.lua"))
     return Script(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
 
 
@@ -54,5 +69,5 @@ def _with_includes(directory: Path, source: bytes) -> bytes:
     for index, line in enumerate(lines):
         if line.startswith(_INCLUDE):
             included = line[len(_INCLUDE) :].strip().decode()
-            lines[index] = (directory / included).read_bytes().rstrip(b"\n")
+            lines[index] = _read(directory / included).rstrip(b"\n")
     return b"\n".join(lines)

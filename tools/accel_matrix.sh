@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# Every build here is a development build: compiler warnings are errors.
+export MODERATO_STRICT_BUILD=1
 found=0
 for minor in 9 10 11 12 13; do
   py=""

@@ -29,7 +29,7 @@ trap 'rm -rf "$scratch"' EXIT
 tree="$scratch/tree"
 mkdir "$tree"
 cp -R "$root/setup.py" "$root/pyproject.toml" "$root/csrc" "$root/moderato" "$root/tests" \
-  "$root/lua" "$tree/"
+  "$root/LICENSE" "$tree/"
 [ -e "$root/README.md" ] && cp "$root/README.md" "$tree/"
 find "$tree" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
 
@@ -37,7 +37,7 @@ echo "== building moderato._accel with ASan and UBSan ($python)"
 # -fno-wrapv undoes Python's -fwrapv, so a signed overflow is reported too.
 (
   cd "$tree"
-  CC=gcc \
+  CC=gcc MODERATO_STRICT_BUILD=1 \
     CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g -fno-wrapv" \
     LDFLAGS="-fsanitize=address,undefined" \
     "$python" setup.py -q build_ext --inplace --build-temp "$scratch/build"

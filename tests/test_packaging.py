@@ -375,3 +375,15 @@ async def test_missing_scripts_answer_503_over_http(redis_url: str, scripts_miss
             response: httpx.Response = await http.get("/limited")
     assert response.status_code == 503
     assert response.json() == {"error": "Rate limit backend unavailable"}
+
+
+def test_the_install_check_refuses_a_source_tree(tmp_path: Path) -> None:
+    # The dev venv imports moderato from this checkout (an editable install):
+    # the check must say so and fail, not pass on the wrong files.
+    result = run([sys.executable, str(ROOT / "tools/installed_check.py")], tmp_path)
+    installs = sorted({Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")})
+    assert result.returncode == 1
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"installed check FAILED: moderato was imported from {ROOT / 'moderato/__init__.py'}, "
+        f"not from {installs}"
+    )

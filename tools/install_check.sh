@@ -51,3 +51,8 @@ for minor in "$@"; do
   cp "$root/tools/installed_check.py" "$outside/"
   (cd "$outside" && "$venv/bin/python" installed_check.py)
 done
+
+echo "== the starlette extra (Python 3.${minor}): Starlette, not FastAPI"
+wheel=$(ls "$tmp"/wheels-3.${minor}/moderato-*.whl)
+"$venv/bin/python" -m pip install -q "${wheel}[starlette]"
+(cd "$outside" && "$venv/bin/python" installed_check.py --starlette-extra)

@@ -1,6 +1,6 @@
 """Check an installed moderato the way a user meets it; run it from outside the source tree.
 
-    python tools/installed_check.py [--redis-server PATH] [--without-redis]
+    python tools/installed_check.py [--redis-server PATH] [--without-redis] [--starlette-extra]
 
 It fails (exit 1, with the reason) unless: moderato is imported from an
 installation (site-packages), not from a source tree; its C extension loads;
@@ -9,6 +9,8 @@ and ships the LICENSE file; every Lua script loads; every algorithm decides on
 ``memory://``; and every algorithm decides, and reset works, on a redis-server
 this script starts on a free loopback port and stops. ``--without-redis`` is
 only for platforms with no redis-server (the Windows wheels); it says so.
+``--starlette-extra`` (after ``pip install 'moderato[starlette]'``) also checks
+that a Starlette app is limited with FastAPI absent.
 
 tools/install_check.sh runs it in CI; cibuildwheel runs it on every wheel.
 """
@@ -28,6 +30,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 RATE = "2/minute"
 # 2/minute admits two single-cost requests, then denies: the same for every algorithm.
@@ -93,6 +96,64 @@ async def decide_every_algorithm(url: str) -> None:
     print(f"{url.split(':')[0]}: {', '.join(ALGORITHMS)} decide {EXPECTED}; reset works")
 
 
+GET_ROOT = {
+    "type": "http",
+    "asgi": {"version": "3.0"},
+    "http_version": "1.1",
+    "method": "GET",
+    "scheme": "http",
+    "path": "/",
+    "raw_path": b"/",
+    "root_path": "",
+    "query_string": b"",
+    "headers": [],
+    "client": ("127.0.0.1", 50000),
+    "server": ("testserver", 80),
+}
+
+
+async def status_of_get_root(app: Any) -> object:
+    """One ``GET /`` straight over ASGI (no HTTP client is installed with the extra)."""
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await app(dict(GET_ROOT), receive, send)
+    return sent[0]["status"]
+
+
+async def limit_a_starlette_app() -> None:
+    import importlib.util
+
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from moderato import RateLimiter, RateLimitMiddleware
+
+    if importlib.util.find_spec("fastapi") is not None:
+        fail("the starlette extra installed FastAPI")
+
+    async def hello(request: object) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    limiter = RateLimiter("memory://", key_prefix="installed-check")
+    app = Starlette(
+        routes=[Route("/", hello)],
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter, rate="1/minute")],
+    )
+    statuses = [await status_of_get_root(app), await status_of_get_root(app)]
+    await limiter.close()
+    if statuses != [200, 429]:
+        fail(f"a Starlette app limited to 1/minute answered {statuses}, expected [200, 429]")
+    print("starlette extra: Starlette without FastAPI; 1/minute answers [200, 429]")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -134,10 +195,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--redis-server", default=os.environ.get("MODERATO_REDIS_SERVER"))
     parser.add_argument("--without-redis", action="store_true")
+    parser.add_argument("--starlette-extra", action="store_true")
     options = parser.parse_args()
     check_installation()
     check_scripts()
     asyncio.run(decide_every_algorithm("memory://"))
+    if options.starlette_extra:
+        asyncio.run(limit_a_starlette_app())
     if options.without_redis:
         print("redis: not checked on this platform (--without-redis)")
     else:

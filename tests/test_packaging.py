@@ -263,6 +263,18 @@ def test_warnings_are_errors_only_in_strict_builds(tmp_path: Path) -> None:
     assert "-Werror" not in compile_flags(tmp_path, "0")
 
 
+def test_ci_installs_the_way_users_do_on_the_oldest_and_newest_python() -> None:
+    steps = re.findall(r"^make ([\w-]+)$", (ROOT / ".ci/run").read_text(), re.M)
+    assert steps[0] == "test"  # the README's test command stays first
+    assert "install-check" in steps
+    recipe = re.search(r"^install-check:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert recipe is not None
+    oldest, newest = SUPPORTED_MINORS[0], SUPPORTED_MINORS[-1]
+    assert recipe.group(1) == f"bash tools/install_check.sh {oldest} {newest}"
+    script = (ROOT / "tools/install_check.sh").read_text()
+    assert "-m build --sdist" in script and "pip wheel -q --no-deps" in script
+
+
 # -- the release configuration -----------------------------------------------------
 
 

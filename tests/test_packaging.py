@@ -320,6 +320,22 @@ def test_cibuildwheel_reads_the_config(platform: str, tags: list[str]) -> None:
     )
     expected = {f"cp3{minor}-{tag}" for minor in SUPPORTED_MINORS for tag in tags}
     assert set(result.stdout.split()) == expected
+    # What each wheel's test environment gets: a redis-server (none on Windows) and the check.
+    from cibuildwheel.options import CommandLineArguments, compute_options
+
+    arguments = CommandLineArguments.defaults()
+    arguments.platform = platform  # type: ignore[assignment]
+    options = compute_options(platform, arguments, env={})  # type: ignore[arg-type]
+    options.check_for_invalid_configuration(sorted(expected))
+    check = "python {project}/tools/installed_check.py"
+    for identifier in expected:
+        build = options.build_options(identifier)
+        assert (build.before_all, build.test_command) == {
+            "manylinux": ("dnf install -y redis", check),
+            "musllinux": ("apk add --no-cache redis", check),
+            "macosx": ("brew install redis", check),
+            "win": ("", f"{check} --without-redis"),
+        }[re.split(r"[-_]", identifier)[1]], identifier
 
 
 def test_release_workflow_builds_wheels_from_the_sdist_and_publishes_releases() -> None:

@@ -26,13 +26,17 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from fastapi import FastAPI
 from http_helpers import client
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 import moderato
 from moderato import BackendError, RateLimiter
 from moderato import scripts as scripts_module
-from moderato.integrations import RateLimitHeadersMiddleware
+from moderato.integrations import RateLimitMiddleware
 from moderato.scripts import SCRIPT_NAMES, load_script
 
 if sys.version_info >= (3, 11):
@@ -391,18 +395,21 @@ async def test_missing_scripts_answer_503_over_http(redis_url: str, scripts_miss
     async with RateLimiter(redis_url, key_prefix="packaging") as limiter:
         with pytest.raises(BackendError, match="is missing from"):
             await limiter.check("someone", "5/minute")
-        app = FastAPI()
-        app.add_middleware(RateLimitHeadersMiddleware)
+        reached: list[str] = []
 
-        @app.get("/limited")
-        @limiter.limit("5/minute")
-        async def limited() -> dict[str, str]:
-            return {}
+        async def endpoint(request: Request) -> PlainTextResponse:
+            reached.append(request.url.path)
+            return PlainTextResponse("ok")
 
+        app = Starlette(
+            routes=[Route("/search", endpoint)],
+            middleware=[Middleware(RateLimitMiddleware, limiter=limiter, rate="5/minute")],
+        )
         async with client(app) as http:
-            response: httpx.Response = await http.get("/limited")
+            response: httpx.Response = await http.get("/search")
     assert response.status_code == 503
     assert response.json() == {"error": "Rate limit backend unavailable"}
+    assert reached == []
 
 
 def test_the_install_check_refuses_a_source_tree(tmp_path: Path) -> None:

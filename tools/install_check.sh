@@ -33,6 +33,11 @@ echo "== sdist: python -m build --sdist"
 (cd "$tmp" && "$builder" -m build --sdist --outdir "$tmp/sdist" "$root") >"$tmp/sdist.log" 2>&1 \
   || { cat "$tmp/sdist.log" >&2; exit 1; }
 sdist=$(ls "$tmp"/sdist/moderato-*.tar.gz)
+# The license metadata is PEP 639's: setuptools must not warn about it.
+if grep -i "licen" "$tmp/sdist.log" | grep -Ei "deprecat|warn"; then
+  echo "install-check: the sdist build warned about the license metadata" >&2
+  exit 1
+fi
 echo "   $(basename "$sdist")"
 
 for minor in "$@"; do

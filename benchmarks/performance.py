@@ -15,14 +15,18 @@ Starts its own redis-server on a free loopback port (or uses --redis-url), then:
    limiter, moderato's decorator, moderato's middleware, slowapi and
    fastapi-limiter, loaded by wrk over loopback on an allowed and a limited path;
 4. in process: ``memory://`` against limits' MemoryStorage;
-5. cluster: the limiter-only test on a 3-primary Redis Cluster.
+5. cluster: the limiter-only test on a 3-primary Redis Cluster;
+6. server CPU: Redis CPU per decision of each of moderato's scripts beside the
+   leanest peer script for the same algorithm (benchmarks/server_cpu.py), on a
+   fresh redis-server of its own.
 
 Every measurement is repeated (trials interleave the contenders, so drift on a
 shared machine spreads over all of them); medians and the min..max spread are
 printed, and everything, with the environment, is written as JSON to
 benchmarks/results/. ``benchmarks/plot.py`` draws the charts from that JSON.
 
-    python benchmarks/performance.py [--quick] [--sections redis,limiter,e2e,memory,cluster]
+    python benchmarks/performance.py [--quick]
+        [--sections redis,limiter,e2e,memory,cluster,server_cpu]
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from redis_servers import RedisServer, free_port  # noqa: E402
 
+from benchmarks import server_cpu  # noqa: E402
 from benchmarks.subjects import (  # noqa: E402
     RATE,
     Opened,
@@ -73,7 +78,9 @@ from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.policy import policy_for  # noqa: E402
 from moderato.scripts import load_script  # noqa: E402
 
-SECTIONS = ("redis", "limiter", "e2e", "memory", "cluster")
+SECTIONS = ("redis", "limiter", "e2e", "memory", "cluster", "server_cpu")
+# redis-benchmark calls per script and trial in the server-CPU section (full, quick).
+SERVER_CPU_REQUESTS = (100_000, 20_000)
 CONCURRENCY = (10, 100, 1000)
 IDENTITIES = 1000  # distinct keys the checks cycle through (redis-benchmark: -r 1000)
 WRK_CONNECTIONS = 32
@@ -307,13 +314,31 @@ def benchmark_command(algorithm: str) -> list[str]:
     return ["EVALSHA", script.sha, "1", key, *args]
 
 
+def plain_benchmark_command(port: int) -> list[str]:
+    """EVALSHA of the plain token bucket (TIME + HMGET + HSET + PEXPIRE): the ceiling of a
+    script with no validation, exact refill or multi-policy support."""
+    plain = server_cpu.reference_subject()
+    sha = subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), "SCRIPT", "LOAD", plain.source],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return ["EVALSHA", sha, str(len(plain.keys)), *plain.keys, *plain.args]
+
+
 def redis_benchmark(
-    port: int, clients: int, pipeline: int, requests: int, algorithm: str
+    port: int,
+    clients: int,
+    pipeline: int,
+    requests: int,
+    algorithm: str,
+    script_command: Optional[list[str]] = None,
 ) -> dict[str, float]:
     command = [
         "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
         "-c", str(clients), "-P", str(pipeline), "-n", str(requests),
-        "-r", str(IDENTITIES), "--csv", *benchmark_command(algorithm),
+        "-r", str(IDENTITIES), "--csv", *(script_command or benchmark_command(algorithm)),
     ]  # fmt: skip
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     rows = [row for row in csv.reader(io.StringIO(output)) if len(row) >= 2]
@@ -341,7 +366,8 @@ def load_scripts(port: int) -> None:
 
 def redis_section(port: int, config: Config, progress: Progress) -> dict[str, Any]:
     load_scripts(port)
-    runs: dict[str, list[dict[str, float]]] = {"c1_p1": [], "c50_p16": []}
+    runs: dict[str, list[dict[str, float]]] = {"c1_p1": [], "c50_p16": [], "c50_p16_plain": []}
+    plain_command = plain_benchmark_command(port)
     for trial in range(config.trials):
         progress.step(
             "redis", f"redis-benchmark -c 1 -P 1, trial {trial + 1}", config.floor_requests / 20_000
@@ -355,9 +381,19 @@ def redis_section(port: int, config: Config, progress: Progress) -> dict[str, An
         runs["c50_p16"].append(
             redis_benchmark(port, 50, 16, config.ceiling_requests, "token_bucket")
         )
+        progress.step(
+            "redis",
+            f"redis-benchmark -c 50 -P 16, plain token bucket, trial {trial + 1}",
+            config.ceiling_requests / 100_000,
+        )
+        runs["c50_p16_plain"].append(
+            redis_benchmark(port, 50, 16, config.ceiling_requests, "", plain_command)
+        )
     result: dict[str, Any] = {
         "script": "moderato/lua/token_bucket.lua",
         "command": " ".join(benchmark_command("token_bucket")),
+        "plain_script": "benchmarks/server_cpu.py PLAIN_TOKEN_BUCKET",
+        "plain_command": " ".join(plain_command),
         "identities": IDENTITIES,
     }
     for name, samples in runs.items():
@@ -994,6 +1030,24 @@ def cluster_section(config: Config, progress: Progress) -> dict[str, Any]:
     }
 
 
+def server_cpu_section(config: Config, progress: Progress) -> dict[str, Any]:
+    """Redis CPU per decision, on a fresh redis-server started for this section alone."""
+    requests = SERVER_CPU_REQUESTS[1 if config.quick else 0]
+    planned_s = requests / 60_000
+
+    def step(label: str) -> None:
+        progress.step("server CPU", label, planned_s)
+
+    with server_cpu.own_server() as port:
+        result = server_cpu.run(port, requests, config.trials, step)
+    for ratio in result["ratios"]:
+        progress.note(
+            f"server CPU {ratio['algorithm']}: {ratio['moderato_us']:.2f} vs "
+            f"{ratio['peer_us']:.2f} µs/decision ({ratio['peer']}): {ratio['ratio']:.2f}x"
+        )
+    return result
+
+
 def compare_cluster(sections: dict[str, Any]) -> None:
     """Cluster / single-node ratios for each algorithm and mode measured in both."""
     cluster = sections.get("cluster") or {}
@@ -1031,6 +1085,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     limiter = sections.get("limiter") or {}
     floor = _median(redis.get("c1_p1", {}).get("ops_per_s"))
     ceiling = _median(redis.get("c50_p16", {}).get("ops_per_s"))
+    plain_ceiling = _median(redis.get("c50_p16_plain", {}).get("ops_per_s"))
     subjects = {s["name"]: s for s in limiter.get("subjects", [])}
 
     def add(name: str, value: Optional[float], threshold: Optional[float], detail: str) -> None:
@@ -1075,6 +1130,15 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                     0.70,
                     f"{value:,.0f} vs {ceiling:,.0f} ops/s",
                 )
+            if value and plain_ceiling and name == reference:
+                # The ceiling of a minimal script, not one moderato's own script lowered.
+                add(
+                    f"limiter-only {tasks} tasks: {name} / redis-benchmark -c 50 -P 16 "
+                    "of a plain token-bucket script",
+                    value / plain_ceiling,
+                    0.70,
+                    f"{value:,.0f} vs {plain_ceiling:,.0f} ops/s",
+                )
     # Sequential: each trial against the floor measured just before it (runs
     # without that pairing fall back to the redis section's floor).
     paired = (limiter.get("paired_floor") or {}).get("ops_per_s", {}).get("samples")
@@ -1107,6 +1171,17 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             seq / bare,
             None,
             f"{seq:,.0f} vs {bare:,.0f} checks/s",
+        )
+
+    # Server CPU: the peer's µs per decision over moderato's, so higher is better like
+    # every other target; >= 1 / 1.2 is "moderato at most 1.2x the peer".
+    for ratio in (sections.get("server_cpu") or {}).get("ratios", []):
+        add(
+            f"server CPU per decision: {ratio['peer']} / moderato {ratio['algorithm']}",
+            ratio["peer_us"] / ratio["moderato_us"],
+            round(1 / 1.2, 3),
+            f"{ratio['moderato_us']:.2f} vs {ratio['peer_us']:.2f} µs/decision "
+            f"({ratio['ratio']:.2f}x)",
         )
 
     e2e = (sections.get("e2e") or {}).get("apps", {})
@@ -1169,7 +1244,9 @@ def planned_seconds(config: Config, sections: tuple[str, ...]) -> float:
     per_subject = config.warmup_s * 3 + config.trials * per_trial
     total = 0.0
     if "redis" in sections:
-        total += config.trials * (config.floor_requests / 20_000 + config.ceiling_requests / 45_000)
+        total += config.trials * (
+            config.floor_requests / 20_000 + config.ceiling_requests * (1 / 45_000 + 1 / 100_000)
+        )
     if "limiter" in sections:
         # The peers take longer: 1000 in-flight checks drain slowly, and each limits
         # client's pool opens slowly (once: its strategies share one storage).
@@ -1185,6 +1262,9 @@ def planned_seconds(config: Config, sections: tuple[str, ...]) -> float:
         total += moderato * config.trials * 1.5 * config.memory_s
     if "cluster" in sections:
         total += 3.0 + moderato * (per_subject + 0.2)
+    if "server_cpu" in sections:
+        requests = SERVER_CPU_REQUESTS[1 if config.quick else 0]
+        total += config.trials * (2 * moderato + 7) * requests / 60_000
     return total
 
 
@@ -1280,6 +1360,7 @@ def main() -> None:
             "e2e": lambda: e2e_section(url, port, config, progress),
             "memory": lambda: memory_section(config, progress),
             "cluster": lambda: cluster_section(config, progress),
+            "server_cpu": lambda: server_cpu_section(config, progress),
         }
         for name in SECTIONS:
             if name in sections:

@@ -1,0 +1,402 @@
+"""Redis server CPU per decision: moderato's scripts beside the leanest peer script.
+
+At scale a Redis-backed limiter costs Redis CPU: one core runs a fixed number of
+script calls per second. This section runs, on one fresh redis-server (a free
+loopback port, nothing else on it), redis-benchmark ``-c 50 -P 16`` sending
+EVALSHA of each script over :data:`IDENTITIES` keys at a rate that admits
+everything, and divides the server's CPU time (``INFO cpu``: used_cpu_user +
+used_cpu_sys, before and after) by the calls made. Each trial visits every
+script in turn, so drift on a shared machine spreads over all of them; the
+figure is the median of the trials.
+
+The peers' scripts are read from the installed packages at run time (limits,
+throttled-py), never copied into this repository; a peer that is not
+installed is left out and named in the result. A plain token bucket written
+here (TIME + HMGET + HSET + PEXPIRE, no validation) gives the ceiling a
+minimal script reaches, the reference for the client-side figures.
+
+    python benchmarks/server_cpu.py [--requests N] [--trials N] [--only NAME,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from redis_servers import RedisServer  # noqa: E402
+
+from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.policy import policy_for  # noqa: E402
+from moderato.scripts import load_script  # noqa: E402
+
+IDENTITIES = 1000  # redis-benchmark -r: the keys the calls spread over
+CLIENTS = 50
+PIPELINE = 16
+LIMIT = 1_000_000  # per minute: every call is admitted
+WINDOW_S = 60
+# The 3-policy case: three rates of one identity, all admitting everything.
+THREE_POLICIES = f"{LIMIT}/minute;{60 * LIMIT}/hour;{1440 * LIMIT}/day"
+
+# A minimal exact-enough token bucket: what a script with no validation, no
+# exact integer refill and no multi-policy support costs. Only a reference.
+PLAIN_TOKEN_BUCKET = """
+local capacity = tonumber(ARGV[1])
+local per_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens, ts = capacity, now
+if state[1] then
+  tokens, ts = tonumber(state[1]), tonumber(state[2])
+  tokens = math.min(capacity, tokens + (now - ts) * per_ms)
+end
+local allowed = 0
+if tokens >= cost then
+  allowed = 1
+  tokens = tokens - cost
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / per_ms) * 2)
+end
+return { allowed, math.floor(tokens) }
+"""
+
+
+@dataclass(frozen=True)
+class ScriptSubject:
+    """One script, its keys and arguments, as redis-benchmark sends it."""
+
+    name: str
+    library: str  # moderato, limits, throttled-py, reference
+    algorithm: str  # the moderato algorithm it stands beside
+    policies: int
+    origin: str  # where the source was read
+    source: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+
+
+def moderato_subject(algorithm: str, rates: str) -> ScriptSubject:
+    chosen = ALGORITHMS[algorithm]
+    script = load_script(chosen.script)
+    policy = policy_for(rates)
+    args: list[str] = ["1000", "1"]
+    keys = []
+    for number, rate in enumerate(policy.rates):
+        args += [str(arg) for arg in chosen.policy_args(rate)]
+        # Each __rand_int__ is drawn on its own; the suffix keeps the policies' keys distinct.
+        keys.append(f"cpu:{chosen.key_tag}:{{__rand_int__}}:p{number}")
+    count = len(policy.rates)
+    return ScriptSubject(
+        name=f"moderato {algorithm}" + ("" if count == 1 else f", {count} policies"),
+        library="moderato",
+        algorithm=algorithm,
+        policies=count,
+        origin=f"moderato/lua/{chosen.script}.lua",
+        source=script.source.decode(),
+        keys=tuple(keys),
+        args=tuple(args),
+    )
+
+
+def _package_file(package: str, relative: str) -> Optional[Path]:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    return path if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class PeerScript:
+    name: str
+    library: str
+    package: str
+    relative: str
+    algorithm: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+
+
+_RATE_PER_S = LIMIT / WINDOW_S
+# The arguments each peer's own client would send for LIMIT per WINDOW_S, cost 1.
+# Client-clock timestamps (limits' moving window, throttled-py's sliding window)
+# are fixed: redis-benchmark sends one command text throughout.
+PEERS = (
+    PeerScript("limits incr_expire.lua", "limits", "limits",
+               "resources/redis/lua_scripts/incr_expire.lua", "fixed_window",
+               ("cpu:li:fw:{__rand_int__}",), (str(WINDOW_S), "1")),
+    PeerScript("limits acquire_moving_window.lua", "limits", "limits",
+               "resources/redis/lua_scripts/acquire_moving_window.lua", "sliding_log",
+               ("cpu:li:mw:{__rand_int__}",), ("1700000000.5", str(LIMIT), str(WINDOW_S), "1")),
+    PeerScript("throttled-py token_bucket.lua", "throttled-py", "throttled",
+               "rate_limiter/lua/token_bucket.lua", "token_bucket",
+               ("cpu:th:tb:{__rand_int__}",), (repr(_RATE_PER_S), str(LIMIT), "1")),
+    PeerScript("throttled-py leaking_bucket.lua", "throttled-py", "throttled",
+               "rate_limiter/lua/leaking_bucket.lua", "leaky_bucket",
+               ("cpu:th:lb:{__rand_int__}",), (repr(_RATE_PER_S), str(LIMIT), "1")),
+    PeerScript("throttled-py gcra.lua", "throttled-py", "throttled",
+               "rate_limiter/lua/gcra.lua", "gcra",
+               ("cpu:th:gc:{__rand_int__}",), (repr(1 / _RATE_PER_S), str(LIMIT), "1")),
+    PeerScript("throttled-py sliding_window.lua", "throttled-py", "throttled",
+               "rate_limiter/lua/sliding_window.lua", "sliding_window",
+               ("cpu:th:sw:{__rand_int__}:1", "cpu:th:sw:{__rand_int__}:0"),
+               (str(WINDOW_S), str(LIMIT), "1", "1700000000500")),
+)  # fmt: skip
+
+
+def peer_subjects() -> tuple[list[ScriptSubject], list[str]]:
+    """The installed peers' scripts, and a note for each one not found."""
+    found: list[ScriptSubject] = []
+    missing: list[str] = []
+    for peer in PEERS:
+        path = _package_file(peer.package, peer.relative)
+        if path is None:
+            missing.append(f"{peer.name}: package {peer.package} not installed")
+            continue
+        found.append(
+            ScriptSubject(
+                name=peer.name,
+                library=peer.library,
+                algorithm=peer.algorithm,
+                policies=1,
+                origin=f"{peer.package}/{peer.relative}",
+                source=path.read_text(),
+                keys=peer.keys,
+                args=peer.args,
+            )
+        )
+    return found, missing
+
+
+def reference_subject() -> ScriptSubject:
+    return ScriptSubject(
+        name="plain token bucket (TIME + HMGET + HSET + PEXPIRE)",
+        library="reference",
+        algorithm="token_bucket",
+        policies=1,
+        origin="benchmarks/server_cpu.py",
+        source=PLAIN_TOKEN_BUCKET,
+        keys=("cpu:ref:tb:{__rand_int__}",),
+        args=(str(LIMIT * 1000), repr(LIMIT * 1000 / (WINDOW_S * 1000)), "1000"),
+    )
+
+
+def all_subjects() -> tuple[list[ScriptSubject], list[str]]:
+    subjects = [moderato_subject(name, f"{LIMIT}/minute") for name in ALGORITHMS]
+    subjects += [moderato_subject(name, THREE_POLICIES) for name in ALGORITHMS]
+    peers, missing = peer_subjects()
+    return [*subjects, *peers, reference_subject()], missing
+
+
+# -- measuring ------------------------------------------------------------------------
+
+
+def _cli(port: int, *args: str) -> str:
+    command = ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def _info(port: int, section: str) -> dict[str, str]:
+    lines = _cli(port, "INFO", section).splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line)
+
+
+def _server_cpu_s(port: int) -> float:
+    info = _info(port, "cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _command_calls(port: int) -> dict[str, int]:
+    """calls per command (the commands scripts run are counted too)."""
+    calls = {}
+    for name, value in _info(port, "commandstats").items():
+        fields = dict(part.split("=", 1) for part in value.split(","))
+        calls[name.removeprefix("cmdstat_")] = int(fields["calls"])
+    return calls
+
+
+def _error_replies(port: int) -> int:
+    return int(_info(port, "stats").get("total_error_replies", "0"))
+
+
+def _load(port: int, subject: ScriptSubject) -> str:
+    return _cli(port, "SCRIPT", "LOAD", subject.source).strip()
+
+
+def command_words(subject: ScriptSubject, sha: str) -> list[str]:
+    return ["EVALSHA", sha, str(len(subject.keys)), *subject.keys, *subject.args]
+
+
+def measure_once(port: int, subject: ScriptSubject, sha: str, requests: int) -> dict[str, Any]:
+    """One redis-benchmark run of a script on an empty keyspace."""
+    _cli(port, "FLUSHALL", "SYNC")
+    _cli(port, "CONFIG", "RESETSTAT")
+    command = [
+        "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+        "-c", str(CLIENTS), "-P", str(PIPELINE), "-n", str(requests),
+        "-r", str(IDENTITIES), "--csv",
+        *command_words(subject, sha),
+    ]  # fmt: skip
+    cpu_before_s = _server_cpu_s(port)
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    cpu_after_s = _server_cpu_s(port)
+    rows = [line.split('","') for line in output.splitlines() if line.startswith('"')]
+    ops_per_s = float(rows[-1][1].strip('"'))
+    calls = _command_calls(port)
+    evalsha_calls = calls.pop("evalsha", 0)
+    # INFO, CONFIG and FLUSHALL come from this harness and redis-benchmark, not the script.
+    for name in list(calls):
+        if name in ("info", "flushall") or name.startswith(("config|", "script|")):
+            del calls[name]
+    return {
+        "us_per_decision": (cpu_after_s - cpu_before_s) / requests * 1e6,
+        "ops_per_s": ops_per_s,
+        "evalsha_calls": evalsha_calls,
+        "error_replies": _error_replies(port),
+        "redis_calls_per_decision": {
+            name: count / max(evalsha_calls, 1) for name, count in sorted(calls.items())
+        },
+    }
+
+
+def sample_reply(port: int, subject: ScriptSubject, sha: str) -> str:
+    """One call's reply on a fresh key, to show each script admits at this rate."""
+    keys = [key.replace("__rand_int__", "sample") for key in subject.keys]
+    return _cli(port, "EVALSHA", sha, str(len(keys)), *keys, *subject.args).strip()
+
+
+def _summary(samples: list[float]) -> dict[str, Any]:
+    return {
+        "median": statistics.median(samples),
+        "min": min(samples),
+        "max": max(samples),
+        "samples": samples,
+    }
+
+
+def run(
+    port: int,
+    requests: int,
+    trials: int,
+    step: Callable[[str], None] = lambda label: None,
+    only: Optional[list[str]] = None,
+) -> dict[str, Any]:
+    """The section: every subject, `trials` interleaved rounds, on the server at `port`."""
+    subjects, missing = all_subjects()
+    if only:
+        subjects = [s for s in subjects if any(word in s.name for word in only)]
+    shas = {subject.name: _load(port, subject) for subject in subjects}
+    runs: dict[str, list[dict[str, Any]]] = {subject.name: [] for subject in subjects}
+    for trial in range(trials):
+        for subject in subjects:
+            step(f"{subject.name}, trial {trial + 1}")
+            runs[subject.name].append(measure_once(port, subject, shas[subject.name], requests))
+    results = []
+    for subject in subjects:
+        samples = runs[subject.name]
+        results.append(
+            {
+                "name": subject.name,
+                "library": subject.library,
+                "algorithm": subject.algorithm,
+                "policies": subject.policies,
+                "origin": subject.origin,
+                "command": " ".join(command_words(subject, shas[subject.name])),
+                "us_per_decision": _summary([s["us_per_decision"] for s in samples]),
+                "ops_per_s": _summary([s["ops_per_s"] for s in samples]),
+                "error_replies": sum(s["error_replies"] for s in samples),
+                "redis_calls_per_decision": samples[-1]["redis_calls_per_decision"],
+                "sample_reply": sample_reply(port, subject, shas[subject.name]),
+            }
+        )
+    return {
+        "what": (
+            f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -n {requests} -r {IDENTITIES} EVALSHA "
+            "per script on an empty keyspace; server CPU (INFO cpu used_cpu_user + "
+            "used_cpu_sys) before and after, divided by the calls"
+        ),
+        "requests": requests,
+        "trials": trials,
+        "limit": f"{LIMIT}/minute",
+        "three_policies": THREE_POLICIES,
+        "missing_peers": missing,
+        "subjects": results,
+        "ratios": ratios(results),
+    }
+
+
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per algorithm: moderato's single-policy script over the peer's, medians of one run."""
+    by_name = {r["name"]: r for r in results}
+    out = []
+    for result in results:
+        if result["library"] in ("moderato", "reference"):
+            continue
+        algorithm = result["algorithm"]
+        ours = by_name.get(f"moderato {algorithm}")
+        if not ours:
+            continue
+        mine = ours["us_per_decision"]["median"]
+        theirs = result["us_per_decision"]["median"]
+        out.append(
+            {
+                "algorithm": algorithm,
+                "peer": result["name"],
+                "moderato_us": mine,
+                "peer_us": theirs,
+                "ratio": mine / theirs,
+            }
+        )
+    return out
+
+
+@contextlib.contextmanager
+def own_server() -> Iterator[int]:
+    """A fresh redis-server on a free loopback port, for this section alone."""
+    server = RedisServer().start()
+    try:
+        yield server.port
+    finally:
+        server.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=100_000, help="calls per script and trial")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated words: only subjects naming one")
+    parser.add_argument("--output", type=Path, help="write the result as JSON here")
+    args = parser.parse_args()
+    only = [w.strip() for w in args.only.split(",")] if args.only else None
+    with own_server() as port:
+        result = run(port, args.requests, args.trials, only=only)
+    print(f"{'subject':<58} {'µs/decision':>12} {'ops/s':>10}  redis calls/decision")
+    for subject in result["subjects"]:
+        calls = ", ".join(f"{k} {v:.2f}" for k, v in subject["redis_calls_per_decision"].items())
+        print(
+            f"{subject['name']:<58} {subject['us_per_decision']['median']:>12.2f} "
+            f"{subject['ops_per_s']['median']:>10,.0f}  {calls}"
+            + (f"  ERRORS {subject['error_replies']}" if subject["error_replies"] else "")
+        )
+    for ratio in result["ratios"]:
+        print(f"{ratio['algorithm']:<16} {ratio['ratio']:.2f}x  ({ratio['peer']})")
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -20,31 +20,35 @@ in both cases nothing has been written. The math is docs/internals.md
 
 -- Fixed window.
 
-local function evaluate(policy, cost_scaled, now_ms)
-  local window_index = floor_div(now_ms, policy.window_ms)
-  local window_end_ms = (window_index + 1) * policy.window_ms
-  local key = KEYS[policy.number] .. ':' .. decimal(window_index)
-  local used_scaled = read_window_usage_scaled(key)
+local function evaluate(i, first, cost_scaled, now_ms)
+  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  window_ms = window_s * 1000
+  local window_index = floor_div(now_ms, window_ms)
+  local window_end_ms = (window_index + 1) * window_ms
+  -- A window index is below 10^14, which '..' writes in full.
+  local key = KEYS[i] .. ':' .. window_index
+  local used_scaled = read_counter(key)
 
   -- A lowered capacity can leave more used than the capacity: headroom goes negative.
-  local headroom_scaled = policy.capacity_scaled - used_scaled
-  local fits = cost_scaled <= headroom_scaled
-  return {
-    fits = fits,
-    permanent = cost_scaled > policy.capacity_scaled,
-    remaining_uncharged = math.max(0, headroom_scaled),
-    remaining_charged = math.max(0, headroom_scaled - cost_scaled),
-    reset_charged_ms = window_end_ms,
-    reset_uncharged_ms = window_end_ms,
-    -- The next window starts empty, so any cost within capacity fits there.
-    retry_ms = window_end_ms - now_ms,
-    reset_denied_ms = window_end_ms,
-    write = function()
-      redis.call('INCRBY', key, decimal(cost_scaled))
-      -- Set on every write: this also repairs a counter that lost its expiry.
-      redis.call('PEXPIREAT', key, decimal(window_end_ms))
-    end,
-  }
+  local headroom_scaled = capacity_scaled - used_scaled
+  local remaining_uncharged, remaining_charged = headroom_scaled, headroom_scaled - cost_scaled
+  if remaining_charged < 0 then
+    remaining_charged = 0
+    if remaining_uncharged < 0 then
+      remaining_uncharged = 0
+    end
+  end
+  -- Denied: the next window starts empty, so any cost within capacity fits there.
+  return cost_scaled <= headroom_scaled, cost_scaled > capacity_scaled,
+    remaining_uncharged, remaining_charged, window_end_ms, window_end_ms,
+    window_end_ms - now_ms, window_end_ms,
+    key, used_scaled + cost_scaled, window_end_ms
 end
 
-return decision_reply(2, nil, evaluate)
+-- The counter's new value and its expiry in one command (what INCRBY then PEXPIREAT
+-- would leave): set on every write, which also repairs a counter that lost its expiry.
+local function write(key, used_scaled, window_end_ms)
+  redis.call('SET', key, used_scaled, 'PXAT', window_end_ms)
+end
+
+return decide(2, nil, evaluate, write)

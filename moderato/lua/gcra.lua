@@ -37,46 +37,47 @@ local US_PER_MS = 1000
 local EXPIRY_MARGIN_MS = 1000
 
 -- floor(a * b / m) and (a * b) mod m, exactly, for integers 0 <= a <= m < 2^44 and
--- 0 <= b < 2^53 (the product may pass 2^53). b is taken in base-256 digits, most
--- significant first: each step keeps remainder * 256 + a * digit below 2^53.
+-- 0 <= b < 2^53 (the product may pass 2^53). Past 2^53, b is taken in base-256 digits,
+-- most significant first (no table: each digit is divided out of b by its power of 256):
+-- each step keeps remainder * 256 + a * digit below 2^53.
 local function mul_div_mod(a, b, m)
   if a == m then
     return b, 0
   end
-  local digits = {}
-  while b > 0 do
-    local digit = math.fmod(b, 256)
-    digits[#digits + 1] = digit
-    b = (b - digit) / 256
+  if a * b < MAX_SAFE_INTEGER then
+    -- Below 2^53 the product is exact (a rounded one would be 2^53 or more): one division.
+    local product = a * b
+    local remainder = fmod(product, m)
+    return (product - remainder) / m, remainder
   end
   local quotient, remainder = 0, 0
-  for i = #digits, 1, -1 do
-    local partial = remainder * 256 + a * digits[i]
-    remainder = math.fmod(partial, m)
+  local scale = 1
+  while scale * 256 <= b do
+    scale = scale * 256
+  end
+  while scale >= 1 do
+    local digit = floor_div(b, scale)
+    b = b - digit * scale
+    local partial = remainder * 256 + a * digit
+    remainder = fmod(partial, m)
     quotient = quotient * 256 + (partial - remainder) / m
+    scale = scale / 256
   end
   return quotient, remainder
 end
 
--- The stored TAT as (whole µs, frac), or nil for a missing key (an empty bucket).
+-- The stored TAT as (whole µs, frac); nil for a missing key (an empty bucket).
 local function read_tat(key)
-  local fields = read('HMGET', key, 'tat', 'frac')
-  if not fields[1] and not fields[2] then
-    if read('EXISTS', key) == 1 then
-      fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds a hash without tat and frac')
-    end
+  local fields = redis.pcall('HMGET', key, 'tat', 'frac')
+  local tat_us, tat_frac = stored_integer(fields[1]), stored_integer(fields[2])
+  if tat_us and tat_frac then
+    return tat_us, tat_frac
+  end
+  if fields[1] == false and fields[2] == false and redis.call('EXISTS', key) == 0 then
     return nil
   end
-  local names = { 'tat', 'frac' }
-  local values = {}
-  for i = 1, 2 do
-    values[i] = fields[i] and parse_integer(fields[i], 0, MAX_SAFE_INTEGER)
-    if not values[i] then
-      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
-        .. (fields[i] and shown(fields[i]) or 'missing')
-        .. ', not a decimal integer 0..' .. decimal(MAX_SAFE_INTEGER))
-    end
-  end
+  -- Anything unusual: the exact reading, which refuses unusable state.
+  local values = refusals().integer_hash(key, { 'tat', 'frac' }, { MAX_SAFE_INTEGER, MAX_SAFE_INTEGER })
   return values[1], values[2]
 end
 
@@ -85,10 +86,11 @@ local function ceil_ms(us, frac)
   return floor_div(us + (frac > 0 and 1 or 0) + US_PER_MS - 1, US_PER_MS)
 end
 
-local function evaluate(policy, cost_scaled, now_ms)
-  local key = KEYS[policy.number] .. GCRA_SUFFIX
-  local capacity_scaled = policy.capacity_scaled
-  local window_us = policy.window_ms * US_PER_MS
+local function evaluate(i, first, cost_scaled, now_ms, many)
+  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  window_ms = window_s * 1000
+  local key = KEYS[i] .. GCRA_SUFFIX
+  local window_us = window_ms * US_PER_MS
   local now_us = now_ms * US_PER_MS
 
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
@@ -113,15 +115,10 @@ local function evaluate(policy, cost_scaled, now_ms)
   local level_scaled =
     backlog_quotient + floor_div(backlog_remainder + start_frac + window_us - 1, window_us)
   local remaining_scaled = capacity_scaled - level_scaled
-
-  local verdict = {
-    fits = cost_scaled <= remaining_scaled,
-    permanent = cost_scaled > capacity_scaled,
-    remaining_uncharged = remaining_scaled,
-    reset_uncharged_ms = ceil_ms(start_us, start_frac),
-  }
-  if verdict.permanent then
-    return verdict
+  local fits = cost_scaled <= remaining_scaled
+  local reset_uncharged_ms = many and ceil_ms(start_us, start_frac) or nil
+  if cost_scaled > capacity_scaled then
+    return false, true, remaining_scaled, nil, nil, reset_uncharged_ms
   end
   -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
   local step_us, step_frac = mul_div_mod(cost_scaled, window_us, capacity_scaled)
@@ -129,20 +126,21 @@ local function evaluate(policy, cost_scaled, now_ms)
   if new_frac >= capacity_scaled then
     new_us, new_frac = new_us + 1, new_frac - capacity_scaled
   end
-  if verdict.fits then
-    verdict.remaining_charged = remaining_scaled - cost_scaled
-    verdict.reset_charged_ms = ceil_ms(new_us, new_frac)
-    verdict.write = function()
-      redis.call('HSET', key, 'tat', decimal(new_us), 'frac', decimal(new_frac))
-      -- Set on every write: this also repairs a key that lost its expiry.
-      redis.call('PEXPIREAT', key, decimal(verdict.reset_charged_ms + EXPIRY_MARGIN_MS))
-    end
-  else
-    -- The cost fits once the new TAT is no more than a window ahead.
-    verdict.reset_denied_ms = ceil_ms(new_us - window_us, new_frac)
-    verdict.retry_ms = verdict.reset_denied_ms - now_ms
+  if fits then
+    local reset_charged_ms = ceil_ms(new_us, new_frac)
+    return true, false, remaining_scaled, remaining_scaled - cost_scaled, reset_charged_ms,
+      reset_uncharged_ms, nil, nil, key, new_us, new_frac, reset_charged_ms
   end
-  return verdict
+  -- The cost fits once the new TAT is no more than a window ahead.
+  local reset_denied_ms = ceil_ms(new_us - window_us, new_frac)
+  return false, false, remaining_scaled, nil, nil, reset_uncharged_ms,
+    reset_denied_ms - now_ms, reset_denied_ms
 end
 
-return decision_reply(2, nil, evaluate)
+local function write(key, tat_us, tat_frac, reset_ms)
+  redis.call('HSET', key, 'tat', tat_us, 'frac', tat_frac)
+  -- Set on every write: this also repairs a key that lost its expiry.
+  redis.call('PEXPIREAT', key, reset_ms + EXPIRY_MARGIN_MS)
+end
+
+return decide(2, nil, evaluate, write)

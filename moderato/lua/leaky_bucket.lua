@@ -27,38 +27,49 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
 --#include prelude.lua
+--#include accrual.lua
 
 -- Leaky bucket (policing).
 
 local LEAKY_SUFFIX = ':leaky'
 local EXPIRY_MARGIN_MS = 1000
 
--- The stored bucket, or nil for a missing one (which starts empty).
+-- The stored bucket as level_scaled, base_ms, drained_scaled; nil for a missing one
+-- (which starts empty).
 local function read_bucket(key)
-  local bucket = read_integer_hash(key, { 'level', 'base', 'drained' },
+  local fields = redis.pcall('HMGET', key, 'level', 'base', 'drained')
+  local level_scaled = stored_integer(fields[1])
+  local base_ms = stored_integer(fields[2])
+  local drained_scaled = stored_integer(fields[3])
+  if level_scaled and base_ms and drained_scaled and base_ms <= MAX_STATE_TIME_MS then
+    return level_scaled, base_ms, drained_scaled
+  end
+  if fields[1] == false and fields[2] == false and fields[3] == false
+      and redis.call('EXISTS', key) == 0 then
+    return nil
+  end
+  -- Anything unusual: the exact reading, which refuses unusable state.
+  local bucket = refusals().integer_hash(key, { 'level', 'base', 'drained' },
     { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
-  return bucket and { level_scaled = bucket.level, base_ms = bucket.base,
-    drained_scaled = bucket.drained }
+  return bucket[1], bucket[2], bucket[3]
 end
 
 -- Brings a bucket up to now. Returns level_scaled, base_ms, drained_scaled and
 -- elapsed_ms (now - base, never negative), with drained == drained_by(elapsed).
-local function drain(policy, bucket, now_ms)
-  local capacity_scaled = policy.capacity_scaled
-  if not bucket then
+local function drain(level_scaled, base_ms, drained_scaled, now_ms)
+  if not level_scaled then
     return 0, now_ms, 0, 0
   end
   -- A base ahead of the clock (Redis's clock stepped back) means no time has passed yet.
-  local now_eff_ms = math.max(now_ms, bucket.base_ms)
-  local base_ms = bucket.base_ms
+  local now_eff_ms = now_ms > base_ms and now_ms or base_ms
   local elapsed_ms = now_eff_ms - base_ms
   -- A lowered capacity caps what is stored.
-  local level_scaled = math.min(bucket.level_scaled, capacity_scaled)
-  local drained_scaled = bucket.drained_scaled
-  local window_ms = policy.window_ms
+  if level_scaled > capacity_scaled then
+    level_scaled = capacity_scaled
+  end
   local whole_windows = floor_div(elapsed_ms, window_ms)
   -- Within the first window the drain due is small enough to compute directly.
-  local due_scaled = whole_windows == 0 and linear_accrual_scaled(policy, elapsed_ms) or nil
+  local due_scaled = whole_windows == 0 and linear_accrual_scaled(elapsed_ms) or nil
   local empty
   if drained_scaled >= capacity_scaled or (due_scaled and due_scaled < drained_scaled) then
     -- A consistent bucket always has drained_by(elapsed) >= drained < capacity: this one was
@@ -71,7 +82,7 @@ local function drain(policy, bucket, now_ms)
   elseif whole_windows == 1 then
     -- Due since base = capacity + drained_by(elapsed - window); rebase by one whole window.
     -- Empty iff capacity + drain - drained >= level, i.e. capacity - level >= drained - drain.
-    local drain_in_window_scaled = linear_accrual_scaled(policy, elapsed_ms - window_ms)
+    local drain_in_window_scaled = linear_accrual_scaled(elapsed_ms - window_ms)
     empty = capacity_scaled - level_scaled >= drained_scaled - drain_in_window_scaled
     if not empty then
       -- The level stays positive: level > capacity + drain - drained > drain_in_window.
@@ -95,55 +106,50 @@ local function drain(policy, bucket, now_ms)
   return level_scaled, base_ms, drained_scaled, elapsed_ms
 end
 
--- Milliseconds after base at which need_scaled more units have drained, given
--- drained_scaled drained so far. need_scaled <= capacity.
-local function wait_end_after_base_ms(policy, drained_scaled, need_scaled)
+-- The instant at which need_scaled more units have drained, given drained_scaled drained
+-- since base_ms. need_scaled <= capacity.
+local function drained_at_ms(base_ms, drained_scaled, need_scaled)
   -- drained + need can pass 2^53; compare through the headroom left in this window.
-  local left_in_window_scaled = policy.capacity_scaled - drained_scaled
+  local left_in_window_scaled = capacity_scaled - drained_scaled
   if need_scaled <= left_in_window_scaled then
-    return elapsed_for_accrual_ms(policy, drained_scaled + need_scaled)
+    return base_ms + elapsed_for_accrual_ms(drained_scaled + need_scaled)
   end
-  return policy.window_ms + elapsed_for_accrual_ms(policy, need_scaled - left_in_window_scaled)
+  return base_ms + window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
 end
 
-local function evaluate(policy, cost_scaled, now_ms)
-  local key = KEYS[policy.number] .. LEAKY_SUFFIX
-  local capacity_scaled = policy.capacity_scaled
-  local level_scaled, base_ms, drained_scaled = drain(policy, read_bucket(key), now_ms)
+local function evaluate(i, first, cost_scaled, now_ms, many)
+  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  window_ms = window_s * 1000
+  split_per_ms()
+  local key = KEYS[i] .. LEAKY_SUFFIX
+  local stored_level, stored_base, stored_drained = read_bucket(key)
+  local level_scaled, base_ms, drained_scaled = drain(stored_level, stored_base, stored_drained, now_ms)
   local headroom_scaled = capacity_scaled - level_scaled
-
-  local function at_ms(need_scaled)
-    return base_ms + wait_end_after_base_ms(policy, drained_scaled, need_scaled)
-  end
 
   local fits = cost_scaled <= headroom_scaled
   local permanent = cost_scaled > capacity_scaled
-  local verdict = {
-    fits = fits,
-    permanent = permanent,
-    remaining_uncharged = headroom_scaled,
-  }
+  local remaining_charged, reset_charged_ms, reset_uncharged_ms, retry_ms, reset_denied_ms
   if fits then
     -- Allowed: reset is when the level has drained to zero, with or without this charge.
-    verdict.remaining_charged = headroom_scaled - cost_scaled
-    verdict.reset_charged_ms = at_ms(level_scaled + cost_scaled)
-    verdict.reset_uncharged_ms = at_ms(level_scaled)
-    verdict.write = function()
-      redis.call('HSET', key, 'level', decimal(level_scaled + cost_scaled),
-        'base', decimal(base_ms), 'drained', decimal(drained_scaled))
-      -- Set on every write: this also repairs a bucket that lost its expiry.
-      redis.call('PEXPIREAT', key, decimal(verdict.reset_charged_ms + EXPIRY_MARGIN_MS))
+    remaining_charged = headroom_scaled - cost_scaled
+    reset_charged_ms = drained_at_ms(base_ms, drained_scaled, level_scaled + cost_scaled)
+    if many then
+      reset_uncharged_ms = drained_at_ms(base_ms, drained_scaled, level_scaled)
     end
   elseif not permanent then
     -- Denied: reset is when enough has drained for this cost to fit.
-    verdict.reset_denied_ms = at_ms(cost_scaled - headroom_scaled)
-    verdict.retry_ms = verdict.reset_denied_ms - now_ms
+    reset_denied_ms = drained_at_ms(base_ms, drained_scaled, cost_scaled - headroom_scaled)
+    retry_ms = reset_denied_ms - now_ms
   end
-  return verdict
+  return fits, permanent, headroom_scaled, remaining_charged, reset_charged_ms, reset_uncharged_ms,
+    retry_ms, reset_denied_ms,
+    key, level_scaled + cost_scaled, base_ms, drained_scaled, reset_charged_ms
 end
 
-local function parse_leaky_policy(policy)
-  split_per_ms(policy)
+local function write(key, level_scaled, base_ms, drained_scaled, empty_at_ms)
+  redis.call('HSET', key, 'level', level_scaled, 'base', base_ms, 'drained', drained_scaled)
+  -- Set on every write: this also repairs a bucket that lost its expiry.
+  redis.call('PEXPIREAT', key, empty_at_ms + EXPIRY_MARGIN_MS)
 end
 
-return decision_reply(2, parse_leaky_policy, evaluate)
+return decide(2, nil, evaluate, write)

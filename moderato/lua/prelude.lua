@@ -1,273 +1,360 @@
 -- moderato: the part every decision script shares (argument checks, exact
--- integer division, the clock, the reply builder).
+-- integer division, the clock, reading stored integers, the reply).
 --
 -- Redis runs each script on its own and a script cannot import, so the
 -- loader (moderato/scripts.py) splices this file in at a script's include
 -- line; Redis only ever sees the whole, self-contained text.
+--
+-- Cost: Redis runs this whole text on every call, so each `local function`
+-- below is a closure built per decision, each table literal an allocation,
+-- each string.format a formatting pass. The success path therefore builds no
+-- per-policy table, formats no string (Redis writes a Lua number argument as
+-- %.17g, exact for every integer up to 2^53) and checks the arguments in one
+-- pass; everything a refusal needs is built only on the way to one (refusals()).
 
 local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
 local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53
 local MAX_WINDOW_S = 86400
 local MAX_POLICIES = 16
+-- Room to add waits to a stored time and stay below 2^53: 2^52 ms (~142,000 years).
+local MAX_STATE_TIME_MS = 4503599627370496
 
--- Refusals are raised as tables; the pcall at the bottom turns them into error replies.
+local find, fmod, floor = string.find, math.fmod, math.floor
+
+-- Refusals are raised as tables; the pcall in decide() turns them into error replies.
 local function fail(kind, message)
   error({ moderato_error = kind .. ' ' .. message }, 0)
-end
-
--- A value for an error message: quoted, printable, and an argument shortened to 40
--- characters (keys, at most a few hundred bytes, are shown whole: pass max_length).
-local function shown(value, max_length)
-  if type(value) ~= 'string' then
-    return tostring(value)
-  end
-  local text = value
-  max_length = max_length or 40
-  if #text > max_length then
-    text = string.sub(text, 1, max_length) .. '...'
-  end
-  return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
-end
-
--- Integers are written with %d: tostring() of a large number gives "9.007199254e+15".
-local function decimal(integer)
-  return string.format('%d', integer)
-end
-
--- The value of a decimal integer string if it lies in [low, high], else nil.
--- Exact: anything longer than 2^53's digits is refused before tonumber can round it.
-local function parse_integer(text, low, high)
-  if type(text) ~= 'string' or not string.find(text, '^%d+$') then
-    return nil
-  end
-  local digits = string.gsub(text, '^0+', '')
-  if #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
-    return nil
-  end
-  local value = tonumber('0' .. digits)
-  if value < low or value > high then
-    return nil
-  end
-  return value
 end
 
 -- floor(numerator / denominator) for integers 0 <= numerator <= 2^53, denominator >= 1.
 -- fmod is exact, so numerator - remainder is an exact multiple and the division is exact;
 -- plain '/' then floor could round a quotient just below an integer up to it.
 local function floor_div(numerator, denominator)
-  return (numerator - math.fmod(numerator, denominator)) / denominator
+  return (numerator - fmod(numerator, denominator)) / denominator
 end
 
--- Validates KEYS and ARGV; returns cost_scaled, apply and one table per policy.
--- parse_extra(policy, argv_index) reads an algorithm's fields after capacity and window.
-local function parse_arguments(fields_per_policy, parse_extra)
+-- The value of a stored decimal integer string of 1..16 digits up to 2^53 (tonumber is
+-- exact there); nil for anything else, which then takes refusals()' exact, slower route.
+local function stored_integer(text)
+  if type(text) == 'string' then
+    local length = #text
+    if (length < 16 or (length == 16 and text <= '9007199254740992')) and find(text, '^%d+$') then
+      return tonumber(text)
+    end
+  end
+  return nil
+end
+
+-- Everything a refusal (or an unusual but valid input) needs: the full argument check
+-- with its messages, exact parsing of any length, and the state refusals. Built only
+-- when the cheap checks in the success path did not settle a case.
+local function refusals()
+  local R = {}
+
+  -- A value for an error message: quoted, printable, and an argument shortened to 40
+  -- characters (keys, at most a few hundred bytes, are shown whole: pass max_length).
+  local function shown(value, max_length)
+    if type(value) ~= 'string' then
+      return tostring(value)
+    end
+    local text = value
+    max_length = max_length or 40
+    if #text > max_length then
+      text = string.sub(text, 1, max_length) .. '...'
+    end
+    return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
+  end
+  R.shown = shown
+
+  -- Integers are written with %d: tostring() of a large number gives "9.007199254e+15".
+  local function decimal(integer)
+    return string.format('%d', integer)
+  end
+  R.decimal = decimal
+
+  -- The value of a decimal integer string if it lies in [low, high], else nil.
+  -- Exact: anything longer than 2^53's digits is refused before tonumber can round it.
+  local function parse_integer(text, low, high)
+    if type(text) ~= 'string' or not string.find(text, '^%d+$') then
+      return nil
+    end
+    local digits = string.gsub(text, '^0+', '')
+    if #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+      return nil
+    end
+    local value = tonumber('0' .. digits)
+    if value < low or value > high then
+      return nil
+    end
+    return value
+  end
+  R.parse_integer = parse_integer
+
+  -- The full check of KEYS and ARGV, raising the refusal that names what is wrong.
+  -- parse_extra(policy_number, argv_index, capacity_scaled) checks an algorithm's fields
+  -- after capacity and window.
+  function R.arguments(fields_per_policy, parse_extra)
+    local policy_count = #KEYS
+    if policy_count < 1 or policy_count > MAX_POLICIES then
+      fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
+        .. policy_count)
+    end
+    local expected_argc = 2 + fields_per_policy * policy_count
+    if #ARGV ~= expected_argc then
+      fail('MODERATO_ARG', 'expected ' .. expected_argc .. ' arguments for ' .. policy_count
+        .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy), got ' .. #ARGV)
+    end
+    local seen = {}
+    for i = 1, policy_count do
+      if seen[KEYS[i]] then
+        fail('MODERATO_ARG', 'KEYS[' .. i .. '] repeats KEYS[' .. seen[KEYS[i]] .. ']: one policy per key')
+      end
+      seen[KEYS[i]] = i
+    end
+    local apply_text = ARGV[2]
+    if apply_text ~= '0' and apply_text ~= '1' then
+      fail('MODERATO_ARG', 'ARGV[2] (apply) must be "1" (decide and charge) or "0" (peek), got '
+        .. shown(apply_text))
+    end
+    local apply = apply_text == '1'
+    if not parse_integer(ARGV[1], apply and 1 or 0, MAX_SAFE_INTEGER) then
+      fail('MODERATO_ARG', 'ARGV[1] (cost_scaled) must be an integer ' .. (apply and '1' or '0')
+        .. '..9007199254740992' .. (apply and ' when charging' or '') .. ', got ' .. shown(ARGV[1]))
+    end
+    for i = 1, policy_count do
+      local first = 3 + fields_per_policy * (i - 1)
+      local capacity_scaled = parse_integer(ARGV[first], 1, MAX_CAPACITY_SCALED)
+      if not capacity_scaled then
+        fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
+          .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(ARGV[first]))
+      end
+      if not parse_integer(ARGV[first + 1], 1, MAX_WINDOW_S) then
+        fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. i
+          .. ') must be an integer 1..' .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
+      end
+      if parse_extra then
+        parse_extra(R, i, first + 2, capacity_scaled)
+      end
+    end
+  end
+
+  -- A Redis read that turns an error (e.g. WRONGTYPE) into a state refusal.
+  local function read(command, key, ...)
+    local result = redis.pcall(command, key, ...)
+    if type(result) == 'table' and result.err then
+      fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' cannot be read: ' .. result.err)
+    end
+    return result
+  end
+  R.read = read
+
+  -- A window counter (scaled units admitted in one window, a decimal string); 0 if missing.
+  function R.counter(key)
+    local stored = read('GET', key)
+    if not stored then
+      return 0
+    end
+    local used_scaled = parse_integer(stored, 0, MAX_SAFE_INTEGER)
+    if not used_scaled then
+      fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds ' .. shown(stored)
+        .. ', not a decimal integer 0..9007199254740992')
+    end
+    return used_scaled
+  end
+
+  -- A hash of decimal integer fields (names, each 0..highs[i]), as a table by name;
+  -- nil for a missing key. Anything else stored there is a state refusal.
+  function R.integer_hash(key, names, highs)
+    local fields = read('HMGET', key, unpack(names))
+    local present = false
+    for i = 1, #names do
+      present = present or fields[i] ~= false
+    end
+    if not present then
+      if read('EXISTS', key) == 1 then
+        fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds a hash without '
+          .. table.concat(names, ', ', 1, #names - 1) .. ' and ' .. names[#names])
+      end
+      return nil
+    end
+    local values = {}
+    for i = 1, #names do
+      local value = fields[i] and parse_integer(fields[i], 0, highs[i])
+      if not value then
+        fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
+          .. (fields[i] and shown(fields[i]) or 'missing')
+          .. ', not a decimal integer 0..' .. decimal(highs[i]))
+      end
+      values[i] = value
+    end
+    return values
+  end
+
+  return R
+end
+
+-- The arguments, checked in one pass with no string built but one: true when every
+-- argument is a short decimal within its range (the common case). Anything else,
+-- valid or not, is left to refusals().arguments, which names what is wrong.
+-- An algorithm's third field (the token bucket's refill rate) fits when it is empty.
+local function arguments_fit(fields_per_policy)
   local policy_count = #KEYS
-  if policy_count < 1 or policy_count > MAX_POLICIES then
-    fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
-      .. policy_count)
+  if policy_count < 1 or policy_count > MAX_POLICIES
+      or #ARGV ~= 2 + fields_per_policy * policy_count then
+    return false
   end
-  local expected_argc = 2 + fields_per_policy * policy_count
-  if #ARGV ~= expected_argc then
-    fail('MODERATO_ARG', 'expected ' .. expected_argc .. ' arguments for ' .. policy_count
-      .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy), got ' .. #ARGV)
+  local cost_text, apply_text = ARGV[1], ARGV[2]
+  local cost_scaled = tonumber(cost_text)
+  if (apply_text ~= '1' and apply_text ~= '0') or #cost_text > 15 or not cost_scaled
+      or (apply_text == '1' and cost_scaled < 1) then
+    return false
   end
-  local seen = {}
-  for i = 1, policy_count do
-    if seen[KEYS[i]] then
-      fail('MODERATO_ARG', 'KEYS[' .. i .. '] repeats KEYS[' .. seen[KEYS[i]] .. ']: one policy per key')
+  -- Every number argument's digits, checked by one pattern match at the end (tonumber
+  -- alone would also take " 5", "1e3", "0x10", "nan").
+  local digits = cost_text
+  for first = 3, #ARGV, fields_per_policy do
+    local capacity_text, window_text = ARGV[first], ARGV[first + 1]
+    local capacity_scaled, window_s = tonumber(capacity_text), tonumber(window_text)
+    if #capacity_text > 13 or #window_text > 5 or not capacity_scaled or not window_s
+        or capacity_scaled < 1 or capacity_scaled > MAX_CAPACITY_SCALED
+        or window_s < 1 or window_s > MAX_WINDOW_S
+        or (fields_per_policy == 3 and ARGV[first + 2] ~= '') then
+      return false
     end
-    seen[KEYS[i]] = i
+    digits = digits .. capacity_text .. window_text
   end
-  local apply_text = ARGV[2]
-  if apply_text ~= '0' and apply_text ~= '1' then
-    fail('MODERATO_ARG', 'ARGV[2] (apply) must be "1" (decide and charge) or "0" (peek), got '
-      .. shown(apply_text))
+  if not find(digits, '^%d+$') then
+    return false
   end
-  local apply = apply_text == '1'
-  local cost_scaled = parse_integer(ARGV[1], apply and 1 or 0, MAX_SAFE_INTEGER)
-  if not cost_scaled then
-    fail('MODERATO_ARG', 'ARGV[1] (cost_scaled) must be an integer ' .. (apply and '1' or '0')
-      .. '..9007199254740992' .. (apply and ' when charging' or '') .. ', got ' .. shown(ARGV[1]))
-  end
-  local policies = {}
-  for i = 1, policy_count do
-    local first = 3 + fields_per_policy * (i - 1)
-    local capacity_scaled = parse_integer(ARGV[first], 1, MAX_CAPACITY_SCALED)
-    if not capacity_scaled then
-      fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
-        .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(ARGV[first]))
+  if policy_count > 1 then
+    local seen = {}
+    for i = 1, policy_count do
+      if seen[KEYS[i]] then
+        return false
+      end
+      seen[KEYS[i]] = true
     end
-    local window_s = parse_integer(ARGV[first + 1], 1, MAX_WINDOW_S)
-    if not window_s then
-      fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. i
-        .. ') must be an integer 1..' .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
-    end
-    local policy = {
-      number = i, capacity_scaled = capacity_scaled, window_s = window_s, window_ms = window_s * 1000,
-    }
-    if parse_extra then
-      parse_extra(policy, first + 2)
-    end
-    policies[i] = policy
   end
-  return cost_scaled, apply, policies
-end
-
--- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
-local function redis_now_ms()
-  local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
-
--- A Redis read that turns an error (e.g. WRONGTYPE) into a state refusal.
-local function read(command, key, ...)
-  local result = redis.pcall(command, key, ...)
-  if type(result) == 'table' and result.err then
-    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' cannot be read: ' .. result.err)
-  end
-  return result
+  return true
 end
 
 -- A window counter (scaled units admitted in one window, a decimal string); 0 if missing.
-local function read_window_usage_scaled(key)
-  local stored = read('GET', key)
+local function read_counter(key)
+  local stored = redis.pcall('GET', key)
   if not stored then
     return 0
   end
-  local used_scaled = parse_integer(stored, 0, MAX_SAFE_INTEGER)
-  if not used_scaled then
-    fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds ' .. shown(stored)
-      .. ', not a decimal integer 0..9007199254740992')
-  end
-  return used_scaled
+  return stored_integer(stored) or refusals().counter(key)
 end
 
--- Room to add waits to a stored time and stay below 2^53: 2^52 ms (~142,000 years).
-local MAX_STATE_TIME_MS = 4503599627370496
+-- The policy being evaluated (a scalar per field, not a table per policy): set by
+-- the algorithm's evaluate(), read by its helpers.
+local capacity_scaled, window_s, window_ms
 
--- A hash of decimal integer fields (names, each 0..highs[i]), as a table by name;
--- nil for a missing key. Anything else stored there is a state refusal.
-local function read_integer_hash(key, names, highs)
-  local fields = read('HMGET', key, unpack(names))
-  local present = false
-  for i = 1, #names do
-    present = present or fields[i] ~= false
-  end
-  if not present then
-    if read('EXISTS', key) == 1 then
-      fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds a hash without '
-        .. table.concat(names, ', ', 1, #names - 1) .. ' and ' .. names[#names])
-    end
-    return nil
-  end
-  local values = {}
-  for i = 1, #names do
-    local value = fields[i] and parse_integer(fields[i], 0, highs[i])
-    if not value then
-      fail('MODERATO_STATE', 'field ' .. names[i] .. ' of key ' .. shown(key, 1024) .. ' is '
-        .. (fields[i] and shown(fields[i]) or 'missing')
-        .. ', not a decimal integer 0..' .. decimal(highs[i]))
-    end
-    values[names[i]] = value
-  end
-  return values
-end
-
--- Accrual at exactly one capacity per window (the token bucket's credit, the leaky
--- bucket's drain): split_per_ms once per policy, then
--- linear_accrual_scaled(elapsed) = floor(elapsed_ms * capacity / window) for
--- 0 <= elapsed_ms <= window. The product can pass 2^53, so capacity =
--- per_ms_whole * window + per_ms_rest is split: elapsed * per_ms_whole <= capacity,
--- elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53.
-local function split_per_ms(policy)
-  policy.per_ms_whole = floor_div(policy.capacity_scaled, policy.window_ms)
-  policy.per_ms_rest = policy.capacity_scaled - policy.per_ms_whole * policy.window_ms
-end
-
-local function linear_accrual_scaled(policy, elapsed_ms)
-  return elapsed_ms * policy.per_ms_whole
-    + floor_div(elapsed_ms * policy.per_ms_rest, policy.window_ms)
-end
-
--- The smallest elapsed_ms in [0, window] accruing at least target_scaled
--- (0 <= target_scaled <= capacity). The float estimate of ceil(target * window / capacity)
--- is off by at most one; the exact accrual settles it.
-local function elapsed_for_accrual_ms(policy, target_scaled)
-  local window_ms = policy.window_ms
-  local elapsed_ms = math.ceil(target_scaled / policy.capacity_scaled * window_ms)
-  elapsed_ms = math.max(0, math.min(window_ms, elapsed_ms))
-  while elapsed_ms < window_ms and linear_accrual_scaled(policy, elapsed_ms) < target_scaled do
-    elapsed_ms = elapsed_ms + 1
-  end
-  while elapsed_ms > 0 and linear_accrual_scaled(policy, elapsed_ms - 1) >= target_scaled do
-    elapsed_ms = elapsed_ms - 1
-  end
-  return elapsed_ms
-end
-
--- Combines the per-policy verdicts into the reply, and applies the writes only
--- when every policy admits and the caller is charging.
--- Each verdict: fits, permanent, retry_ms, and for the two outcomes
--- (charged / not charged) remaining_scaled and reset_ms, plus write().
-local function conclude(verdicts, apply)
-  local allowed = true
-  for i = 1, #verdicts do
-    if not verdicts[i].fits then
-      allowed = false
-    end
-  end
-  local reply = { allowed and 1 or 0, 0 }
-  local deciding, deciding_remaining, deciding_retry = 0, nil, nil
-  for i = 1, #verdicts do
-    local verdict = verdicts[i]
-    local remaining_scaled, retry_ms, reset_ms
-    if verdict.permanent then
-      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, -1, -1
-    elseif allowed then
-      remaining_scaled, retry_ms, reset_ms = verdict.remaining_charged, 0, verdict.reset_charged_ms
-    elseif verdict.fits then
-      remaining_scaled, retry_ms, reset_ms = verdict.remaining_uncharged, 0, verdict.reset_uncharged_ms
-    else
-      remaining_scaled, retry_ms, reset_ms =
-        verdict.remaining_uncharged, verdict.retry_ms, verdict.reset_denied_ms
-    end
-    reply[3 * i] = remaining_scaled
-    reply[3 * i + 1] = retry_ms
-    reply[3 * i + 2] = reset_ms
-    -- Admission: the policy with the fewest remaining feeds the headers. Denial: the
-    -- longest wait, a permanent one (-1) counting as infinite. Ties: the lowest index.
-    if allowed then
-      if deciding_remaining == nil or remaining_scaled < deciding_remaining then
-        deciding, deciding_remaining = i - 1, remaining_scaled
+-- The arguments are valid: one decision at Redis's one instant. One policy (the common
+-- case) needs no bookkeeping: it alone decides, and it is written at once. evaluate
+-- returns fits, permanent, remaining_uncharged, remaining_charged, reset_charged_ms,
+-- reset_uncharged_ms, retry_ms, reset_denied_ms, then up to six arguments of write().
+local function decide_valid(fields_per_policy, evaluate, write)
+  local cost_scaled = tonumber(ARGV[1])
+  local apply = ARGV[2] == '1'
+  -- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+  if #KEYS > 1 then
+    -- Several policies: every one evaluated on the state as read, then the reply, and the
+    -- writes only when every policy admits and the caller is charging. (Inline, not a
+    -- function of its own: a single policy would build that closure for nothing.)
+    local policy_count = #KEYS
+    local verdicts, writes = {}, {}
+    local allowed = true
+    for i = 1, policy_count do
+      local fits, permanent, remaining_uncharged, remaining_charged, reset_charged_ms,
+        reset_uncharged_ms, retry_ms, reset_denied_ms, w1, w2, w3, w4, w5, w6 =
+        evaluate(i, 3 + fields_per_policy * (i - 1), cost_scaled, now_ms, true)
+      local at = 8 * (i - 1)
+      verdicts[at + 1], verdicts[at + 2], verdicts[at + 3], verdicts[at + 4] =
+        fits, permanent, remaining_uncharged, remaining_charged
+      verdicts[at + 5], verdicts[at + 6], verdicts[at + 7], verdicts[at + 8] =
+        reset_charged_ms, reset_uncharged_ms, retry_ms, reset_denied_ms
+      at = 6 * (i - 1)
+      writes[at + 1], writes[at + 2], writes[at + 3], writes[at + 4], writes[at + 5], writes[at + 6] =
+        w1, w2, w3, w4, w5, w6
+      if not fits then
+        allowed = false
       end
-    elseif deciding_retry ~= -1
-        and (deciding_retry == nil or retry_ms == -1 or retry_ms > deciding_retry) then
-      deciding, deciding_retry = i - 1, retry_ms
     end
-  end
-  reply[2] = deciding
-  if allowed and apply then
-    for i = 1, #verdicts do
-      verdicts[i].write()
+    local reply = { allowed and 1 or 0, 0 }
+    local deciding, deciding_remaining, deciding_retry = 0, nil, nil
+    for i = 1, policy_count do
+      local at = 8 * (i - 1)
+      local remaining_scaled, retry_ms, reset_ms
+      if verdicts[at + 2] then
+        remaining_scaled, retry_ms, reset_ms = verdicts[at + 3], -1, -1
+      elseif allowed then
+        remaining_scaled, retry_ms, reset_ms = verdicts[at + 4], 0, verdicts[at + 5]
+      elseif verdicts[at + 1] then
+        remaining_scaled, retry_ms, reset_ms = verdicts[at + 3], 0, verdicts[at + 6]
+      else
+        remaining_scaled, retry_ms, reset_ms = verdicts[at + 3], verdicts[at + 7], verdicts[at + 8]
+      end
+      reply[3 * i] = remaining_scaled
+      reply[3 * i + 1] = retry_ms
+      reply[3 * i + 2] = reset_ms
+      -- Admission: the policy with the fewest remaining feeds the headers. Denial: the
+      -- longest wait, a permanent one (-1) counting as infinite. Ties: the lowest index.
+      if allowed then
+        if deciding_remaining == nil or remaining_scaled < deciding_remaining then
+          deciding, deciding_remaining = i - 1, remaining_scaled
+        end
+      elseif deciding_retry ~= -1
+          and (deciding_retry == nil or retry_ms == -1 or retry_ms > deciding_retry) then
+        deciding, deciding_retry = i - 1, retry_ms
+      end
     end
+    reply[2] = deciding
+    if allowed and apply then
+      for i = 1, policy_count do
+        local at = 6 * (i - 1)
+        write(writes[at + 1], writes[at + 2], writes[at + 3], writes[at + 4], writes[at + 5],
+          writes[at + 6])
+      end
+    end
+    return reply
   end
-  return reply
+  local fits, permanent, remaining_uncharged, remaining_charged, reset_charged_ms, _,
+    retry_ms, reset_denied_ms, w1, w2, w3, w4, w5, w6 = evaluate(1, 3, cost_scaled, now_ms, false)
+  if permanent then
+    return { 0, 0, remaining_uncharged, -1, -1 }
+  end
+  if fits then
+    if apply then
+      write(w1, w2, w3, w4, w5, w6)
+    end
+    return { 1, 0, remaining_charged, 0, reset_charged_ms }
+  end
+  return { 0, 0, remaining_uncharged, retry_ms, reset_denied_ms }
 end
 
--- One decision, the whole of every script: the arguments checked, every policy
--- evaluated at Redis's one instant (evaluate(policy, cost_scaled, now_ms) returns
--- its verdict), then concluded. A refusal raised by fail() becomes the error reply
--- the client maps; any other error stays a script error.
-local function decision_reply(fields_per_policy, parse_extra, evaluate)
-  local ok, result = pcall(function()
-    local cost_scaled, apply, policies = parse_arguments(fields_per_policy, parse_extra)
-    local now_ms = redis_now_ms()
-    local verdicts = {}
-    for i = 1, #policies do
-      verdicts[i] = evaluate(policies[i], cost_scaled, now_ms)
+-- One decision, the whole of every script: the arguments checked (cheaply, or by
+-- refusals() when something is unusual), then decided. evaluate(i, first_argv_index,
+-- cost_scaled, now_ms, many) evaluates policy i (need_uncharged: several policies, so
+-- the uncharged reset is needed too); write(...) applies an admitted policy's writes.
+-- A refusal raised by fail() becomes the error reply the client maps; any other error
+-- stays a script error.
+local function decide(fields_per_policy, parse_extra, evaluate, write)
+  if not arguments_fit(fields_per_policy) then
+    local ok, refusal = pcall(function()
+      refusals().arguments(fields_per_policy, parse_extra)
+    end)
+    if not ok then
+      if type(refusal) == 'table' and refusal.moderato_error then
+        return redis.error_reply(refusal.moderato_error)
+      end
+      error(refusal, 0)
     end
-    return conclude(verdicts, apply)
-  end)
+  end
+  local ok, result = pcall(decide_valid, fields_per_policy, evaluate, write)
   if ok then
     return result
   end

@@ -43,135 +43,169 @@ local TOTAL_DIGITS = 16
 local RENUMBER_BATCH = 1000 -- members per ZADD when renumbering
 
 local function member_text(total_scaled, cost_scaled)
-  return string.format('%016d', total_scaled) .. ':' .. decimal(cost_scaled)
+  return string.format('%016d:%d', total_scaled, cost_scaled)
 end
 
--- One entry from a member and its score: { at_ms, total, cost }.
+-- One entry from a member and its score: at_ms, total, cost.
 local function parse_entry(key, member, score)
   local total_text, cost_text = string.match(member, '^(%d+):(%d+)$')
-  local at_ms = parse_integer(score, 0, MAX_STATE_TIME_MS)
-  local total = total_text and #total_text == TOTAL_DIGITS
-    and parse_integer(total_text, 1, MAX_SAFE_INTEGER)
-  local cost = cost_text and parse_integer(cost_text, 1, MAX_SAFE_INTEGER)
-  if not at_ms or not total or not cost or cost > total then
-    fail('MODERATO_STATE', 'log ' .. shown(key, 1024) .. ' holds member ' .. shown(member)
-      .. ' at ' .. shown(score) .. ', not "<16-digit total>:<cost>" (1 <= cost <= total <= 2^53)'
-      .. ' at an integer ms 0..' .. decimal(MAX_STATE_TIME_MS))
+  local at_ms = stored_integer(score)
+  local total = total_text and #total_text == TOTAL_DIGITS and stored_integer(total_text)
+  local cost = stored_integer(cost_text)
+  if at_ms and total and cost and at_ms <= MAX_STATE_TIME_MS and total >= 1 and cost >= 1
+      and cost <= total then
+    return at_ms, total, cost
   end
-  return { at_ms = at_ms, total = total, cost = cost }
+  -- Anything unusual: the exact reading, which refuses an unusable entry.
+  local R = refusals()
+  at_ms = R.parse_integer(score, 0, MAX_STATE_TIME_MS)
+  total = total_text and #total_text == TOTAL_DIGITS and R.parse_integer(total_text, 1, MAX_SAFE_INTEGER)
+  cost = cost_text and R.parse_integer(cost_text, 1, MAX_SAFE_INTEGER)
+  if not at_ms or not total or not cost or cost > total then
+    fail('MODERATO_STATE', 'log ' .. R.shown(key, 1024) .. ' holds member ' .. R.shown(member)
+      .. ' at ' .. R.shown(score) .. ', not "<16-digit total>:<cost>" (1 <= cost <= total <= 2^53)'
+      .. ' at an integer ms 0..' .. R.decimal(MAX_STATE_TIME_MS))
+  end
+  return at_ms, total, cost
 end
 
--- The entry at a rank (0-based), or nil.
-local function entry_at(key, rank)
-  local found = read('ZRANGE', key, rank, rank, 'WITHSCORES')
+-- A ZRANGE reply's first entry (at_ms, total, cost), or nil; a read error is a state refusal.
+local function first_entry(key, found)
+  if found.err then
+    refusals().read('ZRANGE', key, 0, 0)
+  end
   if not found[1] then
     return nil
   end
   return parse_entry(key, found[1], found[2])
 end
 
-local function evaluate(policy, cost_scaled, now_ms)
-  local key = KEYS[policy.number] .. LOG_SUFFIX
-  local capacity_scaled, window_ms = policy.capacity_scaled, policy.window_ms
+-- The entry at a rank (0-based), or nil.
+local function entry_at(key, rank)
+  return first_entry(key, redis.pcall('ZRANGE', key, rank, rank, 'WITHSCORES'))
+end
+
+local function evaluate(i, first, cost_scaled, now_ms)
+  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  window_ms = window_s * 1000
+  local key = KEYS[i] .. LOG_SUFFIX
   local cutoff_ms = now_ms - window_ms -- entries at or before it have left the window
 
-  local newest = entry_at(key, -1)
-  local first, first_rank, base_total = nil, nil, 0
-  local usage_scaled = 0
-  if newest and newest.at_ms > cutoff_ms then
-    first_rank = read('ZCOUNT', key, '-inf', decimal(cutoff_ms))
-    first = entry_at(key, first_rank)
+  local newest_at_ms, newest_total, newest_cost = entry_at(key, -1)
+  local first_at_ms, first_total, first_cost
+  local base_total, usage_scaled = 0, 0
+  if newest_at_ms and newest_at_ms > cutoff_ms then
+    -- The first entry in the window, by rank: the first scored after the cutoff.
+    first_at_ms, first_total, first_cost = first_entry(key,
+      redis.pcall('ZRANGE', key, string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
     -- Everything up to the first entry in the window, in running-total terms.
-    base_total = first.total - first.cost
-    if newest.total < first.total then
-      fail('MODERATO_STATE', 'log ' .. shown(key, 1024) .. ': the newest running total '
-        .. decimal(newest.total) .. ' is below the oldest in the window, ' .. decimal(first.total))
+    base_total = first_total - first_cost
+    if newest_total < first_total then
+      local R = refusals()
+      fail('MODERATO_STATE', 'log ' .. R.shown(key, 1024) .. ': the newest running total '
+        .. R.decimal(newest_total) .. ' is below the oldest in the window, ' .. R.decimal(first_total))
     end
-    usage_scaled = newest.total - base_total
+    usage_scaled = newest_total - base_total
   end
   local stamp_ms = now_ms
-  if newest and newest.at_ms > now_ms then
-    stamp_ms = newest.at_ms
+  if newest_at_ms and newest_at_ms > now_ms then
+    stamp_ms = newest_at_ms
   end
 
   local headroom_scaled = capacity_scaled - usage_scaled
-  local verdict = {
-    fits = cost_scaled <= headroom_scaled,
-    permanent = cost_scaled > capacity_scaled,
-    remaining_uncharged = math.max(0, headroom_scaled),
-    remaining_charged = math.max(0, headroom_scaled - cost_scaled),
-    reset_uncharged_ms = first and newest.at_ms + window_ms or now_ms,
-  }
+  local fits = cost_scaled <= headroom_scaled
+  local permanent = cost_scaled > capacity_scaled
+  local remaining_uncharged, remaining_charged = headroom_scaled, headroom_scaled - cost_scaled
+  if remaining_charged < 0 then
+    remaining_charged = 0
+    if remaining_uncharged < 0 then
+      remaining_uncharged = 0
+    end
+  end
   -- Allowed: full recovery once the newest entry has left the window (a usage read, of
   -- cost 0, adds none).
-  verdict.reset_charged_ms = verdict.reset_uncharged_ms
+  local reset_uncharged_ms = first_at_ms and newest_at_ms + window_ms or now_ms
+  local reset_charged_ms = reset_uncharged_ms
   if cost_scaled > 0 then
-    verdict.reset_charged_ms = stamp_ms + window_ms
+    reset_charged_ms = stamp_ms + window_ms
   end
 
-  if not verdict.fits and not verdict.permanent then
+  if not fits then
+    if permanent then
+      return false, true, remaining_uncharged, remaining_charged, reset_charged_ms,
+        reset_uncharged_ms
+    end
     -- The first entry (by rank) whose leaving frees need: totals rise with rank, and the
     -- newest frees the whole usage, which is at least need.
     local need_scaled = cost_scaled - headroom_scaled
-    local newest_rank = read('ZCARD', key) - 1
-    local low, high = first_rank, newest_rank
+    local low = redis.call('ZCOUNT', key, '-inf', cutoff_ms)
+    local newest_rank = redis.call('ZCARD', key) - 1
+    local high = newest_rank
     while low < high do
       local middle = floor_div(low + high, 2)
-      if entry_at(key, middle).total - base_total >= need_scaled then
+      local _, total = entry_at(key, middle)
+      if total - base_total >= need_scaled then
         high = middle
       else
         low = middle + 1
       end
     end
-    local leaving = low == newest_rank and newest or entry_at(key, low)
-    verdict.reset_denied_ms = leaving.at_ms + window_ms
-    verdict.retry_ms = verdict.reset_denied_ms - now_ms
-    return verdict
-  end
-  if not verdict.fits then
-    return verdict
+    local leaving_at_ms = newest_at_ms
+    if low ~= newest_rank then
+      leaving_at_ms = entry_at(key, low)
+    end
+    local reset_denied_ms = leaving_at_ms + window_ms
+    return false, false, remaining_uncharged, remaining_charged, reset_charged_ms,
+      reset_uncharged_ms, reset_denied_ms - now_ms, reset_denied_ms
   end
 
   -- Admissible: prepare the write (read and checked now, before any policy writes).
-  local total_scaled = first and newest.total + cost_scaled or cost_scaled
-  local renumbered = nil
-  if first and cost_scaled > MAX_SAFE_INTEGER - newest.total then
+  local total_scaled = first_at_ms and newest_total + cost_scaled or cost_scaled
+  local renumbered = false
+  if first_at_ms and cost_scaled > MAX_SAFE_INTEGER - newest_total then
     -- The running total would pass 2^53: renumber the window's entries from zero.
-    renumbered = {}
-    local found = read('ZRANGEBYSCORE', key, '(' .. decimal(cutoff_ms), '+inf', 'WITHSCORES')
-    for i = 1, #found, 2 do
-      local entry = parse_entry(key, found[i], found[i + 1])
-      if entry.total - entry.cost < base_total then
-        fail('MODERATO_STATE', 'log ' .. shown(key, 1024) .. ': running totals do not rise')
+    renumbered = { member_text(newest_total, newest_cost) }
+    local found = redis.call('ZRANGEBYSCORE', key, string.format('(%d', cutoff_ms), '+inf', 'WITHSCORES')
+    for j = 1, #found, 2 do
+      local _, total, cost = parse_entry(key, found[j], found[j + 1])
+      if total - cost < base_total then
+        fail('MODERATO_STATE', 'log ' .. refusals().shown(key, 1024) .. ': running totals do not rise')
       end
-      renumbered[#renumbered + 1] = found[i + 1]
-      renumbered[#renumbered + 1] = member_text(entry.total - base_total, entry.cost)
+      renumbered[#renumbered + 1] = found[j + 1]
+      renumbered[#renumbered + 1] = member_text(total - base_total, cost)
     end
     total_scaled = usage_scaled + cost_scaled
   end
-  -- The first write of a script must be one Redis refuses when out of memory
-  -- (ZADD is; ZREMRANGEBYSCORE and DEL are not): after a script's first write
-  -- Redis lets the rest through, so trimming first would admit under OOM.
-  verdict.write = function()
-    if renumbered then
-      -- Re-adding the newest entry as it is changes nothing but meets the OOM check.
-      redis.call('ZADD', key, 'XX', decimal(newest.at_ms), member_text(newest.total, newest.cost))
-      -- Only the window's entries are kept: this also trims.
-      redis.call('DEL', key)
-      for start = 1, #renumbered, 2 * RENUMBER_BATCH do
-        redis.call('ZADD', key,
-          unpack(renumbered, start, math.min(#renumbered, start + 2 * RENUMBER_BATCH - 1)))
-      end
-      redis.call('ZADD', key, decimal(stamp_ms), member_text(total_scaled, cost_scaled))
-    else
-      -- The new entry is stamped at or after now, so the trim below never removes it.
-      redis.call('ZADD', key, decimal(stamp_ms), member_text(total_scaled, cost_scaled))
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', decimal(cutoff_ms))
-    end
-    -- Set on every write: this also repairs a log that lost its expiry.
-    redis.call('PEXPIREAT', key, decimal(stamp_ms + window_ms + EXPIRY_MARGIN_MS))
-  end
-  return verdict
+  return true, false, remaining_uncharged, remaining_charged, reset_charged_ms,
+    reset_uncharged_ms, nil, nil,
+    key, stamp_ms, member_text(total_scaled, cost_scaled), renumbered,
+    renumbered and newest_at_ms or cutoff_ms, stamp_ms + window_ms + EXPIRY_MARGIN_MS
 end
 
-return decision_reply(2, nil, evaluate)
+-- The first write of a script must be one Redis refuses when out of memory
+-- (ZADD is; ZREMRANGEBYSCORE and DEL are not): after a script's first write
+-- Redis lets the rest through, so trimming first would admit under OOM.
+-- renumbered: false, or the newest entry's member then the window's renumbered
+-- entries (score, member, ...); cutoff_or_newest_ms: the trim's cutoff, or (renumbering)
+-- the newest entry's score.
+local function write(key, stamp_ms, member, renumbered, cutoff_or_newest_ms, expire_at_ms)
+  if renumbered then
+    -- Re-adding the newest entry as it is changes nothing but meets the OOM check.
+    redis.call('ZADD', key, 'XX', cutoff_or_newest_ms, renumbered[1])
+    -- Only the window's entries are kept: this also trims.
+    redis.call('DEL', key)
+    for start = 2, #renumbered, 2 * RENUMBER_BATCH do
+      redis.call('ZADD', key,
+        unpack(renumbered, start, math.min(#renumbered, start + 2 * RENUMBER_BATCH - 1)))
+    end
+    redis.call('ZADD', key, stamp_ms, member)
+  else
+    -- The new entry is stamped at or after now, so the trim below never removes it.
+    redis.call('ZADD', key, stamp_ms, member)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff_or_newest_ms)
+  end
+  -- Set on every write: this also repairs a log that lost its expiry.
+  redis.call('PEXPIREAT', key, expire_at_ms)
+end
+
+return decide(2, nil, evaluate, write)

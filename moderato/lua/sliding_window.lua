@@ -24,7 +24,7 @@ in both cases nothing has been written. The math is docs/internals.md
 -- Sliding window.
 
 -- The previous window's weight after elapsed_s whole seconds of the current one, in permille.
-local function previous_weight_permille(window_s, elapsed_s)
+local function previous_weight_permille(elapsed_s)
   return floor_div((window_s - elapsed_s) * 1000, window_s)
 end
 
@@ -37,87 +37,97 @@ local function weighted_scaled(count_scaled, weight_permille)
   return thousands * weight_permille + floor_div(rest * weight_permille, 1000)
 end
 
--- The smallest second s in [first_s, last_s] at which previous_scaled, weighted for s,
--- stays within budget_scaled; nil if none. The weight only falls as s grows.
-local function first_fitting_second(previous_scaled, budget_scaled, window_s, first_s, last_s)
-  local function fits_at(second)
-    local weight_permille = previous_weight_permille(window_s, second)
-    return weighted_scaled(previous_scaled, weight_permille) <= budget_scaled
-  end
-  if budget_scaled < 0 or first_s > last_s or not fits_at(last_s) then
-    return nil
-  end
-  while first_s < last_s do
-    local middle_s = floor_div(first_s + last_s, 2)
-    if fits_at(middle_s) then
-      last_s = middle_s
-    else
-      first_s = middle_s + 1
-    end
-  end
-  return first_s
-end
-
 -- When the same quantized estimate first admits cost_scaled, assuming no other traffic:
 -- later in this window as the previous weight falls, else in the next window (where this
 -- window's counter becomes the previous one), else at the start of the one after (both empty).
-local function retry_at_ms(policy, cost_scaled, window_index, elapsed_s, previous_scaled, current_scaled)
-  local window_s, window_ms = policy.window_s, policy.window_ms
+local function retry_at_ms(cost_scaled, window_index, elapsed_s, previous_scaled, current_scaled)
+  -- The smallest second s in [first_s, last_s] at which previous_scaled, weighted for s,
+  -- stays within budget_scaled; nil if none. The weight only falls as s grows.
+  local function first_fitting_second(count_scaled, budget_scaled, first_s, last_s)
+    local function fits_at(second)
+      return weighted_scaled(count_scaled, previous_weight_permille(second)) <= budget_scaled
+    end
+    if budget_scaled < 0 or first_s > last_s or not fits_at(last_s) then
+      return nil
+    end
+    while first_s < last_s do
+      local middle_s = floor_div(first_s + last_s, 2)
+      if fits_at(middle_s) then
+        last_s = middle_s
+      else
+        first_s = middle_s + 1
+      end
+    end
+    return first_s
+  end
   local window_start_ms = window_index * window_ms
-  local budget_scaled = policy.capacity_scaled - cost_scaled
-  local second = first_fitting_second(previous_scaled, budget_scaled - current_scaled, window_s,
+  local budget_scaled = capacity_scaled - cost_scaled
+  local second = first_fitting_second(previous_scaled, budget_scaled - current_scaled,
     elapsed_s + 1, window_s - 1)
   if second then
     return window_start_ms + second * 1000
   end
-  second = first_fitting_second(current_scaled, budget_scaled, window_s, 0, window_s - 1)
+  second = first_fitting_second(current_scaled, budget_scaled, 0, window_s - 1)
   if second then
     return window_start_ms + window_ms + second * 1000
   end
   return window_start_ms + 2 * window_ms
 end
 
-local function evaluate(policy, cost_scaled, now_ms)
-  local window_s, window_ms = policy.window_s, policy.window_ms
+local function evaluate(i, first, cost_scaled, now_ms)
+  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  window_ms = window_s * 1000
   local window_index = floor_div(now_ms, window_ms)
   local window_start_ms = window_index * window_ms
   local elapsed_s = floor_div(now_ms - window_start_ms, 1000)
-  local current_key = KEYS[policy.number] .. ':' .. decimal(window_index)
-  local previous_key = KEYS[policy.number] .. ':' .. decimal(window_index - 1)
-  local current_scaled = read_window_usage_scaled(current_key)
-  local previous_scaled = read_window_usage_scaled(previous_key)
+  -- A window index is below 10^14, which '..' writes in full.
+  local current_key = KEYS[i] .. ':' .. window_index
+  local previous_key = KEYS[i] .. ':' .. (window_index - 1)
+  -- Two GETs, not one MGET: MGET answers nil for a key of another type as for a missing
+  -- one, and the previous counter is usually missing, so it would be read again.
+  local current_scaled = read_counter(current_key)
+  local stored_previous = redis.pcall('GET', previous_key)
+  local previous_scaled = 0
+  if stored_previous then
+    previous_scaled = stored_integer(stored_previous) or refusals().counter(previous_key)
+  end
 
   local weighted_previous_scaled =
-    weighted_scaled(previous_scaled, previous_weight_permille(window_s, elapsed_s))
+    weighted_scaled(previous_scaled, previous_weight_permille(elapsed_s))
   -- capacity - estimate, by subtraction: the estimate itself could pass 2^53 for stored counts
   -- above a lowered capacity; then this is negative and the request does not fit.
-  local headroom_scaled = (policy.capacity_scaled - current_scaled) - weighted_previous_scaled
+  local headroom_scaled = (capacity_scaled - current_scaled) - weighted_previous_scaled
   local fits = cost_scaled <= headroom_scaled
-  local permanent = cost_scaled > policy.capacity_scaled
+  local permanent = cost_scaled > capacity_scaled
   local window_end_ms = window_start_ms + window_ms
-  local verdict = {
-    fits = fits,
-    permanent = permanent,
-    remaining_uncharged = math.max(0, headroom_scaled),
-    remaining_charged = math.max(0, headroom_scaled - cost_scaled),
-    reset_charged_ms = window_end_ms,
-    reset_uncharged_ms = window_end_ms,
-    write = function()
-      redis.call('INCRBY', current_key, decimal(cost_scaled))
-      -- Set on every write (this repairs a counter that lost its expiry); the counter is
-      -- read as the previous one until the end of the next window.
-      redis.call('PEXPIREAT', current_key, decimal(window_end_ms + window_ms))
-      if redis.call('PTTL', previous_key) == -1 then
-        redis.call('PEXPIREAT', previous_key, decimal(window_end_ms))
-      end
-    end,
-  }
-  if not fits and not permanent then
-    verdict.reset_denied_ms =
-      retry_at_ms(policy, cost_scaled, window_index, elapsed_s, previous_scaled, current_scaled)
-    verdict.retry_ms = verdict.reset_denied_ms - now_ms
+  local remaining_uncharged, remaining_charged = headroom_scaled, headroom_scaled - cost_scaled
+  if remaining_charged < 0 then
+    remaining_charged = 0
+    if remaining_uncharged < 0 then
+      remaining_uncharged = 0
+    end
   end
-  return verdict
+  local retry_ms, reset_denied_ms
+  if not fits and not permanent then
+    reset_denied_ms =
+      retry_at_ms(cost_scaled, window_index, elapsed_s, previous_scaled, current_scaled)
+    retry_ms = reset_denied_ms - now_ms
+  end
+  -- Only a previous counter that exists can have lost its expiry.
+  return fits, permanent, remaining_uncharged, remaining_charged, window_end_ms, window_end_ms,
+    retry_ms, reset_denied_ms,
+    current_key, current_scaled + cost_scaled, window_end_ms + window_ms,
+    stored_previous and previous_key, window_end_ms
 end
 
-return decision_reply(2, nil, evaluate)
+-- The counter's new value and expiry in one command (what INCRBY then PEXPIREAT would
+-- leave), set on every write, which repairs a counter that lost its expiry; the counter
+-- is read as the previous one until the end of the next window.
+local function write(current_key, current_scaled, expire_at_ms, previous_key, window_end_ms)
+  redis.call('SET', current_key, current_scaled, 'PXAT', expire_at_ms)
+  if previous_key and redis.call('PTTL', previous_key) == -1 then
+    redis.call('PEXPIREAT', previous_key, window_end_ms)
+  end
+end
+
+return decide(2, nil, evaluate, write)

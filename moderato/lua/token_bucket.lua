@@ -22,6 +22,7 @@ in both cases nothing has been written. The math is docs/internals.md
 ]]
 
 --#include prelude.lua
+--#include accrual.lua
 
 -- Token bucket.
 
@@ -29,8 +30,12 @@ local BUCKET_SUFFIX = ':bucket:v2'
 local EXPIRY_MARGIN_MS = 60000
 local MAX_SEARCH_STEPS = 1000 -- the float estimates below are off by a few ms at most
 
--- ARGV "": nil (exact public rule); else the custom rate, a plain or exponent decimal.
-local function parse_refill_rate(policy, argv_index)
+-- The policy's custom rate (scaled units per second), nil for the exact public rule,
+-- and its number (for messages): set by evaluate().
+local refill_scaled_per_s, policy_number
+
+-- The refill argument refusals() checks: "" or a plain or exponent decimal in range.
+local function parse_refill_rate(R, policy_number, argv_index, capacity)
   local text = ARGV[argv_index]
   if text == '' then
     return
@@ -42,46 +47,56 @@ local function parse_refill_rate(policy, argv_index)
   end
   -- rate ~= rate is NaN; the lower bound keeps a full refill within one day.
   if not rate or rate ~= rate or rate >= math.huge
-      or rate < policy.capacity_scaled / MAX_WINDOW_S or rate > MAX_CAPACITY_SCALED then
-    fail('MODERATO_ARG', 'ARGV[' .. argv_index .. '] (refill_scaled_per_s of policy ' .. policy.number
+      or rate < capacity / MAX_WINDOW_S or rate > MAX_CAPACITY_SCALED then
+    fail('MODERATO_ARG', 'ARGV[' .. argv_index .. '] (refill_scaled_per_s of policy ' .. policy_number
       .. ') must be "" or a finite number from capacity_scaled / 86400 to '
-      .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(text))
+      .. R.decimal(MAX_CAPACITY_SCALED) .. ', got ' .. R.shown(text))
   end
-  policy.refill_scaled_per_s = rate
-end
-
--- The stored bucket, or nil for a missing one (which starts full).
-local function read_bucket(key)
-  local bucket = read_integer_hash(key, { 'tokens', 'base', 'credited' },
-    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
-  return bucket and { tokens_scaled = bucket.tokens, base_ms = bucket.base,
-    credited_scaled = bucket.credited }
 end
 
 -- Custom rate: floating point by design (custom rates are documented as floating point).
 -- Monotone in elapsed_ms, which the wait search relies on.
-local function custom_credit_scaled(policy, elapsed_ms)
-  return math.floor(elapsed_ms * policy.refill_scaled_per_s / 1000)
+local function custom_credit_scaled(elapsed_ms)
+  return math.floor(elapsed_ms * refill_scaled_per_s / 1000)
+end
+
+-- The stored bucket as tokens_scaled, base_ms, credited_scaled; nil for a missing one
+-- (which starts full).
+local function read_bucket(key)
+  local fields = redis.pcall('HMGET', key, 'tokens', 'base', 'credited')
+  local tokens_scaled = stored_integer(fields[1])
+  local base_ms = stored_integer(fields[2])
+  local credited_scaled = stored_integer(fields[3])
+  if tokens_scaled and base_ms and credited_scaled and base_ms <= MAX_STATE_TIME_MS then
+    return tokens_scaled, base_ms, credited_scaled
+  end
+  if fields[1] == false and fields[2] == false and fields[3] == false
+      and redis.call('EXISTS', key) == 0 then
+    return nil
+  end
+  -- Anything unusual: the exact reading, which refuses unusable state.
+  local bucket = refusals().integer_hash(key, { 'tokens', 'base', 'credited' },
+    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
+  return bucket[1], bucket[2], bucket[3]
 end
 
 -- Brings a bucket up to now. Returns tokens_scaled, base_ms, credited_scaled and
 -- elapsed_ms (now - base, never negative), with credited == credit(elapsed).
-local function refill(policy, bucket, now_ms)
-  local capacity_scaled = policy.capacity_scaled
-  if not bucket then
+local function refill(tokens_scaled, base_ms, credited_scaled, now_ms)
+  if not tokens_scaled then
     return capacity_scaled, now_ms, 0, 0
   end
   -- A base ahead of the clock (Redis's clock stepped back) means no time has passed yet.
-  local now_eff_ms = math.max(now_ms, bucket.base_ms)
-  local base_ms = bucket.base_ms
+  local now_eff_ms = now_ms > base_ms and now_ms or base_ms
   local elapsed_ms = now_eff_ms - base_ms
   -- A lowered capacity caps what is stored.
-  local tokens_scaled = math.min(bucket.tokens_scaled, capacity_scaled)
-  local credited_scaled = bucket.credited_scaled
+  if tokens_scaled > capacity_scaled then
+    tokens_scaled = capacity_scaled
+  end
   local full
 
-  if policy.refill_scaled_per_s then
-    local due_scaled = custom_credit_scaled(policy, elapsed_ms)
+  if refill_scaled_per_s then
+    local due_scaled = custom_credit_scaled(elapsed_ms)
     if due_scaled < credited_scaled then
       -- More was credited than is due: the clock stepped back or the rate changed.
       -- Credit nothing now and restart the accrual here.
@@ -91,8 +106,9 @@ local function refill(policy, bucket, now_ms)
       full = due_scaled - credited_scaled >= capacity_scaled - tokens_scaled
       if not full then
         if due_scaled > MAX_SAFE_INTEGER then
+          local R = refusals()
           fail('MODERATO_STATE', 'custom refill accrual of '
-            .. shown(KEYS[policy.number] .. BUCKET_SUFFIX, 1024)
+            .. R.shown(KEYS[policy_number] .. BUCKET_SUFFIX, 1024)
             .. ' passed 2^53 scaled units without the bucket filling up; reset the key')
         end
         tokens_scaled = tokens_scaled + (due_scaled - credited_scaled)
@@ -100,10 +116,9 @@ local function refill(policy, bucket, now_ms)
       end
     end
   else
-    local window_ms = policy.window_ms
     local whole_windows = floor_div(elapsed_ms, window_ms)
     -- Within the first window the credit due is small enough to compute directly.
-    local due_scaled = whole_windows == 0 and linear_accrual_scaled(policy, elapsed_ms) or nil
+    local due_scaled = whole_windows == 0 and linear_accrual_scaled(elapsed_ms) or nil
     if credited_scaled >= capacity_scaled or (due_scaled and due_scaled < credited_scaled) then
       -- A consistent public bucket always has credit(elapsed) >= credited < capacity: this one was
       -- written under another capacity, or the clock stepped back. Restart the accrual here.
@@ -115,7 +130,7 @@ local function refill(policy, bucket, now_ms)
     elseif whole_windows == 1 then
       -- Due since base = capacity + credit(elapsed - window); rebase by one whole window.
       -- Full iff capacity + credit - credited >= capacity - tokens, i.e. tokens >= credited - credit.
-      local credit_in_window_scaled = linear_accrual_scaled(policy, elapsed_ms - window_ms)
+      local credit_in_window_scaled = linear_accrual_scaled(elapsed_ms - window_ms)
       full = tokens_scaled >= credited_scaled - credit_in_window_scaled
       if not full then
         -- The sum stays below capacity: tokens + credit < credited < capacity.
@@ -142,33 +157,32 @@ end
 
 -- Milliseconds after base at which need_scaled more units have been credited, given
 -- credited_scaled credited by elapsed_ms. need_scaled <= capacity.
-local function wait_end_after_base_ms(policy, credited_scaled, elapsed_ms, need_scaled)
-  local capacity_scaled = policy.capacity_scaled
-  if not policy.refill_scaled_per_s then
+local function wait_end_after_base_ms(credited_scaled, elapsed_ms, need_scaled)
+  if not refill_scaled_per_s then
     -- credited + need can pass 2^53; compare through the headroom left in this window.
     local left_in_window_scaled = capacity_scaled - credited_scaled
     if need_scaled <= left_in_window_scaled then
-      return elapsed_for_accrual_ms(policy, credited_scaled + need_scaled)
+      return elapsed_for_accrual_ms(credited_scaled + need_scaled)
     end
-    return policy.window_ms + elapsed_for_accrual_ms(policy, need_scaled - left_in_window_scaled)
+    return window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
   end
   -- Custom rate: the smallest elapsed >= the current one whose float accrual reaches the
   -- target; the estimate is within a few ms, the accrual function itself decides.
   local target_scaled = credited_scaled + need_scaled
-  local wait_end_ms = math.max(elapsed_ms, math.ceil(target_scaled * 1000 / policy.refill_scaled_per_s))
+  local wait_end_ms = math.max(elapsed_ms, math.ceil(target_scaled * 1000 / refill_scaled_per_s))
   local steps = 0
   local function count_step()
     steps = steps + 1
     if steps > MAX_SEARCH_STEPS then
       fail('MODERATO_STATE', 'custom refill wait did not converge for '
-        .. shown(KEYS[policy.number] .. BUCKET_SUFFIX, 1024))
+        .. refusals().shown(KEYS[policy_number] .. BUCKET_SUFFIX, 1024))
     end
   end
-  while custom_credit_scaled(policy, wait_end_ms) < target_scaled do
+  while custom_credit_scaled(wait_end_ms) < target_scaled do
     count_step()
     wait_end_ms = wait_end_ms + 1
   end
-  while wait_end_ms > elapsed_ms and custom_credit_scaled(policy, wait_end_ms - 1) >= target_scaled do
+  while wait_end_ms > elapsed_ms and custom_credit_scaled(wait_end_ms - 1) >= target_scaled do
     count_step()
     wait_end_ms = wait_end_ms - 1
   end
@@ -177,53 +191,58 @@ end
 
 -- Expiry: twice the longer of the window and a full refill, plus a margin, so an idle
 -- bucket only disappears once it would have been full anyway.
-local function bucket_ttl_ms(policy)
-  local full_refill_ms = policy.window_ms
-  if policy.refill_scaled_per_s then
+local function bucket_ttl_ms()
+  local full_refill_ms = window_ms
+  if refill_scaled_per_s then
     full_refill_ms = math.max(full_refill_ms,
-      math.ceil(policy.capacity_scaled * 1000 / policy.refill_scaled_per_s))
+      math.ceil(capacity_scaled * 1000 / refill_scaled_per_s))
   end
   return 2 * full_refill_ms + EXPIRY_MARGIN_MS
 end
 
-local function evaluate(policy, cost_scaled, now_ms)
-  local key = KEYS[policy.number] .. BUCKET_SUFFIX
-  local capacity_scaled = policy.capacity_scaled
-  local tokens_scaled, base_ms, credited_scaled, elapsed_ms = refill(policy, read_bucket(key), now_ms)
-
-  local function reset_ms(need_scaled)
-    return base_ms + wait_end_after_base_ms(policy, credited_scaled, elapsed_ms, need_scaled)
+local function evaluate(i, first, cost_scaled, now_ms, many)
+  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  window_ms = window_s * 1000
+  policy_number = i
+  local rate_text = ARGV[first + 2]
+  refill_scaled_per_s = nil
+  if rate_text ~= '' then
+    refill_scaled_per_s = tonumber(rate_text)
   end
+  split_per_ms()
+  local key = KEYS[i] .. BUCKET_SUFFIX
+  local stored_tokens, stored_base, stored_credited = read_bucket(key)
+  local tokens_scaled, base_ms, credited_scaled, elapsed_ms =
+    refill(stored_tokens, stored_base, stored_credited, now_ms)
 
   local fits = cost_scaled <= tokens_scaled
   local permanent = cost_scaled > capacity_scaled
-  local verdict = {
-    fits = fits,
-    permanent = permanent,
-    remaining_uncharged = tokens_scaled,
-    write = function()
-      redis.call('HSET', key, 'tokens', decimal(tokens_scaled - cost_scaled),
-        'base', decimal(base_ms), 'credited', decimal(credited_scaled))
-      -- Set on every write: this also repairs a bucket that lost its expiry.
-      redis.call('PEXPIREAT', key, decimal(now_ms + bucket_ttl_ms(policy)))
-    end,
-  }
+  local remaining_charged, reset_charged_ms, reset_uncharged_ms, retry_ms, reset_denied_ms
+  local expire_at_ms
   if fits then
     -- Allowed: reset is the full-refill time, with or without this charge.
-    verdict.remaining_charged = tokens_scaled - cost_scaled
-    verdict.reset_charged_ms = reset_ms(capacity_scaled - tokens_scaled + cost_scaled)
-    verdict.reset_uncharged_ms = reset_ms(capacity_scaled - tokens_scaled)
+    remaining_charged = tokens_scaled - cost_scaled
+    reset_charged_ms = base_ms
+      + wait_end_after_base_ms(credited_scaled, elapsed_ms, capacity_scaled - remaining_charged)
+    if many then
+      reset_uncharged_ms = base_ms
+        + wait_end_after_base_ms(credited_scaled, elapsed_ms, capacity_scaled - tokens_scaled)
+    end
+    expire_at_ms = now_ms + bucket_ttl_ms()
   elseif not permanent then
     -- Denied: reset is when this cost fits, assuming no other traffic.
-    verdict.reset_denied_ms = reset_ms(cost_scaled - tokens_scaled)
-    verdict.retry_ms = verdict.reset_denied_ms - now_ms
+    reset_denied_ms = base_ms
+      + wait_end_after_base_ms(credited_scaled, elapsed_ms, cost_scaled - tokens_scaled)
+    retry_ms = reset_denied_ms - now_ms
   end
-  return verdict
+  return fits, permanent, tokens_scaled, remaining_charged, reset_charged_ms, reset_uncharged_ms,
+    retry_ms, reset_denied_ms, key, remaining_charged, base_ms, credited_scaled, expire_at_ms
 end
 
-local function parse_token_policy(policy, argv_index)
-  parse_refill_rate(policy, argv_index)
-  split_per_ms(policy)
+local function write(key, tokens_scaled, base_ms, credited_scaled, expire_at_ms)
+  redis.call('HSET', key, 'tokens', tokens_scaled, 'base', base_ms, 'credited', credited_scaled)
+  -- Set on every write: this also repairs a bucket that lost its expiry.
+  redis.call('PEXPIREAT', key, expire_at_ms)
 end
 
-return decision_reply(3, parse_token_policy, evaluate)
+return decide(3, parse_refill_rate, evaluate, write)

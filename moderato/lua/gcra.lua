@@ -47,7 +47,7 @@ local function mul_div_mod(a, b, m)
   if a * b < MAX_SAFE_INTEGER then
     -- Below 2^53 the product is exact (a rounded one would be 2^53 or more): one division.
     local product = a * b
-    local remainder = fmod(product, m)
+    local remainder = math.fmod(product, m)
     return (product - remainder) / m, remainder
   end
   local quotient, remainder = 0, 0
@@ -59,7 +59,7 @@ local function mul_div_mod(a, b, m)
     local digit = floor_div(b, scale)
     b = b - digit * scale
     local partial = remainder * 256 + a * digit
-    remainder = fmod(partial, m)
+    remainder = math.fmod(partial, m)
     quotient = quotient * 256 + (partial - remainder) / m
     scale = scale / 256
   end

@@ -7,7 +7,8 @@
 --
 -- Cost: Redis runs this whole text on every call, so each `local function`
 -- below is a closure built per decision, each table literal an allocation,
--- each string.format a formatting pass. The success path therefore builds no
+-- each string.format a formatting pass, and each local a function uses an upvalue
+-- Redis looks up when it builds the function. The success path therefore builds no
 -- per-policy table, formats no string (Redis writes a Lua number argument as
 -- %.17g, exact for every integer up to 2^53) and checks the arguments in one
 -- pass; everything a refusal needs is built only on the way to one (refusals()).
@@ -19,8 +20,6 @@ local MAX_POLICIES = 16
 -- Room to add waits to a stored time and stay below 2^53: 2^52 ms (~142,000 years).
 local MAX_STATE_TIME_MS = 4503599627370496
 
-local find, fmod, floor = string.find, math.fmod, math.floor
-
 -- Refusals are raised as tables; the pcall in decide() turns them into error replies.
 local function fail(kind, message)
   error({ moderato_error = kind .. ' ' .. message }, 0)
@@ -30,7 +29,7 @@ end
 -- fmod is exact, so numerator - remainder is an exact multiple and the division is exact;
 -- plain '/' then floor could round a quotient just below an integer up to it.
 local function floor_div(numerator, denominator)
-  return (numerator - fmod(numerator, denominator)) / denominator
+  return (numerator - math.fmod(numerator, denominator)) / denominator
 end
 
 -- The value of a stored decimal integer string of 1..16 digits up to 2^53 (tonumber is
@@ -38,7 +37,7 @@ end
 local function stored_integer(text)
   if type(text) == 'string' then
     local length = #text
-    if (length < 16 or (length == 16 and text <= '9007199254740992')) and find(text, '^%d+$') then
+    if (length < 16 or (length == 16 and text <= '9007199254740992')) and string.find(text, '^%d+$') then
       return tonumber(text)
     end
   end
@@ -199,7 +198,9 @@ end
 -- An algorithm's third field (the token bucket's refill rate) fits when it is empty.
 local function arguments_fit(fields_per_policy)
   local policy_count = #KEYS
-  if policy_count < 1 or policy_count > MAX_POLICIES
+  -- The limits are literals here (MAX_POLICIES, MAX_CAPACITY_SCALED, MAX_WINDOW_S): each
+  -- named local a function uses is one more upvalue to find when Redis builds it.
+  if policy_count < 1 or policy_count > 16
       or #ARGV ~= 2 + fields_per_policy * policy_count then
     return false
   end
@@ -216,14 +217,14 @@ local function arguments_fit(fields_per_policy)
     local capacity_text, window_text = ARGV[first], ARGV[first + 1]
     local capacity_scaled, window_s = tonumber(capacity_text), tonumber(window_text)
     if #capacity_text > 13 or #window_text > 5 or not capacity_scaled or not window_s
-        or capacity_scaled < 1 or capacity_scaled > MAX_CAPACITY_SCALED
-        or window_s < 1 or window_s > MAX_WINDOW_S
+        or capacity_scaled < 1 or capacity_scaled > 9007199254000
+        or window_s < 1 or window_s > 86400
         or (fields_per_policy == 3 and ARGV[first + 2] ~= '') then
       return false
     end
     digits = digits .. capacity_text .. window_text
   end
-  if not find(digits, '^%d+$') then
+  if not string.find(digits, '^%d+$') then
     return false
   end
   if policy_count > 1 then
@@ -260,7 +261,7 @@ local function decide_valid(fields_per_policy, evaluate, write)
   local apply = ARGV[2] == '1'
   -- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
   local time = redis.call('TIME')
-  local now_ms = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   if #KEYS > 1 then
     -- Several policies: every one evaluated on the state as read, then the reply, and the
     -- writes only when every policy admits and the caller is charging. (Inline, not a

@@ -30,6 +30,7 @@ COLORS = {
     "moderato (tuned)": "#7c3aed",
     "limits": "#d97706",
     "fastapi-limiter": "#16a34a",
+    "throttled-py": "#db2777",
 }
 MODE_COLORS = ["#64748b", "#93c5fd", "#3b82f6", "#1e3a8a"]
 
@@ -214,6 +215,35 @@ def memory_chart(run: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def server_cpu_chart(run: dict[str, Any], path: Path) -> None:
+    """Redis CPU per decision: each algorithm's moderato script beside its peer's."""
+    data = run["sections"]["server_cpu"]
+    by_name = {s["name"]: s for s in data["subjects"]}
+    rows = []
+    for ratio in data["ratios"]:
+        rows.append(by_name[f"moderato {ratio['algorithm']}"])
+        rows.append(by_name[ratio["peer"]])
+    rows += [s for s in data["subjects"] if s["library"] == "reference"]
+    stats = [s["us_per_decision"] for s in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.8))
+    ax.barh(
+        range(len(rows)),
+        [s["median"] for s in stats],
+        xerr=errors(stats),
+        color=[COLORS.get(s["library"], "grey") for s in rows],
+        error_kw={"elinewidth": 0.8, "capsize": 1.5},
+    )
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([s["name"] for s in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("Redis server CPU per decision, µs (lower is better)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"Redis CPU per decision, one script per call\n{subtitle(run)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("run", nargs="?", type=Path, help="a run-*.json (default: the newest)")
@@ -249,6 +279,9 @@ def main() -> None:
             args.output / "cluster.png",
         )
         drawn.append("cluster.png")
+    if sections.get("server_cpu", {}).get("subjects"):
+        server_cpu_chart(run, args.output / "server_cpu.png")
+        drawn.append("server_cpu.png")
     print(f"{source.name} -> {', '.join(drawn)} in {args.output}", file=sys.stderr)
 
 

@@ -184,6 +184,20 @@ def draw_e2e(ax: Axes, data: dict[str, Any], metric: str, label: str) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
+def bars_by_subject(ax: Axes, subjects: list[dict[str, Any]], stats: list[dict[str, Any]]) -> None:
+    """One horizontal bar per subject (its median, min..max whiskers), top to bottom."""
+    ax.barh(
+        range(len(subjects)),
+        [s["median"] for s in stats],
+        xerr=errors(stats),
+        color=[COLORS.get(s["library"], "grey") for s in subjects],
+        error_kw={"elinewidth": 0.8, "capsize": 1.5},
+    )
+    ax.set_yticks(range(len(subjects)))
+    ax.set_yticklabels([s["name"] for s in subjects], fontsize=8)
+    ax.invert_yaxis()
+
+
 def memory_chart(run: dict[str, Any], path: Path) -> None:
     scenarios = run["sections"]["memory"]["scenarios"]
     count = max(len(s["subjects"]) for s in scenarios)
@@ -191,16 +205,7 @@ def memory_chart(run: dict[str, Any], path: Path) -> None:
     for ax, scenario in zip(axes if len(scenarios) > 1 else [axes], scenarios):
         subjects = [s for s in scenario["subjects"] if "sequential" in s]
         stats = [s["sequential"]["checks_per_s"] for s in subjects]
-        ax.barh(
-            range(len(subjects)),
-            [s["median"] for s in stats],
-            xerr=errors(stats),
-            color=[COLORS.get(s["library"], "grey") for s in subjects],
-            error_kw={"elinewidth": 0.8, "capsize": 1.5},
-        )
-        ax.set_yticks(range(len(subjects)))
-        ax.set_yticklabels([s["name"] for s in subjects], fontsize=8)
-        ax.invert_yaxis()
+        bars_by_subject(ax, subjects, stats)
         ax.set_xlabel("checks per second, one task")
         ax.xaxis.set_major_formatter(THOUSANDS)
         ax.set_title(
@@ -226,16 +231,7 @@ def server_cpu_chart(run: dict[str, Any], path: Path) -> None:
     rows += [s for s in data["subjects"] if s["library"] == "reference"]
     stats = [s["us_per_decision"] for s in rows]
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.8))
-    ax.barh(
-        range(len(rows)),
-        [s["median"] for s in stats],
-        xerr=errors(stats),
-        color=[COLORS.get(s["library"], "grey") for s in rows],
-        error_kw={"elinewidth": 0.8, "capsize": 1.5},
-    )
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([s["name"] for s in rows], fontsize=8)
-    ax.invert_yaxis()
+    bars_by_subject(ax, rows, stats)
     ax.set_xlabel("Redis server CPU per decision, µs (lower is better)")
     ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"Redis CPU per decision, one script per call\n{subtitle(run)}", fontsize=10)

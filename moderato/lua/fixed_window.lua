@@ -31,13 +31,7 @@ local function evaluate(i, first, cost_scaled, now_ms)
 
   -- A lowered capacity can leave more used than the capacity: headroom goes negative.
   local headroom_scaled = capacity_scaled - used_scaled
-  local remaining_uncharged, remaining_charged = headroom_scaled, headroom_scaled - cost_scaled
-  if remaining_charged < 0 then
-    remaining_charged = 0
-    if remaining_uncharged < 0 then
-      remaining_uncharged = 0
-    end
-  end
+  local remaining_uncharged, remaining_charged = remaining_scaled(headroom_scaled, cost_scaled)
   -- Denied: the next window starts empty, so any cost within capacity fits there.
   return cost_scaled <= headroom_scaled, cost_scaled > capacity_scaled,
     remaining_uncharged, remaining_charged, window_end_ms, window_end_ms,

@@ -34,26 +34,6 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local LEAKY_SUFFIX = ':leaky'
 local EXPIRY_MARGIN_MS = 1000
 
--- The stored bucket as level_scaled, base_ms, drained_scaled; nil for a missing one
--- (which starts empty).
-local function read_bucket(key)
-  local fields = redis.pcall('HMGET', key, 'level', 'base', 'drained')
-  local level_scaled = stored_integer(fields[1])
-  local base_ms = stored_integer(fields[2])
-  local drained_scaled = stored_integer(fields[3])
-  if level_scaled and base_ms and drained_scaled and base_ms <= MAX_STATE_TIME_MS then
-    return level_scaled, base_ms, drained_scaled
-  end
-  if fields[1] == false and fields[2] == false and fields[3] == false
-      and redis.call('EXISTS', key) == 0 then
-    return nil
-  end
-  -- Anything unusual: the exact reading, which refuses unusable state.
-  local bucket = refusals().integer_hash(key, { 'level', 'base', 'drained' },
-    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
-  return bucket[1], bucket[2], bucket[3]
-end
-
 -- Brings a bucket up to now. Returns level_scaled, base_ms, drained_scaled and
 -- elapsed_ms (now - base, never negative), with drained == drained_by(elapsed).
 local function drain(level_scaled, base_ms, drained_scaled, now_ms)
@@ -122,7 +102,7 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   window_ms = window_s * 1000
   split_per_ms()
   local key = KEYS[i] .. LEAKY_SUFFIX
-  local stored_level, stored_base, stored_drained = read_bucket(key)
+  local stored_level, stored_base, stored_drained = read_bucket(key, 'level', 'base', 'drained')
   local level_scaled, base_ms, drained_scaled = drain(stored_level, stored_base, stored_drained, now_ms)
   local headroom_scaled = capacity_scaled - level_scaled
 

@@ -32,6 +32,16 @@ local function floor_div(numerator, denominator)
   return (numerator - math.fmod(numerator, denominator)) / denominator
 end
 
+-- What a window's headroom leaves without and with a charge of cost_scaled, never below
+-- zero (a lowered capacity can leave more used than the capacity).
+local function remaining_scaled(headroom_scaled, cost_scaled)
+  local charged_scaled = headroom_scaled - cost_scaled
+  if charged_scaled >= 0 then
+    return headroom_scaled, charged_scaled
+  end
+  return headroom_scaled > 0 and headroom_scaled or 0, 0
+end
+
 -- The value of a stored decimal integer string of 1..16 digits up to 2^53 (tonumber is
 -- exact there); nil for anything else, which then takes refusals()' exact, slower route.
 local function stored_integer(text)

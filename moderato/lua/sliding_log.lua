@@ -115,13 +115,7 @@ local function evaluate(i, first, cost_scaled, now_ms)
   local headroom_scaled = capacity_scaled - usage_scaled
   local fits = cost_scaled <= headroom_scaled
   local permanent = cost_scaled > capacity_scaled
-  local remaining_uncharged, remaining_charged = headroom_scaled, headroom_scaled - cost_scaled
-  if remaining_charged < 0 then
-    remaining_charged = 0
-    if remaining_uncharged < 0 then
-      remaining_uncharged = 0
-    end
-  end
+  local remaining_uncharged, remaining_charged = remaining_scaled(headroom_scaled, cost_scaled)
   -- Allowed: full recovery once the newest entry has left the window (a usage read, of
   -- cost 0, adds none).
   local reset_uncharged_ms = first_at_ms and newest_at_ms + window_ms or now_ms

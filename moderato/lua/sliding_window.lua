@@ -100,13 +100,7 @@ local function evaluate(i, first, cost_scaled, now_ms)
   local fits = cost_scaled <= headroom_scaled
   local permanent = cost_scaled > capacity_scaled
   local window_end_ms = window_start_ms + window_ms
-  local remaining_uncharged, remaining_charged = headroom_scaled, headroom_scaled - cost_scaled
-  if remaining_charged < 0 then
-    remaining_charged = 0
-    if remaining_uncharged < 0 then
-      remaining_uncharged = 0
-    end
-  end
+  local remaining_uncharged, remaining_charged = remaining_scaled(headroom_scaled, cost_scaled)
   local retry_ms, reset_denied_ms
   if not fits and not permanent then
     reset_denied_ms =

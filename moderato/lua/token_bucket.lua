@@ -60,26 +60,6 @@ local function custom_credit_scaled(elapsed_ms)
   return math.floor(elapsed_ms * refill_scaled_per_s / 1000)
 end
 
--- The stored bucket as tokens_scaled, base_ms, credited_scaled; nil for a missing one
--- (which starts full).
-local function read_bucket(key)
-  local fields = redis.pcall('HMGET', key, 'tokens', 'base', 'credited')
-  local tokens_scaled = stored_integer(fields[1])
-  local base_ms = stored_integer(fields[2])
-  local credited_scaled = stored_integer(fields[3])
-  if tokens_scaled and base_ms and credited_scaled and base_ms <= MAX_STATE_TIME_MS then
-    return tokens_scaled, base_ms, credited_scaled
-  end
-  if fields[1] == false and fields[2] == false and fields[3] == false
-      and redis.call('EXISTS', key) == 0 then
-    return nil
-  end
-  -- Anything unusual: the exact reading, which refuses unusable state.
-  local bucket = refusals().integer_hash(key, { 'tokens', 'base', 'credited' },
-    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
-  return bucket[1], bucket[2], bucket[3]
-end
-
 -- Brings a bucket up to now. Returns tokens_scaled, base_ms, credited_scaled and
 -- elapsed_ms (now - base, never negative), with credited == credit(elapsed).
 local function refill(tokens_scaled, base_ms, credited_scaled, now_ms)
@@ -211,7 +191,7 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   end
   split_per_ms()
   local key = KEYS[i] .. BUCKET_SUFFIX
-  local stored_tokens, stored_base, stored_credited = read_bucket(key)
+  local stored_tokens, stored_base, stored_credited = read_bucket(key, 'tokens', 'base', 'credited')
   local tokens_scaled, base_ms, credited_scaled, elapsed_ms =
     refill(stored_tokens, stored_base, stored_credited, now_ms)
 

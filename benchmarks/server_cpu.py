@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -221,12 +221,15 @@ def _server_cpu_s(port: int) -> float:
 
 
 def _command_calls(port: int) -> dict[str, int]:
-    """calls per command (the commands scripts run are counted too)."""
-    calls = {}
+    """Calls per command (the commands scripts run are counted too)."""
+    return {name: int(fields["calls"]) for name, fields in _command_stats(port).items()}
+
+
+def _command_stats(port: int) -> dict[str, dict[str, str]]:
+    stats = {}
     for name, value in _info(port, "commandstats").items():
-        fields = dict(part.split("=", 1) for part in value.split(","))
-        calls[name.removeprefix("cmdstat_")] = int(fields["calls"])
-    return calls
+        stats[name.removeprefix("cmdstat_")] = dict(part.split("=", 1) for part in value.split(","))
+    return stats
 
 
 def _error_replies(port: int) -> int:
@@ -256,7 +259,8 @@ def measure_once(port: int, subject: ScriptSubject, sha: str, requests: int) -> 
     cpu_after_s = _server_cpu_s(port)
     rows = [line.split('","') for line in output.splitlines() if line.startswith('"')]
     ops_per_s = float(rows[-1][1].strip('"'))
-    calls = _command_calls(port)
+    stats = _command_stats(port)
+    calls = {name: int(fields["calls"]) for name, fields in stats.items()}
     evalsha_calls = calls.pop("evalsha", 0)
     # INFO, CONFIG and FLUSHALL come from this harness and redis-benchmark, not the script.
     for name in list(calls):
@@ -270,6 +274,8 @@ def measure_once(port: int, subject: ScriptSubject, sha: str, requests: int) -> 
         "redis_calls_per_decision": {
             name: count / max(evalsha_calls, 1) for name, count in sorted(calls.items())
         },
+        # Redis's own timing of each command, the ones a script runs included (wall µs).
+        "usec_per_call": {name: float(stats[name]["usec_per_call"]) for name in sorted(calls)},
     }
 
 
@@ -339,6 +345,53 @@ def run(
     }
 
 
+# -- where a script's time goes ------------------------------------------------------------
+
+# The script's reply shape with nothing computed: what EVALSHA, KEYS/ARGV and the reply
+# cost by themselves.
+_FLOOR_TAIL = "return { 1, 0, 5, 0, 7 }\n"
+
+
+def profile_variants(subject: ScriptSubject) -> dict[str, str]:
+    """Cumulative cuts of one moderato script, each ending in the same constant reply:
+    nothing; every definition (Redis builds each function of the script per call); and
+    the argument check; then the whole script."""
+    source = subject.source
+    tail = source.rindex("return decide(")
+    fields = source[tail:].split("(", 1)[1].split(",", 1)[0]
+    definitions = source[:tail]
+    return {
+        "empty script": _FLOOR_TAIL,
+        "definitions only": definitions + _FLOOR_TAIL,
+        "definitions + argument check": definitions
+        + f"if not arguments_fit({fields}) then return 0 end\n"
+        + _FLOOR_TAIL,
+        "whole script": source,
+    }
+
+
+def profile(port: int, requests: int, trials: int) -> dict[str, Any]:
+    """For each moderato script (one policy): the server CPU of each cut, median of trials."""
+    out: dict[str, Any] = {"requests": requests, "trials": trials, "scripts": {}}
+    for algorithm in ALGORITHMS:
+        subject = moderato_subject(algorithm, f"{LIMIT}/minute")
+        samples: dict[str, list[float]] = {}
+        whole: dict[str, Any] = {}
+        for _ in range(trials):
+            for cut, source in profile_variants(subject).items():
+                variant = replace(subject, source=source)
+                measured = measure_once(port, variant, _load(port, variant), requests)
+                samples.setdefault(cut, []).append(measured["us_per_decision"])
+                if cut == "whole script":
+                    whole = measured
+        out["scripts"][algorithm] = {
+            "us_per_decision": {cut: statistics.median(v) for cut, v in samples.items()},
+            "redis_calls_per_decision": whole["redis_calls_per_decision"],
+            "usec_per_call": whole["usec_per_call"],
+        }
+    return out
+
+
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per algorithm: moderato's single-policy script over the peer's, medians of one run."""
     by_name = {r["name"]: r for r in results}
@@ -380,7 +433,21 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--only", help="comma-separated words: only subjects naming one")
     parser.add_argument("--output", type=Path, help="write the result as JSON here")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead: where each moderato script's server CPU goes (cumulative cuts)",
+    )
     args = parser.parse_args()
+    if args.profile:
+        with own_server() as port:
+            found = profile(port, args.requests, args.trials)
+        for algorithm, data in found["scripts"].items():
+            cuts = ", ".join(f"{cut} {us:.2f}" for cut, us in data["us_per_decision"].items())
+            print(f"{algorithm:<16} µs/decision: {cuts}")
+        if args.output:
+            args.output.write_text(json.dumps(found, indent=1) + "\n")
+        return
     only = [w.strip() for w in args.only.split(",")] if args.only else None
     with own_server() as port:
         result = run(port, args.requests, args.trials, only=only)

@@ -1,8 +1,12 @@
 /* Parsing of rate strings, per the grammar in docs/internals.md:
  *
- *     rates    := rate ( ";" rate )*
+ *     rates    := rate ( ( ";" | "," | "|" ) rate )*
  *     rate     := ws* count ws* sep ws* [ multiple ws* ] unit ws*
  *     sep      := "/" | ws+ "per" ws+
+ *
+ * The units are limits' (second .. year, a month being 30 days and a year
+ * 360) and throttled-py's abbreviations, so the strings users of those
+ * libraries already write mean the same here.
  *
  * The parser reads the text once, left to right, and stops at the first
  * mistake with a message that says where it is and what was expected.
@@ -15,7 +19,13 @@
 
 #define RATE_GRAMMAR                                                                 \
     "expected '<count>/<unit>', '<count> per <unit>' or '<count>/<n> <units>' with " \
-    "unit second, minute, hour or day (singular or plural), several joined by ';'"
+    "unit second, minute, hour, day, week, month (30 days) or year (360 days) "     \
+    "(singular or plural) or s, sec, m, min, h, hr, d, w, wk, several joined by "    \
+    "';', ',' or '|'"
+
+#define RATE_UNITS "second, minute, hour, day, week, month, year or an abbreviation"
+
+#define RATE_SEPARATORS ";,|"
 
 /* Longest unit name: "seconds" and "minutes". */
 #define RATE_UNIT_CHARS 7
@@ -25,9 +35,38 @@ typedef struct {
     long long unit_s;
 } rate_unit;
 
+#define RATE_DAY_S 86400LL
+
+/* limits' names and lengths (a month is 30 days, a year 360), plus
+ * throttled-py's abbreviations and the week they add. */
 static const rate_unit rate_units[] = {
-    {"second", 1},   {"seconds", 1}, {"minute", 60},   {"minutes", 60},
-    {"hour", 3600},  {"hours", 3600}, {"day", 86400}, {"days", 86400},
+    {"second", 1},
+    {"seconds", 1},
+    {"s", 1},
+    {"sec", 1},
+    {"secs", 1},
+    {"minute", 60},
+    {"minutes", 60},
+    {"m", 60},
+    {"min", 60},
+    {"mins", 60},
+    {"hour", 3600},
+    {"hours", 3600},
+    {"h", 3600},
+    {"hr", 3600},
+    {"hrs", 3600},
+    {"day", RATE_DAY_S},
+    {"days", RATE_DAY_S},
+    {"d", RATE_DAY_S},
+    {"week", 7 * RATE_DAY_S},
+    {"weeks", 7 * RATE_DAY_S},
+    {"w", 7 * RATE_DAY_S},
+    {"wk", 7 * RATE_DAY_S},
+    {"wks", 7 * RATE_DAY_S},
+    {"month", 30 * RATE_DAY_S},
+    {"months", 30 * RATE_DAY_S},
+    {"year", 360 * RATE_DAY_S},
+    {"years", 360 * RATE_DAY_S},
 };
 
 typedef struct {
@@ -128,6 +167,15 @@ at_char(const rate_parser *parser, char expected)
 }
 
 static int
+at_separator(const rate_parser *parser)
+{
+    /* memchr, not strchr: strchr would find a NUL in the text at the literal's end. */
+    return parser->pos < parser->length &&
+           memchr(RATE_SEPARATORS, parser->chars[parser->pos], sizeof(RATE_SEPARATORS) - 1) !=
+               NULL;
+}
+
+static int
 at_digit(const rate_parser *parser)
 {
     return parser->pos < parser->length && parser->chars[parser->pos] >= '0' &&
@@ -220,7 +268,7 @@ parse_separator(rate_parser *parser)
     return expected_error(parser, "'/' or ' per ' after the count");
 }
 
-/* One policy, from the parser's position to the next ';' or the end. */
+/* One policy, from the parser's position to the next separator or the end. */
 static int
 parse_policy(rate_parser *parser, rate_policy *policy)
 {
@@ -228,7 +276,7 @@ parse_policy(rate_parser *parser, rate_policy *policy)
     Py_ssize_t count_start = parser->pos;
     policy->limit = scan_number(parser, ACCEL_MAX_LIMIT);
     if (parser->pos == count_start) {
-        if (parser->pos == parser->length || at_char(parser, ';')) {
+        if (parser->pos == parser->length || at_separator(parser)) {
             return rate_error(parser, 1, PyUnicode_FromString("no rate given"));
         }
         return expected_error(parser, "a count");
@@ -245,10 +293,10 @@ parse_policy(rate_parser *parser, rate_policy *policy)
     Py_ssize_t window_start = parser->pos;
     long long multiple = 1;
     if (at_digit(parser)) {
-        multiple = scan_number(parser, ACCEL_MAX_WINDOW_S);
-        if (multiple < 1 || multiple > ACCEL_MAX_WINDOW_S) {
+        multiple = scan_number(parser, ACCEL_MAX_LONG_WINDOW_S);
+        if (multiple < 1 || multiple > ACCEL_MAX_LONG_WINDOW_S) {
             return span_error(parser, "multiple", window_start, parser->pos,
-                              " is out of range 1..86400");
+                              " is out of range 1..311040000");
         }
         skip_blanks(parser);
     }
@@ -258,22 +306,22 @@ parse_policy(rate_parser *parser, rate_policy *policy)
         parser->pos++;
     }
     if (parser->pos == unit_start) {
-        return expected_error(parser, "a unit (second, minute, hour or day)");
+        return expected_error(parser, "a unit (" RATE_UNITS ")");
     }
     long long unit_s = unit_seconds(parser->chars + unit_start, parser->pos - unit_start);
     if (unit_s == 0) {
         return span_error(parser, "unknown unit", unit_start, parser->pos, "");
     }
-    /* multiple <= 86400 and unit_s <= 86400: the product fits a long long. */
+    /* multiple <= 311040000 and unit_s <= 31104000: the product fits a long long. */
     policy->window_s = multiple * unit_s;
-    if (policy->window_s > ACCEL_MAX_WINDOW_S) {
+    if (policy->window_s > ACCEL_MAX_LONG_WINDOW_S) {
         return span_error(parser, "window", window_start, parser->pos,
-                          " is longer than a day (86400 seconds)");
+                          " is longer than 10 years (3600 days, 311040000 seconds)");
     }
 
     skip_blanks(parser);
-    if (parser->pos < parser->length && !at_char(parser, ';')) {
-        return expected_error(parser, "';' or the end after the unit");
+    if (parser->pos < parser->length && !at_separator(parser)) {
+        return expected_error(parser, "';', ',', '|' or the end after the unit");
     }
     return 0;
 }
@@ -344,7 +392,10 @@ rate_parse(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     /* ASCII text is its own UTF-8: this cannot fail or allocate. */
     parser.chars = PyUnicode_AsUTF8AndSize(text, &parser.length);
     assert(parser.chars != NULL);
-    parser.several = memchr(parser.chars, ';', (size_t)parser.length) != NULL;
+    for (parser.pos = 0; parser.pos < parser.length && !parser.several; parser.pos++) {
+        parser.several = at_separator(&parser);
+    }
+    parser.pos = 0;
 
     for (int count = 0;; count++) {
         if (count == ACCEL_MAX_POLICIES) {
@@ -369,7 +420,7 @@ rate_parse(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         if (parser.pos == parser.length) {
             return policies_tuple(policies, count + 1);
         }
-        parser.pos++; /* the ';' */
+        parser.pos++; /* the separator */
         parser.policy++;
     }
 }

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from .errors import RateLimitConfigError
-from .policy import Rate
+from .policy import MaxLimit, Rate, accrual_max_limit, any_limit, gcra_max_limit
 
 ScriptArg = Union[int, str]
 
@@ -32,17 +32,19 @@ class Algorithm:
     """Short tag inside every key, so algorithms never share (and never WRONGTYPE) a key."""
     script: str
     policy_args: Callable[[Rate], tuple[ScriptArg, ...]]
+    max_limit: MaxLimit
+    """The exact range: the largest limit decided exactly for a window (policy.py)."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
     algorithm.name: algorithm
     for algorithm in (
-        Algorithm("fixed_window", "fw", "fixed_window", _capacity_and_window),
-        Algorithm("token_bucket", "tb", "token_bucket", _token_bucket_args),
-        Algorithm("sliding_window", "sw", "sliding_window", _capacity_and_window),
-        Algorithm("gcra", "gc", "gcra", _capacity_and_window),
-        Algorithm("sliding_log", "sl", "sliding_log", _capacity_and_window),
-        Algorithm("leaky_bucket", "lb", "leaky_bucket", _capacity_and_window),
+        Algorithm("fixed_window", "fw", "fixed_window", _capacity_and_window, any_limit),
+        Algorithm("token_bucket", "tb", "token_bucket", _token_bucket_args, accrual_max_limit),
+        Algorithm("sliding_window", "sw", "sliding_window", _capacity_and_window, any_limit),
+        Algorithm("gcra", "gc", "gcra", _capacity_and_window, gcra_max_limit),
+        Algorithm("sliding_log", "sl", "sliding_log", _capacity_and_window, any_limit),
+        Algorithm("leaky_bucket", "lb", "leaky_bucket", _capacity_and_window, accrual_max_limit),
     )
 }
 

@@ -22,22 +22,25 @@ from typing import Any, Union
 
 MAX_POLICIES = 16
 MAX_WINDOW_S = 86_400
+MAX_LONG_WINDOW_S = 3600 * 86_400
 MAX_LIMIT = 9_007_199_254
 MAX_SCALED = 2**53
 
 Text = Union[str, bytes]
 Decision = tuple[bool, int, tuple[tuple[int, int, int], ...]]
 
+_DAY_S = 86_400
+# limits' units (a month is 30 days, a year 360) and throttled-py's abbreviations.
 _UNIT_S = {
-    "second": 1,
-    "seconds": 1,
-    "minute": 60,
-    "minutes": 60,
-    "hour": 3600,
-    "hours": 3600,
-    "day": 86_400,
-    "days": 86_400,
+    **dict.fromkeys(["second", "seconds", "s", "sec", "secs"], 1),
+    **dict.fromkeys(["minute", "minutes", "m", "min", "mins"], 60),
+    **dict.fromkeys(["hour", "hours", "h", "hr", "hrs"], 3600),
+    **dict.fromkeys(["day", "days", "d"], _DAY_S),
+    **dict.fromkeys(["week", "weeks", "w", "wk", "wks"], 7 * _DAY_S),
+    **dict.fromkeys(["month", "months"], 30 * _DAY_S),
+    **dict.fromkeys(["year", "years"], 360 * _DAY_S),
 }
+_SEPARATORS = re.compile("[;,|]")
 
 # One policy: ws* count (ws* "/" | ws+ "per" ws+) ws* [multiple ws*] unit ws*.
 # [0-9] and [A-Za-z] are ASCII-only; the blanks around the separator are
@@ -68,7 +71,7 @@ def parse_rate(text: str, /) -> tuple[tuple[int, int], ...]:
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     policies: list[tuple[int, int]] = []
-    for item in text.split(";"):
+    for item in _SEPARATORS.split(text):
         if len(policies) == MAX_POLICIES:
             raise ValueError("more than 16 policies")
         match = _POLICY.fullmatch(item)
@@ -79,13 +82,13 @@ def parse_rate(text: str, /) -> tuple[tuple[int, int], ...]:
         unit_s = _UNIT_S.get(match["unit"].lower())
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"count {limit} out of range")
-        if not 1 <= multiple <= MAX_WINDOW_S:
+        if not 1 <= multiple <= MAX_LONG_WINDOW_S:
             raise ValueError(f"multiple {multiple} out of range")
         if unit_s is None:
             raise ValueError(f"unknown unit {match['unit']!r}")
         window_s = multiple * unit_s
-        if window_s > MAX_WINDOW_S:
-            raise ValueError(f"window {window_s} s longer than a day")
+        if window_s > MAX_LONG_WINDOW_S:
+            raise ValueError(f"window {window_s} s longer than ten years")
         if any(window_s == earlier for _, earlier in policies):
             raise ValueError(f"two policies with a window of {window_s} s")
         policies.append((limit, window_s))

@@ -37,7 +37,8 @@ SHA = "e0e1f9fabfc9d4800c877a703b823ac0578ff831"
 SECRET = b"0123456789abcdef"
 GRAMMAR = (
     "expected '<count>/<unit>', '<count> per <unit>' or '<count>/<n> <units>' with unit "
-    "second, minute, hour or day (singular or plural), several joined by ';'"
+    "second, minute, hour, day, week, month (30 days) or year (360 days) (singular or "
+    "plural) or s, sec, m, min, h, hr, d, w, wk, several joined by ';', ',' or '|'"
 )
 
 # Every property: more examples than the default, and no deadline (inputs reach 1 MB).
@@ -139,22 +140,64 @@ VALID_RATES = [
     ("7/0001 minute", ((7, 60),)),
     ("10 PER minute", ((10, 60),)),
     ("10 Per 5 Minutes", ((10, 300),)),
+    # Longer windows: limits' month (30 days) and year (360 days), throttled-py's week.
+    ("1000/month", ((1000, 2_592_000),)),
+    ("1/year", ((1, 31_104_000),)),
+    ("5/2 days", ((5, 172_800),)),
+    ("3/week", ((3, 604_800),)),
+    ("2 per 3 MONTHS", ((2, 7_776_000),)),
+    ("1/10 years", ((1, 311_040_000),)),
+    ("1/3600 days", ((1, 311_040_000),)),
+    ("1/311040000 seconds", ((1, 311_040_000),)),
+    ("1/86401 seconds", ((1, 86_401),)),
+    ("9007199254/year", ((9_007_199_254, 31_104_000),)),
+    # throttled-py's abbreviations.
+    ("5/s", ((5, 1),)),
+    ("5/sec", ((5, 1),)),
+    ("5/secs", ((5, 1),)),
+    ("5/m", ((5, 60),)),
+    ("5/Min", ((5, 60),)),
+    ("5/mins", ((5, 60),)),
+    ("5/h", ((5, 3600),)),
+    ("5/hr", ((5, 3600),)),
+    ("5/hrs", ((5, 3600),)),
+    ("5/d", ((5, 86_400),)),
+    ("5/w", ((5, 604_800),)),
+    ("5/wk", ((5, 604_800),)),
+    ("5/wks", ((5, 604_800),)),
+    ("5 per weeks", ((5, 604_800),)),
+    ("5/2m", ((5, 120),)),
+    # ',' and '|' join policies as ';' does.
+    ("5/minute,10/hour", ((5, 60), (10, 3600))),
+    ("5/minute , 10/hour | 100/day ; 1000/month", ((5, 60), (10, 3600), (100, 86_400), (1000, 2_592_000))),
 ]
 
 INVALID_RATES = [
     "0/minute",
     "9007199255/minute",
     "99999999999999999999999999/minute",
-    "1/2 days",
-    "1/86401 seconds",
+    "1/3601 days",
+    "1/311040001 seconds",
+    "1/11 years",
     "1/0 minutes",
+    "1/2 fortnights",
+    "1/ms",
+    "1/mon",
+    "1/yr",
+    "1/y",
+    "10/minute,",
+    "10/minute|",
+    ",10/minute",
+    "10/minute,,5/second",
+    "1,000/day",
+    "1/day;1/d",
+    "1/week,7/7 days",
+    "1/month|30/30 days",
     "1/minute;2/60 seconds",
     "1/hour;1/60 minutes",
     "10per minute",
     "10 perminute",
     "10/fortnight",
-    "10/min",
-    "10/s",
     "",
     "   ",
     ";",
@@ -215,14 +258,30 @@ def test_parse_rate_message_names_input_reason_and_grammar() -> None:
     [
         ("", "no rate given"),
         ("0/minute", "count '0' is out of range 1..9007199254"),
-        ("1/2 days", "window '2 days' is longer than a day (86400 seconds)"),
+        ("1/3601 days", "window '3601 days' is longer than 10 years (3600 days, 311040000 seconds)"),
+        ("1/999999999999 days", "multiple '999999999999' is out of range 1..311040000"),
+        ("1/d,2/24 hours", "policies 1 and 2 both have a window of 86400 seconds"),
+        ("1/2 ms", "unknown unit 'ms'"),
         ("1/minute;2/60 seconds", "policies 1 and 2 both have a window of 60 seconds"),
         ("10per minute", "'per' at offset 2 needs a blank on both sides"),
         ("1.5/minute", "expected '/' or ' per ' after the count at offset 1, found '.'"),
-        ("10/", "expected a unit (second, minute, hour or day) at offset 3, found the end"),
+        (
+            "10/",
+            "expected a unit (second, minute, hour, day, week, month, year or an abbreviation)"
+            " at offset 3, found the end",
+        ),
         ("10/minute;", "policy 2: no rate given"),
-        ("5/second;10/minute x", "policy 2: expected ';' or the end after the unit at offset 19"),
-        ("10/minute\x00", "expected ';' or the end after the unit at offset 9, found '\\x00'"),
+        ("10/minute,", "policy 2: no rate given"),
+        ("1/s|", "policy 2: no rate given"),
+        (
+            "5/second,10/minute x",
+            "policy 2: expected ';', ',', '|' or the end after the unit at offset 19",
+        ),
+        (
+            "10/minute\x00",
+            "expected ';', ',', '|' or the end after the unit at offset 9, found '\\x00'",
+        ),
+        ("1/day burst 5", "expected ';', ',', '|' or the end after the unit at offset 6"),
         ("1\u0660/minute", "non-ASCII character '\u0660' at offset 1"),
     ],
 )
@@ -963,7 +1022,7 @@ def rate_texts(draw: st.DrawFn) -> str:
                 st.builds(
                     "{}{}{}".format,
                     st.sampled_from(["", "0"]),
-                    st.integers(1, 86_400 // reference._UNIT_S[unit]),
+                    st.integers(1, reference.MAX_LONG_WINDOW_S // reference._UNIT_S[unit]),
                     blanks,
                 ),
             )
@@ -972,18 +1031,23 @@ def rate_texts(draw: st.DrawFn) -> str:
             c.upper() if up else c
             for c, up in zip(unit, draw(st.lists(st.booleans(), min_size=7, max_size=7)))
         )
+        # Now and then a multiple past the longest window.
+        if multiple and draw(st.integers(0, 9)) == 0:
+            multiple = f"{reference.MAX_LONG_WINDOW_S // reference._UNIT_S[unit.lower()] + 1} "
         count = draw(st.sampled_from(["", "0"])) + str(draw(st.integers(1, 10**10)))
         separator = draw(st.sampled_from(["/", " / ", " per ", "\tper  "]))
         policies.append(
             draw(blanks) + count + separator + draw(blanks) + multiple + unit + draw(blanks)
         )
-    text = ";".join(policies)
+    text = draw(st.sampled_from([";", ",", "|", " ; ", ", "])).join(policies)
     if draw(st.booleans()):
         position = draw(st.integers(0, len(text)))
         flaw = draw(
             st.sampled_from(
                 [
                     ";",
+                    ",",
+                    "|",
                     " ",
                     "0",
                     "9" * 12,
@@ -1007,7 +1071,13 @@ def rate_texts(draw: st.DrawFn) -> str:
 
 
 @PROPERTY
-@given(spoiled(st.one_of(rate_texts(), st.text("0123456789/ ;\tperPERsecondminutehoursday."))))
+@given(
+    spoiled(
+        st.one_of(
+            rate_texts(), st.text("0123456789/ ;,|\tperPERsecondminutehoursdayweekmonthyear.")
+        )
+    )
+)
 def test_parse_rate_matches_reference(text: tuple[object]) -> None:
     same_outcome("parse_rate", *text)
 

@@ -74,6 +74,9 @@ class LimitRule:
                 "rate must be a string such as '100/minute' or a callable, "
                 f"got {type(self.rate).__name__}"
             )
+        if isinstance(self.rate, str):
+            # Parses the rate and checks it against the algorithm's exact range.
+            self.limiter._plans.get(self.rate, self.algorithm)
         for name, value in (("key", self.key), ("tenant", self.tenant)):
             if value is not None and not isinstance(value, (str, bytes)) and not callable(value):
                 raise RateLimitConfigError(
@@ -138,7 +141,7 @@ class LimitRule:
             return self.rate
         rate = await call_callback("rate", self.rate, request)
         try:
-            policy_for(rate)
+            self.limiter._plans.get(rate, self.algorithm)
         except RateLimitConfigError as error:
             raise callback_failed("rate", str(error)) from error
         return rate

@@ -189,15 +189,20 @@ at_letter(const rate_parser *parser)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-/* "per", in any case, like the unit names. */
+/* A lower-case word at the parser's position, in any case, like the unit names. */
 static int
-at_word_per(const rate_parser *parser)
+at_word(const rate_parser *parser, const char *word)
 {
-    if (parser->length - parser->pos < 3) {
+    Py_ssize_t length = (Py_ssize_t)strlen(word);
+    if (parser->length - parser->pos < length) {
         return 0;
     }
-    const char *word = parser->chars + parser->pos;
-    return (word[0] | 0x20) == 'p' && (word[1] | 0x20) == 'e' && (word[2] | 0x20) == 'r';
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if ((parser->chars[parser->pos + i] | 0x20) != word[i]) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* Skip blanks; returns how many there were. */
@@ -255,7 +260,7 @@ parse_separator(rate_parser *parser)
         parser->pos++;
         return 0;
     }
-    if (at_word_per(parser)) {
+    if (at_word(parser, "per")) {
         parser->pos += 3;
         if (blanks_before > 0 && at_blank(parser)) {
             return 0;
@@ -321,6 +326,14 @@ parse_policy(rate_parser *parser, rate_policy *policy)
 
     skip_blanks(parser);
     if (parser->pos < parser->length && !at_separator(parser)) {
+        if (at_word(parser, "burst")) {
+            /* throttled-py's suffix: say why rather than only where. */
+            return rate_error(parser, 1,
+                              PyUnicode_FromFormat("'burst' at offset %zd is not supported: a "
+                                                   "policy's capacity is its count (cap bursts "
+                                                   "with a second, shorter policy)",
+                                                   parser->pos));
+        }
         return expected_error(parser, "';', ',', '|' or the end after the unit");
     }
     return 0;

@@ -169,7 +169,10 @@ VALID_RATES = [
     ("5/2m", ((5, 120),)),
     # ',' and '|' join policies as ';' does.
     ("5/minute,10/hour", ((5, 60), (10, 3600))),
-    ("5/minute , 10/hour | 100/day ; 1000/month", ((5, 60), (10, 3600), (100, 86_400), (1000, 2_592_000))),
+    (
+        "5/minute , 10/hour | 100/day ; 1000/month",
+        ((5, 60), (10, 3600), (100, 86_400), (1000, 2_592_000)),
+    ),
 ]
 
 INVALID_RATES = [
@@ -258,7 +261,10 @@ def test_parse_rate_message_names_input_reason_and_grammar() -> None:
     [
         ("", "no rate given"),
         ("0/minute", "count '0' is out of range 1..9007199254"),
-        ("1/3601 days", "window '3601 days' is longer than 10 years (3600 days, 311040000 seconds)"),
+        (
+            "1/3601 days",
+            "window '3601 days' is longer than 10 years (3600 days, 311040000 seconds)",
+        ),
         ("1/999999999999 days", "multiple '999999999999' is out of range 1..311040000"),
         ("1/d,2/24 hours", "policies 1 and 2 both have a window of 86400 seconds"),
         ("1/2 ms", "unknown unit 'ms'"),
@@ -281,7 +287,13 @@ def test_parse_rate_message_names_input_reason_and_grammar() -> None:
             "10/minute\x00",
             "expected ';', ',', '|' or the end after the unit at offset 9, found '\\x00'",
         ),
-        ("1/day burst 5", "expected ';', ',', '|' or the end after the unit at offset 6"),
+        (
+            "100/s burst 200",
+            "'burst' at offset 6 is not supported: a policy's capacity is its count (cap bursts"
+            " with a second, shorter policy)",
+        ),
+        ("1/day bursting", "'burst' at offset 6 is not supported"),
+        ("1/day x", "expected ';', ',', '|' or the end after the unit at offset 6, found 'x'"),
         ("1\u0660/minute", "non-ASCII character '\u0660' at offset 1"),
     ],
 )

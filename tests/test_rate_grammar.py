@@ -96,7 +96,7 @@ TABLE: list[tuple[str, Union[Pairs, Refused], str, str]] = [
     ("100 per second", ((100, 1),), "throttled", THROTTLED_README),
     ("100 per second burst 200", Refused(BURST.format(15)), "throttled", THROTTLED_README),
     *[
-        (f"1/{unit}", ((1, unit_s),), "throttled", THROTTLED_UNITS)
+        (f"2/{unit}", ((2, unit_s),), "throttled", THROTTLED_UNITS)
         for unit, unit_s in [
             ("s", 1),
             ("sec", 1),

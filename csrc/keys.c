@@ -30,7 +30,7 @@
 #define KEYS_DIGEST_SHOWN_BYTES 16
 #define KEYS_HASHED_BYTES (1 + 2 * KEYS_DIGEST_SHOWN_BYTES)
 #define KEYS_MAX_COMPONENT_BYTES KEYS_MAX_KEPT_BYTES
-#define KEYS_MAX_WINDOW_DIGITS 5 /* "86400" */
+#define KEYS_MAX_WINDOW_DIGITS 9 /* "311040000" */
 
 /* "{" tenant ":" scope ":" identity "}" */
 #define KEYS_MAX_TAG_BYTES (1 + 3 * KEYS_MAX_COMPONENT_BYTES + 2 + 1)
@@ -157,11 +157,11 @@ parse_windows(PyObject *windows, long long windows_s_out[ACCEL_MAX_POLICIES])
             return -1;
         }
         long long window_s = PyLong_AsLongLongAndOverflow(items[i], &overflow);
-        if (overflow || window_s < 1 || window_s > ACCEL_MAX_WINDOW_S) {
+        if (overflow || window_s < 1 || window_s > ACCEL_MAX_LONG_WINDOW_S) {
             PyObject *quoted = accel_quote(items[i]);
             if (quoted != NULL) {
                 PyErr_Format(PyExc_ValueError,
-                             "build_keys() windows_s[%zd] must be 1..86400 seconds, got %U", i,
+                             "build_keys() windows_s[%zd] must be 1..311040000 seconds, got %U", i,
                              quoted);
                 Py_DECREF(quoted);
             }

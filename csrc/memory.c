@@ -41,8 +41,11 @@
 #define MAX_SAFE_INTEGER ACCEL_MAX_SCALED                   /* 2^53 */
 #define MAX_CAPACITY_SCALED (ACCEL_MAX_LIMIT * 1000LL)      /* 9007199254000 */
 #define MAX_STATE_TIME_MS 4503599627370496LL                /* 2^52 */
-/* The year 2255: now in microseconds, plus a day, stays below 2^53 (GCRA). */
+/* The year 2255: now in microseconds, plus two GCRA windows, stays below 2^53. */
 #define MAX_NOW_MS 9000000000000LL
+/* The long-window path's bounds (prelude.lua, gcra.lua; docs/internals.md, "Long windows"). */
+#define ACCRUAL_EXACT_WINDOW_MS 94906266LL
+#define MAX_GCRA_WINDOW_S 3599627LL
 #define EXPIRY_MARGIN_MS 60000LL
 #define DRAINED_EXPIRY_MARGIN_MS 1000LL  /* GCRA, log, leaky: past reading as empty */
 #define US_PER_MS 1000LL
@@ -1078,6 +1081,23 @@ typedef struct {
     int64_t elapsed_ms;
 } refilled_bucket;
 
+/* prelude.lua's split_per_ms check: above 26 h a capacity of at most 2^53 / window keeps
+ * elapsed * per_ms_rest within 2^53. capacity_argv is 1-based. */
+static int
+check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv)
+{
+    int64_t largest_scaled = floor_div(MAX_SAFE_INTEGER, policy->window_ms);
+    if (policy->window_ms > ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
+        refuse("MODERATO_ARG",
+               "ARGV[%zd] (capacity_scaled of policy %d) must be at most %lld for a window of "
+               "%lld s (accrual stays below 2^53), got %lld",
+               capacity_argv, policy->number, (long long)largest_scaled,
+               (long long)policy->window_s, (long long)policy->capacity_scaled);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t argv_index)
 {
@@ -1108,6 +1128,9 @@ token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t ar
         }
         policy->custom_rate = 1;
         policy->refill_scaled_per_s = rate;
+    }
+    if (check_exact_accrual(policy, argv_index - 1) < 0) {
+        return -1;
     }
     policy->per_ms_whole = floor_div(policy->capacity_scaled, policy->window_ms);
     policy->per_ms_rest = policy->capacity_scaled - policy->per_ms_whole * policy->window_ms;
@@ -1540,8 +1563,11 @@ static const char leaky_suffix[] = ":leaky";
 
 static int
 leaky_bucket_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy,
-                         Py_ssize_t Py_UNUSED(argv_index))
+                         Py_ssize_t argv_index)
 {
+    if (check_exact_accrual(policy, argv_index - 1) < 0) {
+        return -1;
+    }
     policy->per_ms_whole = floor_div(policy->capacity_scaled, policy->window_ms);
     policy->per_ms_rest = policy->capacity_scaled - policy->per_ms_whole * policy->window_ms;
     return 0;
@@ -1620,6 +1646,20 @@ static int64_t
 ceil_ms(int64_t us, int64_t frac)
 {
     return (us + (frac > 0 ? 1 : 0) + US_PER_MS - 1) / US_PER_MS;
+}
+
+/* gcra.lua's window bound: a TAT reaches now + 2 windows in µs, below 2^53 until MAX_NOW_MS. */
+static int
+gcra_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy, Py_ssize_t argv_index)
+{
+    if (policy->window_s > MAX_GCRA_WINDOW_S) {
+        refuse("MODERATO_ARG",
+               "ARGV[%zd] (window_s of policy %d) must be at most %lld for gcra (its microsecond "
+               "times stay below 2^53), got %lld",
+               argv_index, policy->number, MAX_GCRA_WINDOW_S, (long long)policy->window_s);
+        return -1;
+    }
+    return 0;
 }
 
 static int
@@ -2191,7 +2231,7 @@ static const memory_algorithm algorithms[] = {
     {"token_bucket", 1, token_bucket_parse_extra, token_bucket_evaluate, NULL,
      token_bucket_apply},
     {"sliding_window", 0, NULL, sliding_window_evaluate, NULL, sliding_window_apply},
-    {"gcra", 0, NULL, gcra_evaluate, NULL, gcra_apply},
+    {"gcra", 0, gcra_parse_extra, gcra_evaluate, NULL, gcra_apply},
     {"sliding_log", 0, NULL, sliding_log_evaluate, sliding_log_prepare, sliding_log_apply},
     {"leaky_bucket", 0, leaky_bucket_parse_extra, leaky_bucket_evaluate, NULL,
      leaky_bucket_apply},
@@ -2320,12 +2360,12 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
         if (view_arg("decide", "args", first + 1, call->argv[first + 1], &view) < 0) {
             return -1;
         }
-        if (!parse_integer(&view, 1, ACCEL_MAX_WINDOW_S, &value)) {
+        if (!parse_integer(&view, 1, ACCEL_MAX_LONG_WINDOW_S, &value)) {
             PyObject *shown = shown_arg(&view);
             if (shown != NULL) {
                 refuse("MODERATO_ARG",
-                       "ARGV[%zd] (window_s of policy %d) must be an integer 1..%d, got %U",
-                       first + 2, policy->number, ACCEL_MAX_WINDOW_S, shown);
+                       "ARGV[%zd] (window_s of policy %d) must be an integer 1..%lld, got %U",
+                       first + 2, policy->number, ACCEL_MAX_LONG_WINDOW_S, shown);
                 Py_DECREF(shown);
             }
             return -1;
@@ -2575,19 +2615,19 @@ done:
     return reply;
 }
 
-/* reset.lua's window_s: a decimal integer text of at most 5 digits after
- * leading zeros, 1..86400. */
+/* reset.lua's window_s: a decimal integer text of at most 9 digits after
+ * leading zeros, 1..311040000. */
 static int
 parse_reset_window(const arg_view *view, long long *window_s)
 {
     if (!view->is_int) {
         Py_ssize_t start = 0;
         Py_ssize_t digits = significant_digits(view, &start);
-        if (digits < 0 || digits > 5) {
+        if (digits < 0 || digits > 9) {
             return 0;
         }
     }
-    return parse_integer(view, 1, ACCEL_MAX_WINDOW_S, window_s);
+    return parse_integer(view, 1, ACCEL_MAX_LONG_WINDOW_S, window_s);
 }
 
 /* Delete the key if present; 1 if it was live. */
@@ -2663,8 +2703,8 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *shown = shown_arg(&view);
             if (shown != NULL) {
                 refuse("MODERATO_ARG",
-                       "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer 1..%d, got %U",
-                       i + 1, i + 1, ACCEL_MAX_WINDOW_S, shown);
+                       "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer 1..%lld, got %U",
+                       i + 1, i + 1, ACCEL_MAX_LONG_WINDOW_S, shown);
                 Py_DECREF(shown);
             }
             goto done;

@@ -163,8 +163,8 @@ def build_keys(
     for window_s in windows_s:
         if not _is_int(window_s):
             raise TypeError("windows_s items must be int")
-        if not 1 <= window_s <= MAX_WINDOW_S:
-            raise ValueError("windows_s items must be 1..86400")
+        if not 1 <= window_s <= MAX_LONG_WINDOW_S:
+            raise ValueError("windows_s items must be 1..311040000")
     if secret is not None:
         _check_secret(secret)
     base = b"%s:%s:%s:" % (prefix_bytes, algorithm_bytes, _tag(parts, secret))

@@ -18,7 +18,14 @@ from lua_harness import DAY_MS
 
 from moderato.algorithms import ALGORITHMS
 
-windows_s = st.one_of(st.sampled_from([1, 2, 3, 7, 60, 3600, 86_400]), st.integers(1, 86_400))
+windows_s = st.one_of(
+    st.sampled_from([1, 2, 3, 7, 60, 3600, 86_400]),
+    st.integers(1, 86_400),
+    # The long-window path: days, a week, limits' month and year, GCRA's bound.
+    st.sampled_from(
+        [86_401, 94_906, 94_907, 172_800, 604_800, 2_592_000, 3_599_627, 3_599_628, 31_104_000]
+    ),
+)
 capacities_scaled = st.one_of(
     st.sampled_from(
         [1, 999, 1000, 1001, 3000, 10_000, model.MAX_CAPACITY_SCALED, model.MAX_CAPACITY_SCALED - 1]
@@ -47,11 +54,27 @@ def refill_rates(capacity_scaled: int) -> st.SearchStrategy[float]:
 def policy_sets(draw: st.DrawFn, algorithm: str, prefix: str) -> tuple[model.Policy, ...]:
     """1-3 policies with distinct windows, keyed as the limiter keys them under ``prefix``."""
     count = draw(st.integers(1, 3))
-    windows = draw(st.lists(windows_s, min_size=count, max_size=count, unique=True))
+    # Valid policies only (the refusals have tests of their own): GCRA's windows stop at
+    # its bound, and past 26 h the buckets' capacity at the exact accrual's.
+    windows_here = windows_s
+    if algorithm == "gcra":
+        windows_here = windows_s.filter(lambda window_s: window_s <= model.GCRA_MAX_WINDOW_S)
+    windows = draw(st.lists(windows_here, min_size=count, max_size=count, unique=True))
     tag = ALGORITHMS[algorithm].key_tag
     policies = []
     for window_s in windows:
         capacity_scaled = draw(capacities_scaled)
+        largest_exact = model.MAX_SAFE_INTEGER // (window_s * 1000)
+        # GCRA takes any capacity; half the time it keeps to the buckets' range too, which
+        # the three-formulations test needs.
+        accrues = algorithm in ("token_bucket", "leaky_bucket") or (
+            algorithm == "gcra" and draw(st.booleans())
+        )
+        long_window = window_s * 1000 > model.ACCRUAL_EXACT_WINDOW_MS
+        if accrues and long_window and capacity_scaled > largest_exact:
+            capacity_scaled = draw(
+                st.one_of(st.sampled_from([largest_exact, 1000]), st.integers(1, largest_exact))
+            )
         rate = None
         if algorithm == "token_bucket" and draw(st.integers(0, 3)) == 0:
             rate = draw(refill_rates(capacity_scaled))
@@ -99,7 +122,13 @@ def resolve_delta(step: Step, policies: Sequence[model.Policy]) -> int:
     if step.delta_ms[0] == "ms":
         return int(step.delta_ms[1])
     _, index, numerator, denominator, jitter = step.delta_ms
-    return max(0, policies[index].window_ms * int(numerator) // int(denominator) + int(jitter))
+    window_ms = policies[index].window_ms
+    delta_ms = window_ms * int(numerator) // int(denominator)
+    if window_ms > DAY_MS:
+        # Past two windows every state reads as fresh; capping long-window jumps there keeps
+        # 40 steps of a year-long window well before the year 2255 the clocks stop at.
+        delta_ms = min(delta_ms, 2 * window_ms)
+    return max(0, delta_ms + int(jitter))
 
 
 def resolve_cost(step: Step, policies: Sequence[model.Policy], remaining: Sequence[int]) -> int:

@@ -40,6 +40,11 @@ from typing import Optional, Union
 MAX_SAFE_INTEGER = 2**53
 MAX_CAPACITY_SCALED = 9_007_199_254_000
 MAX_WINDOW_S = 86_400
+"""The direct contract's day: a custom refill rate fills the bucket within it."""
+MAX_LONG_WINDOW_S = 3600 * 86_400
+ACCRUAL_EXACT_WINDOW_MS = 94_906_266
+"""Past this window the token and leaky buckets take capacity <= 2^53 // window_ms."""
+GCRA_MAX_WINDOW_S = 3_599_627
 MAX_POLICIES = 16
 MAX_RESET_KEYS = 256
 """reset takes every algorithm's base keys at once: 16 policies of up to 16 algorithms."""
@@ -114,7 +119,27 @@ def expire(state: Mapping[str, Entry], now_ms: int) -> State:
     }
 
 
-def validate(cost_scaled: int, apply: bool, policies: Sequence[Policy], *, token: bool) -> None:
+def exact_accrual(policy: Policy) -> None:
+    """The token and leaky buckets' long-window rule (prelude.lua's split_per_ms)."""
+    window_ms = policy.window_ms
+    largest_scaled = MAX_SAFE_INTEGER // window_ms
+    if window_ms > ACCRUAL_EXACT_WINDOW_MS and policy.capacity_scaled > largest_scaled:
+        raise ModelArgumentError(f"capacity_scaled {policy.capacity_scaled} above {largest_scaled}")
+
+
+def gcra_window(policy: Policy) -> None:
+    if policy.window_s > GCRA_MAX_WINDOW_S:
+        raise ModelArgumentError(f"window_s {policy.window_s} too long for gcra")
+
+
+def validate(
+    cost_scaled: int,
+    apply: bool,
+    policies: Sequence[Policy],
+    *,
+    token: bool,
+    long_window: Optional[Callable[[Policy], None]] = None,
+) -> None:
     """The argument checks every script makes before touching a key."""
     if not 1 <= len(policies) <= MAX_POLICIES:
         raise ModelArgumentError(f"expected 1..{MAX_POLICIES} policies, got {len(policies)}")
@@ -126,7 +151,7 @@ def validate(cost_scaled: int, apply: bool, policies: Sequence[Policy], *, token
     for policy in policies:
         if not 1 <= policy.capacity_scaled <= MAX_CAPACITY_SCALED:
             raise ModelArgumentError(f"capacity_scaled {policy.capacity_scaled} out of range")
-        if not 1 <= policy.window_s <= MAX_WINDOW_S:
+        if not 1 <= policy.window_s <= MAX_LONG_WINDOW_S:
             raise ModelArgumentError(f"window_s {policy.window_s} out of range")
         rate = policy.refill_scaled_per_s
         if rate is not None:
@@ -138,6 +163,8 @@ def validate(cost_scaled: int, apply: bool, policies: Sequence[Policy], *, token
                 and policy.capacity_scaled / MAX_WINDOW_S <= rate <= MAX_CAPACITY_SCALED
             ):
                 raise ModelArgumentError(f"refill_scaled_per_s {rate!r} out of range")
+        if long_window is not None:
+            long_window(policy)
 
 
 @dataclass
@@ -209,8 +236,9 @@ def _decide(
     policies: Sequence[Policy],
     *,
     token: bool = False,
+    long_window: Optional[Callable[[Policy], None]] = None,
 ) -> tuple[list[int], State]:
-    validate(cost_scaled, apply, policies, token=token)
+    validate(cost_scaled, apply, policies, token=token, long_window=long_window)
     live = expire(state, now_ms)
     verdicts = [evaluate(live, now_ms, cost_scaled, policy) for policy in policies]
     return conclude(verdicts, apply, live)
@@ -419,7 +447,16 @@ def token_bucket(
     apply: bool,
     policies: Sequence[Policy],
 ) -> tuple[list[int], State]:
-    return _decide(_token_bucket_verdict, state, now_ms, cost_scaled, apply, policies, token=True)
+    return _decide(
+        _token_bucket_verdict,
+        state,
+        now_ms,
+        cost_scaled,
+        apply,
+        policies,
+        token=True,
+        long_window=exact_accrual,
+    )
 
 
 # -- sliding window --------------------------------------------------------------------
@@ -577,7 +614,9 @@ def gcra(
     apply: bool,
     policies: Sequence[Policy],
 ) -> tuple[list[int], State]:
-    return _decide(_gcra_verdict, state, now_ms, cost_scaled, apply, policies)
+    return _decide(
+        _gcra_verdict, state, now_ms, cost_scaled, apply, policies, long_window=gcra_window
+    )
 
 
 # -- sliding log -----------------------------------------------------------------------
@@ -736,7 +775,9 @@ def leaky_bucket(
     apply: bool,
     policies: Sequence[Policy],
 ) -> tuple[list[int], State]:
-    return _decide(_leaky_verdict, state, now_ms, cost_scaled, apply, policies)
+    return _decide(
+        _leaky_verdict, state, now_ms, cost_scaled, apply, policies, long_window=exact_accrual
+    )
 
 
 # -- reset -----------------------------------------------------------------------------
@@ -748,7 +789,7 @@ def reset(
     """Deletes every key the algorithms derive from each base now; returns how many existed."""
     if not 1 <= len(keys) <= MAX_RESET_KEYS or len(windows_s) != len(keys):
         raise ModelArgumentError(f"expected 1..{MAX_RESET_KEYS} keys, one window_s each")
-    if not all(1 <= window_s <= MAX_WINDOW_S for window_s in windows_s):
+    if not all(1 <= window_s <= MAX_LONG_WINDOW_S for window_s in windows_s):
         raise ModelArgumentError("window_s out of range")
     live = expire(state, now_ms)
     doomed: set[str] = set()

@@ -390,9 +390,9 @@ def test_build_keys_secret_replaces_every_identity(impl: Any) -> None:
 def test_build_keys_bounds_key_size() -> None:
     [key] = accel.build_keys("p", "fw", "", "", "\u00e9" * MB, [60])
     assert len(key) < 400
-    longest = accel.build_keys("p" * 128, "a" * 16, "%" * 21, "~" * 21, "!" * 21, [86400])
-    assert len(longest[0]) == 128 + 1 + 16 + 2 + 3 * 63 + 2 + 2 + 5
-    assert len(longest[0]) <= 128 + 1 + 16 + 2 + 3 * 66 + 2 + 1 + 5
+    longest = accel.build_keys("p" * 128, "a" * 16, "%" * 21, "~" * 21, "!" * 21, [311040000])
+    assert len(longest[0]) == 128 + 1 + 16 + 2 + 3 * 63 + 2 + 2 + 9
+    assert len(longest[0]) <= 128 + 1 + 16 + 2 + 3 * 66 + 2 + 1 + 9
 
 
 BAD_BUILD_KEYS = [
@@ -423,7 +423,7 @@ BAD_BUILD_KEYS = [
     (("p", "fw", "", "", "", [60.0]), TypeError),
     (("p", "fw", "", "", "", ["60"]), TypeError),
     (("p", "fw", "", "", "", [0]), ValueError),
-    (("p", "fw", "", "", "", [86401]), ValueError),
+    (("p", "fw", "", "", "", [311_040_001]), ValueError),
     (("p", "fw", "", "", "", [-1]), ValueError),
     (("p", "fw", "", "", "", [2**64]), ValueError),
     (("p", "fw", "", "", "", [1], "x" * 16), TypeError),
@@ -465,8 +465,11 @@ def test_build_keys_messages() -> None:
     )
     with pytest.raises(TypeError, match=r"^build_keys\(\) windows_s\[1\] must be int, not bool$"):
         accel.build_keys("p", "fw", "", "", "", [1, True])
-    with pytest.raises(ValueError, match=r"windows_s\[0\] must be 1\.\.86400 seconds, got 0$"):
+    with pytest.raises(ValueError, match=r"windows_s\[0\] must be 1\.\.311040000 seconds, got 0$"):
         accel.build_keys("p", "fw", "", "", "", [0])
+    with pytest.raises(ValueError, match=r"windows_s\[0\] must be 1\.\.311040000 seconds, got "):
+        accel.build_keys("p", "fw", "", "", "", [311040001])
+    assert accel.build_keys("p", "fw", "", "", "", [311040000]) == [b"p:fw:{::}:311040000"]
     with pytest.raises(ValueError) as raised:
         accel.build_keys("p", "fw", "x" * MB + "\ud800", "", "", [1])
     assert str(raised.value).startswith(
@@ -1101,9 +1104,9 @@ COMPONENTS = st.one_of(
     st.sampled_from(["a" * MB, "\u00e9" * MB, b"\xff" * MB]),
 )
 WINDOWS = st.one_of(
-    st.lists(st.integers(1, 86_400), min_size=1, max_size=16),
+    st.lists(st.integers(1, 311_040_000), min_size=1, max_size=16),
     st.lists(st.integers(1, 86_400), min_size=1, max_size=16).map(tuple),
-    st.lists(st.one_of(st.integers(1, 86_400), ANY_INT, st.booleans()), max_size=17),
+    st.lists(st.one_of(st.integers(1, 311_040_001), ANY_INT, st.booleans()), max_size=17),
 )
 BUILD_KEYS_ARGS = spoiled(
     st.one_of(

@@ -684,9 +684,9 @@ BAD_CALLS = [
     ),
     ("zero window", ["k"], ["1000", "1", "10000", "0", "{rest}"], "ARGV[4] (window_s of policy 1)"),
     (
-        "window over a day",
+        "window over ten years",
         ["k"],
-        ["1000", "1", "10000", "86401", "{rest}"],
+        ["1000", "1", "10000", "311040001", "{rest}"],
         "ARGV[4] (window_s of policy 1)",
     ),
     (
@@ -831,7 +831,8 @@ async def test_a_long_bad_argument_is_shown_shortened(lua: LuaHarness) -> None:
         ([f"k{i}" for i in range(257)], ["60"] * 257, "expected 1..256 keys"),
         (["k"], [], "expected one window_s argument per key (1), got 0"),
         (["k"], ["0"], "ARGV[1] (window_s of KEYS[1])"),
-        (["k"], ["86401"], "ARGV[1] (window_s of KEYS[1])"),
+        (["k"], ["311040001"], "ARGV[1] (window_s of KEYS[1])"),
+        (["k"], ["0311040001"], "ARGV[1] (window_s of KEYS[1])"),
         (["k", "j"], ["60", "1m"], "ARGV[2] (window_s of KEYS[2])"),
     ],
 )

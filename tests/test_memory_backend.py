@@ -290,7 +290,7 @@ async def test_bad_input_is_a_config_error(
             r"^fixed_window: MODERATO_ARG ARGV\[3\] \(capacity_scaled of policy 1\)",
         ),
         (
-            (1000, 1, 5000, 86_401),
+            (1000, 1, 5000, 311_040_001),
             r"^fixed_window: MODERATO_ARG ARGV\[4\] \(window_s of policy 1\)",
         ),
         ((1000, 1, 5000), r"^fixed_window: MODERATO_ARG expected 4 arguments for 1 policies"),

@@ -6,7 +6,8 @@
 -- linear_accrual_scaled(elapsed) = floor(elapsed_ms * capacity / window) for
 -- 0 <= elapsed_ms <= window. The product can pass 2^53, so capacity =
 -- per_ms_whole * window + per_ms_rest is split: elapsed * per_ms_whole <= capacity,
--- elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53.
+-- elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53 (a longer window takes a
+-- capacity below 2^53 / window, checked with the arguments: then per_ms_rest = capacity).
 local per_ms_whole, per_ms_rest
 
 local function split_per_ms()

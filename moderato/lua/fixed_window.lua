@@ -5,7 +5,7 @@ ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
 ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
 then per policy i, in KEYS order:
   ARGV[1 + 2i]  capacity_scaled  1..9007199254000
-  ARGV[2 + 2i]  window_s         1..86400
+  ARGV[2 + 2i]  window_s         1..311040000
 
 State: one counter per window, key <base>:<floor(now_ms / window_ms)>, holding
 the scaled units admitted in that window; it expires at the window's end.

@@ -5,7 +5,7 @@ ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
 ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
 then per policy i, in KEYS order:
   ARGV[1 + 2i]  capacity_scaled  1..9007199254000
-  ARGV[2 + 2i]  window_s         1..86400
+  ARGV[2 + 2i]  window_s         1..3599627 (41 days: times in µs stay below 2^53)
 
 State: key <base>:gcra, a hash of decimal integer strings holding the theoretical
 arrival time (TAT: when the virtual bucket is empty again), exactly:
@@ -143,4 +143,4 @@ local function write(key, tat_us, tat_frac, reset_ms)
   redis.call('PEXPIREAT', key, reset_ms + EXPIRY_MARGIN_MS)
 end
 
-return decide(2, nil, evaluate, write)
+return decide(2, nil, evaluate, write, 'gcra_window')

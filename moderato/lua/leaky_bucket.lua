@@ -5,7 +5,8 @@ ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
 ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
 then per policy i, in KEYS order:
   ARGV[1 + 2i]  capacity_scaled  1..9007199254000
-  ARGV[2 + 2i]  window_s         1..86400
+  ARGV[2 + 2i]  window_s         1..311040000; above 94906 s capacity_scaled
+                                 <= floor(2^53 / window_ms) (the drain stays exact)
 
 State: key <base>:leaky, a hash of decimal integer strings: level (scaled units in the
 bucket), base (ms) and drained (scaled units drained since base). The level drains
@@ -132,4 +133,4 @@ local function write(key, level_scaled, base_ms, drained_scaled, empty_at_ms)
   redis.call('PEXPIREAT', key, empty_at_ms + EXPIRY_MARGIN_MS)
 end
 
-return decide(2, nil, evaluate, write)
+return decide(2, nil, evaluate, write, 'exact_accrual')

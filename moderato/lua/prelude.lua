@@ -15,7 +15,7 @@
 
 local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
 local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53
-local MAX_WINDOW_S = 86400
+local MAX_WINDOW_S = 86400 -- a day: the direct contract's windows (and custom refill rates)
 local MAX_POLICIES = 16
 -- Room to add waits to a stored time and stay below 2^53: 2^52 ms (~142,000 years).
 local MAX_STATE_TIME_MS = 4503599627370496
@@ -99,10 +99,35 @@ local function refusals()
   end
   R.parse_integer = parse_integer
 
+  -- The long-window path (docs/internals.md, "Long windows"): a window above a day never
+  -- passes arguments_fit, so it is checked here, up to ten 360-day years, and by its
+  -- algorithm's rule for the range it keeps exact (named by decide()'s long_window).
+  local MAX_LONG_WINDOW_S = 311040000
+  local long_window_rules = {
+    -- Token and leaky bucket: past 94,906,266 ms, capacity <= 2^53 / window keeps
+    -- capacity < window, so elapsed * (capacity mod window) <= 2^53 (accrual.lua).
+    exact_accrual = function(policy_number, first, capacity, window)
+      local largest_scaled = floor_div(MAX_SAFE_INTEGER, window * 1000)
+      if window * 1000 > 94906266 and capacity > largest_scaled then
+        fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. policy_number
+          .. ') must be at most ' .. decimal(largest_scaled) .. ' for a window of ' .. decimal(window)
+          .. ' s (accrual stays below 2^53), got ' .. decimal(capacity))
+      end
+    end,
+    -- GCRA: times in µs reach now + 2 windows, below 2^53 until now_ms = 9e12 (2255).
+    gcra_window = function(policy_number, first, capacity, window)
+      if window > 3599627 then
+        fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. policy_number
+          .. ') must be at most 3599627 for gcra (its microsecond times stay below 2^53), got '
+          .. decimal(window))
+      end
+    end,
+  }
+
   -- The full check of KEYS and ARGV, raising the refusal that names what is wrong.
   -- parse_extra(policy_number, argv_index, capacity_scaled) checks an algorithm's fields
-  -- after capacity and window.
-  function R.arguments(fields_per_policy, parse_extra)
+  -- after capacity and window; long_window names its rule above, if it has one.
+  function R.arguments(fields_per_policy, parse_extra, long_window)
     local policy_count = #KEYS
     if policy_count < 1 or policy_count > MAX_POLICIES then
       fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
@@ -137,12 +162,16 @@ local function refusals()
         fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
           .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got ' .. shown(ARGV[first]))
       end
-      if not parse_integer(ARGV[first + 1], 1, MAX_WINDOW_S) then
+      local window = parse_integer(ARGV[first + 1], 1, MAX_LONG_WINDOW_S)
+      if not window then
         fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. i
-          .. ') must be an integer 1..' .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
+          .. ') must be an integer 1..' .. MAX_LONG_WINDOW_S .. ', got ' .. shown(ARGV[first + 1]))
       end
       if parse_extra then
         parse_extra(R, i, first + 2, capacity_scaled)
+      end
+      if long_window and window > MAX_WINDOW_S then
+        long_window_rules[long_window](i, first, capacity_scaled, window)
       end
     end
   end
@@ -352,11 +381,11 @@ end
 -- cost_scaled, now_ms, many) evaluates policy i (need_uncharged: several policies, so
 -- the uncharged reset is needed too); write(...) applies an admitted policy's writes.
 -- A refusal raised by fail() becomes the error reply the client maps; any other error
--- stays a script error.
-local function decide(fields_per_policy, parse_extra, evaluate, write)
+-- stays a script error. long_window names the algorithm's long-window rule (refusals()).
+local function decide(fields_per_policy, parse_extra, evaluate, write, long_window)
   if not arguments_fit(fields_per_policy) then
     local ok, refusal = pcall(function()
-      refusals().arguments(fields_per_policy, parse_extra)
+      refusals().arguments(fields_per_policy, parse_extra, long_window)
     end)
     if not ok then
       if type(refusal) == 'table' and refusal.moderato_error then

@@ -1,7 +1,7 @@
 --[[ moderato: reset, atomic over 1..256 base keys.
 
 KEYS[i]  base key of policy i (up to 16 policies of up to 16 algorithms at once)
-ARGV[i]  window_s of KEYS[i]: decimal integer 1..86400
+ARGV[i]  window_s of KEYS[i]: decimal integer 1..311040000
 
 Deletes every key any algorithm derives from each base at the current time:
 the fixed/sliding window counters <base>:<index> and <base>:<index - 1>
@@ -12,7 +12,7 @@ the number of keys deleted. A bad argument is "MODERATO_ARG ..." and deletes
 nothing.
 ]]
 
-local MAX_WINDOW_S = 86400
+local MAX_WINDOW_S = 311040000 -- the longest window a rate names: ten 360-day years
 local MAX_KEYS = 256
 
 local function fail(message)
@@ -30,13 +30,13 @@ local function shown(value)
   return '"' .. string.gsub(text, '[^%w%p ]', '?') .. '"'
 end
 
--- window_s as a number, or nil unless it is a decimal integer 1..86400.
+-- window_s as a number, or nil unless it is a decimal integer 1..311040000.
 local function parse_window_s(text)
   if type(text) ~= 'string' or not string.find(text, '^%d+$') then
     return nil
   end
   local digits = string.gsub(text, '^0+', '')
-  if #digits > 5 then
+  if #digits > 9 then
     return nil
   end
   local window_s = tonumber('0' .. digits)

@@ -5,7 +5,8 @@ ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
 ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
 then per policy i, in KEYS order:
   ARGV[3i]      capacity_scaled      1..9007199254000
-  ARGV[3i + 1]  window_s             1..86400
+  ARGV[3i + 1]  window_s             1..311040000; above 94906 s capacity_scaled
+                                     <= floor(2^53 / window_ms) (the credit stays exact)
   ARGV[3i + 2]  refill_scaled_per_s  "" = the exact public rule (capacity per window);
                                      else a finite decimal number (exponent allowed) in
                                      [capacity_scaled / 86400, 9007199254000]
@@ -225,4 +226,4 @@ local function write(key, tokens_scaled, base_ms, credited_scaled, expire_at_ms)
   redis.call('PEXPIREAT', key, expire_at_ms)
 end
 
-return decide(3, parse_refill_rate, evaluate, write)
+return decide(3, parse_refill_rate, evaluate, write, 'exact_accrual')

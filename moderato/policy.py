@@ -96,9 +96,11 @@ class Policy:
 
 
 def parse_rate(text: str) -> tuple[Rate, ...]:
-    """Parse ``"100/minute"``, ``"10 per second"``, ``"5/10 minutes"`` or several joined by ``;``.
+    """Parse ``"100/minute"``, ``"10 per second"``, ``"5/2 days"``, ``"1000/month"``,
+    ``"5/min"`` or several joined by ``;``, ``,`` or ``|`` (limits' and throttled-py's grammar).
 
-    Raises ``ValueError`` naming the input and the accepted grammar.
+    Raises ``ValueError`` naming the input and the accepted grammar. Algorithms'
+    exact ranges are checked when a policy is planned, not here.
     """
     return tuple(Rate(limit, window_s) for limit, window_s in _accel.parse_rate(text))
 

@@ -229,36 +229,36 @@ def mixed_case(draw: st.DrawFn, word: str) -> str:
 
 
 @st.composite
-def limits_strings(draw: st.DrawFn) -> tuple[str, Pairs]:
-    policies, pairs = [], []
-    for _ in range(draw(st.integers(1, 4))):
-        unit = draw(st.sampled_from(sorted(LIMITS_UNITS)))
-        limit = draw(st.integers(1, 9_007_199_254))
-        multiple = draw(
-            st.one_of(st.none(), st.integers(1, MAX_LONG_WINDOW_S // LIMITS_UNITS[unit]))
-        )
-        separator = draw(st.sampled_from(["/", " / ", " per ", " PER "]))
-        written_multiple = (
-            "" if multiple is None else f"{multiple}" + draw(st.sampled_from(["", " "]))
-        )
-        plural = draw(st.sampled_from(["", "s"]))
-        policies.append(f"{limit}{separator}{written_multiple}{mixed_case(draw, unit)}{plural}")
-        pairs.append((limit, (multiple or 1) * LIMITS_UNITS[unit]))
-    joiner = draw(st.sampled_from([";", ",", "|", "; ", ", "]))
-    return joiner.join(policies), tuple(pairs)
+def limits_policy(draw: st.DrawFn) -> tuple[str, int, int]:
+    """One policy in limits' grammar: text, limit, window_s."""
+    unit = draw(st.sampled_from(sorted(LIMITS_UNITS)))
+    limit = draw(st.integers(1, 9_007_199_254))
+    multiple = draw(st.one_of(st.none(), st.integers(1, MAX_LONG_WINDOW_S // LIMITS_UNITS[unit])))
+    separator = draw(st.sampled_from(["/", " / ", " per ", " PER "]))
+    written_multiple = "" if multiple is None else f"{multiple}" + draw(st.sampled_from(["", " "]))
+    plural = draw(st.sampled_from(["", "s"]))
+    text = f"{limit}{separator}{written_multiple}{mixed_case(draw, unit)}{plural}"
+    return text, limit, (multiple or 1) * LIMITS_UNITS[unit]
 
 
 @st.composite
-def throttled_strings(draw: st.DrawFn) -> tuple[str, Pairs]:
-    policies, pairs = [], []
-    for _ in range(draw(st.integers(1, 4))):
-        unit = draw(st.sampled_from(sorted(THROTTLED_UNITS_S)))
-        limit = draw(st.integers(1, 9_007_199_254))
-        separator = draw(st.sampled_from(["/", " / ", " per ", " Per "]))
-        policies.append(f"{limit}{separator}{mixed_case(draw, unit)}")
-        pairs.append((limit, THROTTLED_UNITS_S[unit]))
-    joiner = draw(st.sampled_from([";", ",", "|", " ; ", ", "]))
-    return joiner.join(policies), tuple(pairs)
+def throttled_policy(draw: st.DrawFn) -> tuple[str, int, int]:
+    """One policy in throttled-py's grammar (no multiples, no burst): text, limit, window_s."""
+    unit = draw(st.sampled_from(sorted(THROTTLED_UNITS_S)))
+    limit = draw(st.integers(1, 9_007_199_254))
+    separator = draw(st.sampled_from(["/", " / ", " per ", " Per "]))
+    return f"{limit}{separator}{mixed_case(draw, unit)}", limit, THROTTLED_UNITS_S[unit]
+
+
+@st.composite
+def rate_strings(
+    draw: st.DrawFn, policy: st.SearchStrategy[tuple[str, int, int]]
+) -> tuple[str, Pairs]:
+    """1-4 policies joined by any separator both sides accept, and the pairs they mean."""
+    policies = draw(st.lists(policy, min_size=1, max_size=4))
+    joiner = draw(st.sampled_from([";", ",", "|", "; ", " , "]))
+    text = joiner.join(text for text, _, _ in policies)
+    return text, tuple((limit, window_s) for _, limit, window_s in policies)
 
 
 def assert_moderato_reads(text: str, pairs: Pairs) -> None:
@@ -274,7 +274,7 @@ def assert_moderato_reads(text: str, pairs: Pairs) -> None:
     assert reference.parse_rate(text) == pairs
 
 
-@given(limits_strings())
+@given(rate_strings(limits_policy()))
 def test_generated_limits_strings(case: tuple[str, Pairs]) -> None:
     text, pairs = case
     if limits_package is not None:
@@ -282,7 +282,7 @@ def test_generated_limits_strings(case: tuple[str, Pairs]) -> None:
     assert_moderato_reads(text, pairs)
 
 
-@given(throttled_strings())
+@given(rate_strings(throttled_policy()))
 def test_generated_throttled_strings(case: tuple[str, Pairs]) -> None:
     text, pairs = case
     if throttled_parser is not None:

@@ -12,7 +12,7 @@ grammar both accept.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import accel_reference as reference
 import pytest
@@ -274,17 +274,17 @@ def assert_moderato_reads(text: str, pairs: Pairs) -> None:
     assert reference.parse_rate(text) == pairs
 
 
-@given(rate_strings(limits_policy()))
-def test_generated_limits_strings(case: tuple[str, Pairs]) -> None:
-    text, pairs = case
-    if limits_package is not None:
-        assert limits_pairs(text) == pairs
-    assert_moderato_reads(text, pairs)
+PEERS: dict[str, tuple[st.SearchStrategy[tuple[str, int, int]], bool, Callable[[str], Pairs]]] = {
+    "limits": (limits_policy(), limits_package is not None, limits_pairs),
+    "throttled": (throttled_policy(), throttled_parser is not None, throttled_pairs),
+}
 
 
-@given(rate_strings(throttled_policy()))
-def test_generated_throttled_strings(case: tuple[str, Pairs]) -> None:
-    text, pairs = case
-    if throttled_parser is not None:
-        assert throttled_pairs(text) == pairs
+@pytest.mark.parametrize("peer", list(PEERS))
+@given(data=st.data())
+def test_generated_strings_read_as_the_peer_reads_them(peer: str, data: st.DataObject) -> None:
+    policy, installed, peer_pairs = PEERS[peer]
+    text, pairs = data.draw(rate_strings(policy), label="rate")
+    if installed:
+        assert peer_pairs(text) == pairs
     assert_moderato_reads(text, pairs)

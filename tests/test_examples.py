@@ -477,7 +477,9 @@ async def test_algorithms_demo_table_chart_and_numbers(
     )
     elapsed_s = time.monotonic() - started
     assert code == 0
-    assert elapsed_s < 12, f"the demo took {elapsed_s:.1f} s"
+    # A bound against a hang, not a speed test: the demo paces real traffic for
+    # about 8 s, and a loaded machine stretches its chart drawing.
+    assert elapsed_s < 30, f"the demo took {elapsed_s:.1f} s"
     report = json.loads(numbers.read_text())
     assert report["latest_finish_s"] < demo.LATE_WARNING_S, (
         f"a batch was decided {report['latest_finish_s']} s after its slot: machine too busy "

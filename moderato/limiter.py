@@ -34,7 +34,8 @@ logger = logging.getLogger("moderato")
 if TYPE_CHECKING:  # the HTTP integration imports Starlette; the core must not need it
     from .integrations.decorator import F
     from .integrations.dependency import RateLimitDependency
-    from .integrations.rule import CostSpec, KeySpec, RateSpec, TenantSpec
+    from .integrations.rule import CostSpec, ExemptWhen, KeySpec, RateSpec, TenantSpec
+    from .integrations.websocket import MessageLimit
 
 
 class RateLimiter:
@@ -61,6 +62,11 @@ class RateLimiter:
     denied checks and of backend errors), and one line when the backend
     answers again (``failure_log``, an OutageLog; tests may replace its
     ``clock``). Metrics still count every event.
+
+    ``key``, ``tenant`` and ``cost`` are the defaults of every HTTP rule
+    (decorator, dependency, middleware, message limit) that does not set its
+    own: values or callbacks of the request, as the rules take them. By
+    default the client address, no tenant, and a cost of 1.
     """
 
     def __init__(
@@ -85,6 +91,9 @@ class RateLimiter:
         metrics_namespace: str = "moderato",
         metrics_registry: Optional[Any] = None,
         failure_log_interval_s: float = DEFAULT_INTERVAL_S,
+        key: Optional[KeySpec] = None,
+        tenant: Optional[TenantSpec] = None,
+        cost: Optional[CostSpec] = None,
     ) -> None:
         connect_timeout_s = seconds_option("connect_timeout_s", connect_timeout_s)
         command_timeout_s = seconds_option("command_timeout_s", command_timeout_s)
@@ -92,6 +101,10 @@ class RateLimiter:
         breaker_failures = count_option("breaker_failures", breaker_failures)
         breaker_cooldown_s = seconds_option("breaker_cooldown_s", breaker_cooldown_s)
         failure_log_interval_s = seconds_option("failure_log_interval_s", failure_log_interval_s)
+        self.key = key
+        self.tenant = tenant
+        self.cost = cost
+        check_rule_defaults(key, tenant, cost)
         self.redis_url = redis_url
         self.key_prefix = key_prefix
         self.connections_per_loop = connections_per_loop
@@ -516,16 +529,20 @@ class RateLimiter:
         key: Optional[KeySpec] = None,
         algorithm: Optional[str] = None,
         scope: Optional[str] = None,
-        cost: CostSpec = 1,
+        cost: Optional[CostSpec] = None,
         tenant: Optional[TenantSpec] = None,
         shadow: Optional[bool] = None,
+        exempt_when: Optional[ExemptWhen] = None,
     ) -> Callable[[F], F]:
         """Decorate a FastAPI or Starlette endpoint (``async def`` or ``def``) with a limit.
 
         ``rate``, ``key``, ``tenant`` and ``cost`` may be values or callbacks of the
-        request (sync or async). ``key`` defaults to the client IP; ``scope`` to the
+        request (sync or async). ``key``, ``tenant`` and ``cost`` default to the
+        limiter's own (else the client IP, none, 1); ``scope`` to the
         route's method and templates. ``shadow=True`` observes the limit (metrics,
-        logs) without denying. Static configuration errors, including a static
+        logs) without denying. ``exempt_when``, a predicate of the request (sync
+        or async), skips the limit when it returns True. On a websocket route the
+        handshake is limited. Static configuration errors, including a static
         cost above capacity, raise RateLimitConfigError here.
         """
         from .integrations.decorator import limit
@@ -539,6 +556,7 @@ class RateLimiter:
             cost=cost,
             tenant=tenant,
             shadow=shadow,
+            exempt_when=exempt_when,
         )
 
     def dependency(
@@ -548,9 +566,10 @@ class RateLimiter:
         key: Optional[KeySpec] = None,
         algorithm: Optional[str] = None,
         scope: Optional[str] = None,
-        cost: CostSpec = 1,
+        cost: Optional[CostSpec] = None,
         tenant: Optional[TenantSpec] = None,
         shadow: Optional[bool] = None,
+        exempt_when: Optional[ExemptWhen] = None,
     ) -> RateLimitDependency:
         """The same limit as a FastAPI dependency, for ``Depends(...)`` or router dependencies."""
         from .integrations.dependency import dependency
@@ -564,7 +583,47 @@ class RateLimiter:
             cost=cost,
             tenant=tenant,
             shadow=shadow,
+            exempt_when=exempt_when,
         )
+
+    def message_limit(
+        self,
+        rate: RateSpec,
+        *,
+        key: Optional[KeySpec] = None,
+        algorithm: Optional[str] = None,
+        scope: Optional[str] = None,
+        cost: Optional[CostSpec] = None,
+        tenant: Optional[TenantSpec] = None,
+        shadow: Optional[bool] = None,
+    ) -> MessageLimit:
+        """A per-message limit for an open websocket: ``await it.check(websocket)``."""
+        from .integrations.websocket import MessageLimit
+
+        return MessageLimit(
+            self,
+            rate,
+            key=key,
+            algorithm=algorithm,
+            scope=scope,
+            cost=cost,
+            tenant=tenant,
+            shadow=shadow,
+        )
+
+
+def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
+    """The rules' defaults have the rules' types (checked here: the core has no Starlette)."""
+    if key is not None and not isinstance(key, (str, bytes)) and not callable(key):
+        raise RateLimitConfigError(
+            f"key must be a string or a callable of the request, got {type(key).__name__}"
+        )
+    if tenant is not None and not isinstance(tenant, str) and not callable(tenant):
+        raise RateLimitConfigError(
+            f"tenant must be a string or a callable of the request, got {type(tenant).__name__}"
+        )
+    if cost is not None and not callable(cost):
+        validate_cost(cost)
 
 
 def _tenant(tenant_type: object) -> str:

@@ -1,4 +1,4 @@
-"""HTTP integration: install(), decorator, dependency, scopes, identity, headers, middlewares."""
+"""HTTP and WebSocket integration: install(), decorator, dependency, middlewares, message limits."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from .http_errors import HTTPBackendError, HTTPRateLimitCallbackError, HTTPRateL
 from .identity import ClientIdentity
 from .middleware import RateLimitHeadersMiddleware, RateLimitMiddleware
 from .scope import route_scope
+from .websocket import MessageLimit
 from .wiring import install
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "HTTPRateLimitCallbackError",
     "HTTPRateLimitExceeded",
     "HeaderStyle",
+    "MessageLimit",
     "RateLimitDependency",
     "RateLimitHeadersMiddleware",
     "RateLimitMiddleware",

@@ -2,9 +2,14 @@
 
 The endpoint needs no ``request`` parameter. The wrapper finds the Request
 itself: Starlette passes it positionally; for FastAPI, the wrapper's
-signature reuses the endpoint's own Request parameter if it has one, or else
-adds a keyword-only one. FastAPI leaves Request parameters out of OpenAPI, so
-the schema is the same as without the decorator.
+signature reuses the endpoint's own Request (or WebSocket) parameter if it
+has one, or else adds a keyword-only Request one.
+
+FastAPI leaves Request parameters out of OpenAPI, so the schema is the same
+as without the decorator. On a websocket route the rule limits the
+handshake: the check runs before the endpoint, so before it can ``accept``,
+and a denied connection is refused (websocket_errors.py) without the
+endpoint running.
 
 The wrapper is always ``async``: the check must be awaited. A plain ``def``
 endpoint then runs in the thread pool, as the framework would have run it.
@@ -25,12 +30,12 @@ import inspect
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from ..errors import RateLimitConfigError
 from ..policy import policy_for
 from .order import remember
-from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
+from .rule import CostSpec, ExemptWhen, KeySpec, LimitRule, RateSpec, TenantSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,9 +56,10 @@ def limit(
     key: Optional[KeySpec] = None,
     algorithm: Optional[str] = None,
     scope: Optional[str] = None,
-    cost: CostSpec = 1,
+    cost: Optional[CostSpec] = None,
     tenant: Optional[TenantSpec] = None,
     shadow: Optional[bool] = None,
+    exempt_when: Optional[ExemptWhen] = None,
 ) -> Callable[[F], F]:
     """A decorator that limits an endpoint; see ``RateLimiter.limit``.
 
@@ -70,6 +76,7 @@ def limit(
         cost=cost,
         tenant=tenant,
         shadow=shadow,
+        exempt_when=exempt_when,
     )
 
     def decorate(func: F) -> F:
@@ -130,12 +137,12 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
             request = kwargs.pop(REQUEST_PARAMETER, None)
         else:
             request = kwargs.get(cast(str, request_parameter))
-        if not isinstance(request, Request):
-            request = next((arg for arg in args if isinstance(arg, Request)), None)
+        if not isinstance(request, HTTPConnection):
+            request = next((arg for arg in args if isinstance(arg, HTTPConnection)), None)
         if request is None:
             raise RateLimitConfigError(
-                f"{func.__qualname__} was called without a Request; a rate-limited "
-                "endpoint must be called by FastAPI or Starlette routing"
+                f"{func.__qualname__} was called without a Request or WebSocket; a "
+                "rate-limited endpoint must be called by FastAPI or Starlette routing"
             )
         await rule.enforce(request)
         if is_async:
@@ -194,11 +201,12 @@ def _wrap_generator(func: Callable[..., Any], rule: LimitRule) -> Callable[..., 
 
 
 def _request_parameter(func: Callable[..., Any], signature: inspect.Signature) -> Optional[str]:
-    """The name of the endpoint's own Request parameter, if it declares one.
+    """The name of the endpoint's own Request or WebSocket parameter, if it declares one.
 
     FastAPI fills exactly one Request parameter per endpoint, so a second one
     would be left without a value: reuse the endpoint's (or an inner
-    decorator's) instead of adding another.
+    decorator's) instead of adding another. A websocket endpoint always
+    declares its WebSocket (it has to accept it).
     """
     namespace = getattr(inspect.unwrap(func), "__globals__", {})
     for parameter in signature.parameters.values():
@@ -208,7 +216,7 @@ def _request_parameter(func: Callable[..., Any], signature: inspect.Signature) -
                 annotation = eval(annotation, namespace)  # resolves "Request" as FastAPI would
             except Exception:
                 continue
-        if isinstance(annotation, type) and issubclass(annotation, Request):
+        if isinstance(annotation, type) and issubclass(annotation, HTTPConnection):
             return parameter.name
     return None
 

@@ -10,16 +10,24 @@ started: once headers are on the wire a second response would corrupt the
 stream, so the error propagates instead. In a mounted sub-application,
 install the middleware on the child: the child's own error middleware answers
 500 before an exception reaches the parent.
+
+``RateLimitMiddleware`` limits websocket handshakes as well, by default
+(``websockets=False`` lets them through): the app-wide limit is meant for
+every request, and an upgrade request left out would be a way around it. A
+refused handshake gets the same 429 as an HTTP request where the server
+offers the denial-response extension, else a close before accept (1008),
+see websocket_errors.py.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, NoReturn, Optional, cast
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from ..errors import RateLimitConfigError
 from .callbacks import RequestCallback, call_callback, callback_failed
@@ -29,7 +37,8 @@ from .identity import ClientIdentity, ProxyHeader
 from .order import log_misplaced
 from .paths import ExemptPaths, exact_paths, normalize
 from .responses import error_response, send_json
-from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
+from .rule import CostSpec, ExemptWhen, KeySpec, LimitRule, RateSpec, TenantSpec
+from .websocket_errors import refuse
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
@@ -63,16 +72,18 @@ class RateLimitMiddleware:
     """An app-wide limit, enforced before the application runs; rejected requests never reach it.
 
     - ``rate``: one or more policies (``"50/second;10000/day"``), decided atomically;
-    - ``key``: identity callback; by default the client IP (forwarding headers
-      believed only from ``trusted_proxies``). ``api_key_header`` opts in to
-      keying on that header's value when sent: unvalidated, it lets a client
-      mint a fresh identity per request, so validate keys in a ``key``
-      callback instead (see docs/http.md);
+    - ``key``: identity callback; by default the limiter's ``key``, else the
+      client IP (forwarding headers believed only from ``trusted_proxies``).
+      ``api_key_header`` opts in to keying on that header's value when sent:
+      unvalidated, it lets a client mint a fresh identity per request, so
+      validate keys in a ``key`` callback instead (see docs/http.md);
     - ``cost`` for every request, or ``costs`` per exact path (``{"/export": 20}``);
     - ``exempt_paths``: exact paths (a trailing slash is ignored), or prefixes
       ending in ``*`` (``"/static/*"``), see paths.py; ``exempt``:
       predicates of the request (sync or async). Health checks belong here:
       limiting them gets healthy instances restarted under load;
+      ``exempt_when``: one more such predicate, named as for the decorator;
+    - ``websockets``: limit websocket handshakes too (the default);
     - ``scope``: the bucket's name, shared by every path (give two app-wide
       middlewares different scopes);
     - ``headers``: as for RateLimitHeadersMiddleware, whose job this middleware
@@ -91,10 +102,12 @@ class RateLimitMiddleware:
         algorithm: Optional[str] = None,
         key: Optional[KeySpec] = None,
         tenant: Optional[TenantSpec] = None,
-        cost: CostSpec = 1,
+        cost: Optional[CostSpec] = None,
         costs: Optional[Mapping[str, int]] = None,
         exempt_paths: Iterable[str] = (),
         exempt: Iterable[ExemptPredicate] = (),
+        exempt_when: Optional[ExemptWhen] = None,
+        websockets: bool = True,
         scope: str = "app",
         headers: HeaderStyle = "legacy",
         api_key_header: Optional[str] = None,
@@ -107,14 +120,20 @@ class RateLimitMiddleware:
         if not isinstance(scope, str) or not scope:
             raise RateLimitConfigError("scope must be a non-empty string")
         self.scope = scope
-        if key is None:
+        if not isinstance(websockets, bool):
+            raise RateLimitConfigError(
+                f"websockets must be True or False, got {type(websockets).__name__}"
+            )
+        self.websockets = websockets
+        if key is None and (api_key_header is not None or trusted_proxies):
+            # Identity options given here; otherwise the limiter's default key applies.
             key = ClientIdentity(
                 api_key_header=api_key_header,
                 trusted_proxies=trusted_proxies,
                 proxy_header=proxy_header,
             )
 
-        def rule_for(charge: CostSpec) -> LimitRule:
+        def rule_for(charge: Optional[CostSpec]) -> LimitRule:
             return LimitRule(
                 limiter,
                 rate,
@@ -124,6 +143,7 @@ class RateLimitMiddleware:
                 cost=charge,
                 tenant=tenant,
                 shadow=shadow,
+                exempt_when=exempt_when,
             )
 
         self.rule = rule_for(cost)
@@ -140,6 +160,9 @@ class RateLimitMiddleware:
                 )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and self.websockets:
+            await self._handshake(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -167,9 +190,25 @@ class RateLimitMiddleware:
             return
         await serve(self.app, scope, receive, send, self.headers)
 
-    async def _exempt(self, request: Request) -> bool:
+    async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Limit a websocket handshake; a refused one never reaches the application."""
+        path = route_path(scope)
+        if not self.exempt_paths.match(path):
+            # No receive, no send: callbacks read the handshake's headers, nothing else.
+            connection = WebSocket(scope, _no_receive, _no_send)
+            try:
+                if not await self._exempt(connection):
+                    rule = self.path_rules.get(normalize(path), self.rule)
+                    await rule.check(connection, scope=self.scope)
+            except Exception as error:
+                if not await refuse(error, scope, send, self.headers):
+                    raise
+                return
+        await self.app(scope, receive, send)
+
+    async def _exempt(self, request: HTTPConnection) -> bool:
         for predicate in self.exempt:
-            verdict = await call_callback("exempt", predicate, request)
+            verdict = await call_callback("exempt", predicate, cast(Request, request))
             if not isinstance(verdict, bool):
                 raise callback_failed(
                     "exempt", f"exempt predicate returned {type(verdict).__name__}, not bool"
@@ -246,3 +285,11 @@ def route_path(scope: Scope) -> str:
     ):
         return path[len(root_path) :] or "/"
     return path
+
+
+async def _no_receive() -> NoReturn:
+    raise RuntimeError("rate-limit callbacks cannot receive from a websocket")
+
+
+async def _no_send(message: Message) -> NoReturn:
+    raise RuntimeError("rate-limit callbacks cannot send on a websocket")

@@ -60,11 +60,14 @@ def _single_leaf(error: BaseException) -> BaseException:
         error = inner[0]
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], headers: HeaderList) -> None:
+async def send_json(
+    send: Send, status: int, body: dict[str, Any], headers: HeaderList, *, prefix: str = ""
+) -> None:
+    """Send a complete JSON response; ``prefix="websocket."`` sends it as a handshake denial."""
     payload = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
     await send(
         {
-            "type": "http.response.start",
+            "type": f"{prefix}http.response.start",
             "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
@@ -73,4 +76,4 @@ async def send_json(send: Send, status: int, body: dict[str, Any], headers: Head
             ],
         }
     )
-    await send({"type": "http.response.body", "body": payload})
+    await send({"type": f"{prefix}http.response.body", "body": payload})

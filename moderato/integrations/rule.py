@@ -4,16 +4,29 @@ Everything static is validated when the rule is created, before any request
 and before Redis is contacted: the rate, the algorithm, the scope, and a
 static cost against the capacity of the rate's smallest policy. Per-request
 values come from callbacks, which fail closed.
+
+``key``, ``tenant`` and ``cost`` left unset follow the limiter's defaults
+(``RateLimiter(key=..., tenant=..., cost=...)``), read per request so that
+``install(app, limiter, key=...)`` after decoration still applies; without
+one, the client address, no tenant and a cost of 1. A rule applies to HTTP
+requests and to websocket handshakes alike (both are ``HTTPConnection``s).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
+from starlette.types import Scope
 
 from ..algorithms import get_algorithm
-from ..errors import BackendError, RateLimitCallbackError, RateLimitConfigError, RateLimitExceeded
+from ..errors import (
+    BackendError,
+    ModeratoError,
+    RateLimitCallbackError,
+    RateLimitConfigError,
+    RateLimitExceeded,
+)
 from ..limiter import exceeded
 from ..policy import policy_for, validate_cost
 from ..results import CheckResult
@@ -22,6 +35,7 @@ from .decisions import has_middleware, record
 from .http_errors import http_error
 from .identity import DEFAULT_IDENTITY
 from .scope import route_scope
+from .websocket_errors import is_websocket, websocket_error
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
@@ -31,6 +45,8 @@ RateSpec = Union[str, RequestCallback[str]]
 KeySpec = Union[str, bytes, RequestCallback[Union[str, bytes]]]
 TenantSpec = Union[str, RequestCallback[Optional[str]]]
 CostSpec = Union[int, RequestCallback[int]]
+ExemptWhen = RequestCallback[bool]
+"""A predicate of the request: True skips the rule for it (nothing is charged)."""
 
 
 class LimitRule:
@@ -44,22 +60,25 @@ class LimitRule:
         key: Optional[KeySpec] = None,
         algorithm: Optional[str] = None,
         scope: Optional[str] = None,
-        cost: CostSpec = 1,
+        cost: Optional[CostSpec] = None,
         tenant: Optional[TenantSpec] = None,
         shadow: Optional[bool] = None,
+        exempt_when: Optional[ExemptWhen] = None,
         endpoint: Optional[Callable[..., Any]] = None,
     ) -> None:
         self.limiter = limiter
         self.endpoint = endpoint
         """Names the fallback scope if the route template cannot be discovered."""
         self.rate = rate
-        self.key: KeySpec = DEFAULT_IDENTITY if key is None else key
+        self.key = key
+        """None follows the limiter's default key, else the client address."""
         self.algorithm = algorithm
         self.scope = scope
         self.cost = cost
         self.tenant = tenant
         self.shadow = shadow
         """None follows the limiter; True observes without denying; False always enforces."""
+        self.exempt_when = exempt_when
         self._validate()
 
     def _validate(self) -> None:
@@ -87,42 +106,75 @@ class LimitRule:
             raise RateLimitConfigError(
                 "tenant must be a string or a callable of the request, got bytes"
             )
-        if callable(self.cost):
+        if self.exempt_when is not None and not callable(self.exempt_when):
+            raise RateLimitConfigError(
+                "exempt_when must be a callable of the request returning bool, "
+                f"got {type(self.exempt_when).__name__}"
+            )
+        policy = policy_for(self.rate) if isinstance(self.rate, str) else None
+        if self.cost is None or callable(self.cost):
             return
         cost = validate_cost(self.cost)
-        if isinstance(self.rate, str):
-            policy = policy_for(self.rate)
-            capacity = policy.smallest_limit
-            if cost > capacity:
-                raise RateLimitConfigError(
-                    f"cost {cost} exceeds capacity {capacity} of policy '{self.rate}'; "
-                    "such a request could never be admitted"
-                )
+        if policy is not None and cost > policy.smallest_limit:
+            raise RateLimitConfigError(
+                f"cost {cost} exceeds capacity {policy.smallest_limit} of policy '{self.rate}'; "
+                "such a request could never be admitted"
+            )
 
-    async def enforce(self, request: Request, *, scope: Optional[str] = None) -> CheckResult:
+    async def enforce(
+        self, request: HTTPConnection, *, scope: Optional[str] = None
+    ) -> Optional[CheckResult]:
         """Decide and charge for ``request``; record the decision; raise on a denial.
 
-        Raises RateLimitExceeded (429, or 422 for a cost above capacity),
+        Returns None, charging nothing, when ``exempt_when`` says so. Raises
+        RateLimitExceeded (429, or 422 for a cost above capacity),
         RateLimitCallbackError, or BackendError when Redis cannot decide.
         Without a moderato middleware around the request, they are raised as
-        their HTTPException subclasses, which any Starlette app answers.
+        their HTTPException subclasses, which any Starlette app answers; on a
+        websocket handshake, as the form that refuses it (websocket_errors.py).
         """
         try:
-            result = await self._decide(request, scope)
-            if not result.allowed:
-                raise exceeded(result)
+            return await self.check(request, scope)
         except (RateLimitExceeded, BackendError, RateLimitCallbackError) as error:
-            converted = None if has_middleware(request.scope) else http_error(error, request.scope)
+            converted = self._converted(error, request.scope)
             if converted is None:
                 raise
             raise converted from error.__cause__
+
+    async def check(
+        self, request: HTTPConnection, scope: Optional[str] = None
+    ) -> Optional[CheckResult]:
+        """``enforce`` raising moderato's own exceptions, for a caller that answers them itself."""
+        if await self.exempted(request):
+            return None
+        result = await self.decide(request, scope)
+        if not result.allowed:
+            raise exceeded(result)
         return result
 
-    async def _decide(self, request: Request, scope: Optional[str]) -> CheckResult:
-        rate = await self._rate(request)
-        key = await self._key(request)
-        tenant = await self._tenant(request)
-        cost = await self._cost(request)
+    @staticmethod
+    def _converted(error: ModeratoError, scope: Scope) -> Optional[Exception]:
+        if is_websocket(scope):
+            return websocket_error(error, scope)
+        return None if has_middleware(scope) else http_error(error, scope)
+
+    async def exempted(self, request: HTTPConnection) -> bool:
+        if self.exempt_when is None:
+            return False
+        verdict = await call_callback("exempt_when", self.exempt_when, _as_request(request))
+        if not isinstance(verdict, bool):
+            raise callback_failed(
+                "exempt_when", f"exempt_when returned {type(verdict).__name__}, not bool"
+            )
+        return verdict
+
+    async def decide(self, request: HTTPConnection, scope: Optional[str] = None) -> CheckResult:
+        """Decide and charge without raising: the decision, admitted or denied."""
+        callback_request = _as_request(request)
+        rate = await self._rate(callback_request)
+        key = await self._key(callback_request)
+        tenant = await self._tenant(callback_request)
+        cost = await self._cost(callback_request)
         chosen_scope = scope or self.scope or route_scope(request.scope, self.endpoint)
         result = await self.limiter.check_with_info(
             key,
@@ -147,9 +199,12 @@ class LimitRule:
         return rate
 
     async def _key(self, request: Request) -> Union[str, bytes]:
-        if isinstance(self.key, (str, bytes)):
-            return self.key
-        key = await call_callback("key", self.key, request)
+        spec = self.key if self.key is not None else self.limiter.key
+        if spec is None:
+            spec = DEFAULT_IDENTITY
+        if isinstance(spec, (str, bytes)):
+            return spec
+        key = await call_callback("key", spec, request)
         if not isinstance(key, (str, bytes)):
             raise callback_failed(
                 "key", f"key callback returned {type(key).__name__}, not str or bytes"
@@ -157,9 +212,10 @@ class LimitRule:
         return key
 
     async def _tenant(self, request: Request) -> Optional[str]:
-        if self.tenant is None or isinstance(self.tenant, str):
-            return self.tenant
-        tenant = await call_callback("tenant", self.tenant, request)
+        spec = self.tenant if self.tenant is not None else self.limiter.tenant
+        if spec is None or isinstance(spec, str):
+            return spec
+        tenant = await call_callback("tenant", spec, request)
         if tenant is not None and not isinstance(tenant, str):
             raise callback_failed(
                 "tenant", f"tenant callback returned {type(tenant).__name__}, not str or None"
@@ -167,10 +223,23 @@ class LimitRule:
         return tenant
 
     async def _cost(self, request: Request) -> int:
-        if not callable(self.cost):
-            return self.cost
-        cost = await call_callback("cost", self.cost, request)
+        spec = self.cost if self.cost is not None else self.limiter.cost
+        if spec is None:
+            return 1
+        if not callable(spec):
+            return spec
+        cost = await call_callback("cost", spec, request)
         try:
             return validate_cost(cost)
         except RateLimitConfigError as error:
             raise callback_failed("cost", str(error)) from error
+
+
+def _as_request(connection: HTTPConnection) -> Request:
+    """The connection as callbacks are typed to receive it.
+
+    On a websocket route it is a WebSocket: like a Request, an HTTPConnection
+    with ``headers``, ``client``, ``url`` and ``path_params``, which is all a
+    key, tenant, cost, rate or exempt_when callback may use (there is no body).
+    """
+    return cast(Request, connection)

@@ -2,7 +2,9 @@
 
 HEAD counts as GET: Starlette answers HEAD on every GET route by running the
 GET endpoint, so a separate HEAD bucket would let each GET route run twice
-its limit.
+its limit. A websocket handshake's "method" is ``WS`` (``WS:/chat``): the
+upgrade request is a GET, but a websocket route and a GET route at the same
+path are two endpoints with two quotas.
 
 A scope names the bucket a rule counts in. It is built from templates, not
 concrete paths, so ``/users/1`` and ``/users/2`` share one quota per identity
@@ -39,6 +41,7 @@ from starlette.types import Scope
 logger = logging.getLogger("moderato")
 
 FALLBACK_MARKER = "fallback"
+WEBSOCKET_METHOD = "WS"
 _MAX_DEPTH = 32
 _MAX_UNWRAP = 16
 
@@ -106,7 +109,9 @@ def route_scope(scope: Scope, endpoint: Optional[Callable[..., Any]] = None) -> 
 
 
 def scope_method(scope: Scope) -> str:
-    """The request's method as scopes name it: HEAD shares GET's quota."""
+    """The request's method as scopes name it: HEAD shares GET's quota; a websocket is WS."""
+    if scope.get("type") == "websocket":
+        return WEBSOCKET_METHOD
     method = str(scope.get("method", "GET")).upper()
     return "GET" if method == "HEAD" else method
 
@@ -166,9 +171,9 @@ def _walk(
             children = _child_routes(getattr(effective, "app", None))
             if children is not None:
                 _walk(children, index, prefix=prefix, host=original.host, depth=depth + 1)
-        elif isinstance(original, WebSocketRoute):
-            continue
-        elif isinstance(original, Route) or (path is not None and hasattr(effective, "endpoint")):
+        elif isinstance(original, (Route, WebSocketRoute)) or (
+            path is not None and hasattr(effective, "endpoint")
+        ):
             endpoint = getattr(effective, "endpoint", None)
             if endpoint is None or path is None:
                 continue

@@ -19,10 +19,11 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from ..errors import BackendError, RateLimitConfigError
+from ..limiter import check_rule_defaults
 from .headers import HeaderStyle, validate_style
 from .middleware import RateLimitHeadersMiddleware, RateLimitMiddleware
 from .order import check_order
-from .rule import RateSpec
+from .rule import CostSpec, KeySpec, RateSpec, TenantSpec
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
@@ -40,15 +41,22 @@ def install(
     rate: Optional[RateSpec] = None,
     headers: HeaderStyle = "legacy",
     require_backend: bool = True,
+    key: Optional[KeySpec] = None,
+    tenant: Optional[TenantSpec] = None,
+    cost: Optional[CostSpec] = None,
     **app_limit: Any,
 ) -> None:
     """Wire ``limiter`` into ``app``: middleware, connect/close on the lifespan, route-order check.
 
     - ``rate`` (optional): an app-wide limit on every request; ``app_limit``
       then takes RateLimitMiddleware's other options (``exempt_paths``,
-      ``costs``, ``key``, ``scope``...). Without it, RateLimitHeadersMiddleware
+      ``costs``, ``exempt_when``, ``scope``...). Without it, RateLimitHeadersMiddleware
       reports the decorators' and dependencies' decisions.
     - ``headers``: ``"legacy"``, ``"ietf"``, ``"both"`` or None, as for the middlewares.
+    - ``key``, ``tenant``, ``cost``: the defaults of every rule that does not
+      set its own (decorators, dependencies, the app-wide limit), set on the
+      limiter as ``RateLimiter(key=..., tenant=..., cost=...)`` would;
+      RateLimitConfigError if the limiter already has a different one.
     - ``require_backend``: True (the default) fails startup when the backend
       cannot be reached; False logs a warning and starts anyway (checks then
       connect by themselves, failing open or closed as the limiter says).
@@ -62,6 +70,7 @@ def install(
     if getattr(app.state, _INSTALLED, None) is not None:
         raise RateLimitConfigError("install() was already called for this application")
     validate_style(headers)
+    _set_defaults(limiter, key=key, tenant=tenant, cost=cost)
     if rate is not None:
         # Built once now so that a bad option fails here, not at the first request.
         RateLimitMiddleware(_unused_app, limiter=limiter, rate=rate, headers=headers, **app_limit)
@@ -89,6 +98,20 @@ def install(
             await limiter.close()
 
     app.router.lifespan_context = lifespan
+
+
+def _set_defaults(limiter: RateLimiter, **defaults: Any) -> None:
+    given = {name: value for name, value in defaults.items() if value is not None}
+    for name, value in given.items():
+        current = getattr(limiter, name)
+        if current is not None and current is not value:
+            raise RateLimitConfigError(
+                f"install() {name}= conflicts with the limiter's own default {name}; "
+                "set it in one place"
+            )
+    check_rule_defaults(**defaults)
+    for name, value in given.items():
+        setattr(limiter, name, value)
 
 
 async def _unused_app(scope: Scope, receive: Receive, send: Send) -> None:

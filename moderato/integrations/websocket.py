@@ -1,0 +1,67 @@
+"""``limiter.message_limit(...)``: a limit on the messages of an open websocket.
+
+The handshake is limited by the decorator, the dependency or the middleware;
+once a socket is open, messages are what costs. ``await messages.check(ws)``
+decides and charges one message and returns the decision (a CheckResult). It
+never raises for a denial and never closes the socket: the application
+chooses to drop the message, tell the client, or close. Backend and callback
+failures do raise (BackendError, RateLimitCallbackError), under the
+limiter's failure policy, as for a manual ``check_with_info``.
+
+Every connection of one identity shares the quota: by default the bucket is
+``WS-MESSAGE:<route template>`` (``WS-MESSAGE:/chat``), apart from the
+handshakes' ``WS:/chat``, and the identity is the limiter's default key or
+the client address, as for HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from starlette.websockets import WebSocket
+
+from ..results import CheckResult
+from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
+from .scope import WEBSOCKET_METHOD, route_scope
+
+if TYPE_CHECKING:
+    from ..limiter import RateLimiter
+
+MESSAGE_SCOPE_PREFIX = "WS-MESSAGE:"
+
+
+class MessageLimit:
+    """A per-message limit for use inside a websocket handler; see the module docstring."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        rate: RateSpec,
+        *,
+        key: Optional[KeySpec] = None,
+        algorithm: Optional[str] = None,
+        scope: Optional[str] = None,
+        cost: Optional[CostSpec] = None,
+        tenant: Optional[TenantSpec] = None,
+        shadow: Optional[bool] = None,
+    ) -> None:
+        self.rule = LimitRule(
+            limiter,
+            rate,
+            key=key,
+            algorithm=algorithm,
+            scope=scope,
+            cost=cost,
+            tenant=tenant,
+            shadow=shadow,
+        )
+
+    async def check(self, websocket: WebSocket) -> CheckResult:
+        """Charge one message for this socket's identity; the decision, admitted or denied."""
+        return await self.rule.decide(websocket, self.rule.scope or message_scope(websocket))
+
+
+def message_scope(websocket: WebSocket) -> str:
+    """``WS-MESSAGE:/chat`` for a socket whose handshake scope is ``WS:/chat``."""
+    handshake = route_scope(websocket.scope)
+    return MESSAGE_SCOPE_PREFIX + handshake[len(WEBSOCKET_METHOD) + 1 :]

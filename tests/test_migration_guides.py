@@ -1,0 +1,257 @@
+"""Every moderato snippet of the migration guides runs, and the apps they build behave as told.
+
+A snippet is a fenced block opened with ```` ```python moderato id=<name> ````
+(GitHub highlights it as Python and ignores the rest). Each runs on its own,
+with ``"redis://localhost:6379"`` replaced by ``"memory://"``, and the
+memory backend's clock frozen so that windows cannot roll over mid-test. An
+exerciser per snippet then drives what it built (over httpx in process, or
+real uvicorn and a websocket client) and asserts exact counts. A snippet
+without an exerciser, or an exerciser without a snippet, fails the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import websockets
+from http_helpers import client
+from uvicorn_helpers import running
+from websockets.exceptions import InvalidStatus
+
+from moderato import RateLimitConfigError, RateLimiter, parse_rate
+from moderato.backends.memory import MemoryBackend
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+GUIDES = ("migrating-from-slowapi.md", "migrating-from-fastapi-limiter.md")
+SNIPPET = re.compile(
+    r"^```python moderato id=(?P<id>[\w-]+)(?P<options>[^\n]*)\n(?P<code>.*?)^```$", re.M | re.S
+)
+FROZEN_MS = 1_800_000_000_000  # a window start for every window the guides use
+
+Namespace = dict[str, Any]
+Exerciser = Callable[[Namespace], Awaitable[None]]
+
+
+def long_windows() -> bool:
+    try:
+        parse_rate("1/month")
+    except (RateLimitConfigError, ValueError):
+        return False
+    return True
+
+
+def snippets(guide: str) -> dict[str, tuple[str, str]]:
+    text = (DOCS / guide).read_text(encoding="utf-8")
+    found: dict[str, tuple[str, str]] = {}
+    for match in SNIPPET.finditer(text):
+        assert match["id"] not in found, f"{guide}: two snippets named {match['id']}"
+        found[match["id"]] = (match["code"], match["options"])
+    return found
+
+
+def run(code: str) -> Namespace:
+    namespace: Namespace = {"__name__": "guide_snippet"}
+    exec(
+        compile(code.replace('"redis://localhost:6379"', '"memory://"'), "<guide>", "exec"),
+        namespace,
+    )
+    for value in namespace.values():
+        if isinstance(value, RateLimiter) and isinstance(value.backend, MemoryBackend):
+            value.backend.clock = lambda: FROZEN_MS
+    return namespace
+
+
+async def statuses(app: Any, path: str, count: int, headers: Any = None) -> list[int]:
+    async with client(app, headers=headers) as http:
+        return [(await http.get(path)).status_code for _ in range(count)]
+
+
+# -- slowapi ----------------------------------------------------------------------------
+
+
+async def slowapi_setup(ns: Namespace) -> None:
+    async with client(ns["app"]) as http:
+        responses = [await http.get("/home") for _ in range(6)]
+    assert [r.status_code for r in responses] == [200] * 5 + [429]
+    assert responses[0].json() == {"page": "home"}
+    assert responses[0].headers["x-ratelimit-remaining"] == "4"
+    denied = responses[5]
+    assert denied.json() == {
+        "error": "Rate limit exceeded",
+        "retry_after": int(denied.headers["retry-after"]),
+        "limit": 5,
+    }
+
+
+async def slowapi_key_func(ns: Namespace) -> None:
+    app = ns["app"]
+    assert await statuses(app, "/reports", 3, {"x-api-key": "k-123"}) == [200, 200, 429]
+    assert await statuses(app, "/reports", 3, {"x-api-key": "k-456"}) == [200, 200, 429]
+    # An unknown key is the address, whichever key is sent.
+    assert await statuses(app, "/reports", 2, {"x-api-key": "forged-1"}) == [200, 200]
+    assert await statuses(app, "/reports", 1, {"x-api-key": "forged-2"}) == [429]
+    assert await statuses(app, "/login", 4, {"x-api-key": "k-123"}) == [200] * 3 + [429]
+
+
+async def slowapi_default_limits(ns: Namespace) -> None:
+    assert await statuses(ns["app"], "/a", 3) == [200, 200, 429]
+    assert await statuses(ns["app"], "/b", 3) == [200, 200, 429]
+
+
+async def slowapi_application_limits(ns: Namespace) -> None:
+    app = ns["app"]
+    assert await statuses(app, "/a", 2) + await statuses(app, "/b", 2) == [200, 200, 200, 429]
+    assert await statuses(app, "/health", 5) == [200] * 5
+
+
+async def slowapi_exempt(ns: Namespace) -> None:
+    assert await statuses(ns["app"], "/api/items", 3) == [200, 200, 429]
+    assert await statuses(ns["app"], "/status", 5) == [200] * 5
+
+
+async def slowapi_exempt_when(ns: Namespace) -> None:
+    app = ns["app"]
+    assert await statuses(app, "/export", 5, {"x-internal-token": "s3cret"}) == [200] * 5
+    assert await statuses(app, "/export", 3) == [200, 200, 429]
+
+
+async def slowapi_shared_limit(ns: Namespace) -> None:
+    app = ns["app"]
+    books = await statuses(app, "/search/books", 2)
+    assert books + await statuses(app, "/search/films", 3) == [200] * 4 + [429]
+
+
+async def slowapi_headers(ns: Namespace) -> None:
+    async with client(ns["app"]) as http:
+        response = await http.get("/quota")
+    assert response.headers["x-ratelimit-limit"] == "10"
+    assert response.headers["x-ratelimit-remaining"] == "9"
+    assert response.headers["ratelimit-policy"] == '"10-per-60s";q=10;w=60'
+    assert re.fullmatch(r'"10-per-60s";r=9;t=\d+', response.headers["ratelimit"])
+
+
+async def slowapi_exception_handler(ns: Namespace) -> None:
+    async with client(ns["app"]) as http:
+        responses = [await http.get("/ping") for _ in range(2)]
+    assert [r.status_code for r in responses] == [200, 429]
+    assert responses[1].json() == {"message": "Only 1 per minute, please."}
+    assert 1 <= int(responses[1].headers["retry-after"]) <= 60
+
+
+async def slowapi_storage(ns: Namespace) -> None:
+    limiters = [ns[name] for name in ("tests", "single", "tls", "sentinel", "cluster")]
+    assert all(isinstance(limiter, RateLimiter) for limiter in limiters)
+    assert isinstance(ns["tests"].backend, MemoryBackend)
+    assert not any(isinstance(limiter.backend, MemoryBackend) for limiter in limiters[1:])
+
+
+async def slowapi_rates(ns: Namespace) -> None:
+    assert await statuses(ns["app"], "/plan", 3) == [200, 200, 429]
+    usage = await ns["limiter"].get_usage("127.0.0.1", "2/minute,1000/month", scope="GET:/plan")
+    assert [policy["current"] for policy in usage["policies"]] == [2, 2]
+
+
+# -- fastapi-limiter ----------------------------------------------------------------------
+
+
+async def limiter_init(ns: Namespace) -> None:
+    assert ns["limiter"].key_prefix == "myapp"
+    assert await statuses(ns["app"], "/", 3) == [200, 200, 429]
+
+
+async def limiter_decorator(ns: Namespace) -> None:
+    assert await statuses(ns["app"], "/items", 3) == [200, 200, 429]
+
+
+async def limiter_multiple(ns: Namespace) -> None:
+    assert await statuses(ns["app"], "/multiple", 3) == [200, 429, 429]
+    usage = await ns["limiter"].get_usage(
+        "127.0.0.1", "1/5 seconds;2/15 seconds", scope="GET:/multiple"
+    )
+    # Atomic: the refused requests were charged to neither policy.
+    assert [policy["current"] for policy in usage["policies"]] == [1, 1]
+
+
+async def limiter_identifier(ns: Namespace) -> None:
+    app = ns["app"]
+    assert await statuses(app, "/me", 3, {"authorization": "token-a"}) == [200, 200, 429]
+    assert await statuses(app, "/me", 3, {"authorization": "token-b"}) == [200, 200, 429]
+    assert await statuses(app, "/me", 3) == [200, 200, 429]  # the address, for no session
+    shared = await statuses(app, "/shared", 2, {"authorization": "token-a"})
+    assert shared + await statuses(app, "/shared", 2) == [200, 200, 200, 429]
+
+
+async def limiter_callback(ns: Namespace) -> None:
+    async with client(ns["app"]) as http:
+        responses = [await http.get("/") for _ in range(2)]
+    assert [r.status_code for r in responses] == [200, 429]
+    assert responses[1].json() == {"detail": "Slow down"}
+    assert 1 <= int(responses[1].headers["retry-after"]) <= 60
+
+
+async def limiter_websocket(ns: Namespace) -> None:
+    async with running(ns["app"]) as port:
+        url = f"ws://127.0.0.1:{port}/ws"
+        async with websockets.connect(url) as ws:
+            replies = []
+            for n in range(5):
+                await ws.send(f"message {n}")
+                replies.append(await ws.recv())
+        async with websockets.connect(url) as ws:
+            await ws.send("once more")
+            second = await ws.recv()
+        with pytest.raises(InvalidStatus) as refused:
+            async with websockets.connect(url):
+                pass
+    assert replies[:3] == ["Hello, world"] * 3
+    assert all(re.fullmatch(r"Hello again in \d+ s", reply) for reply in replies[3:])
+    assert re.fullmatch(r"Hello again in \d+ s", second)
+    assert refused.value.response.status_code == 429
+    assert json.loads(bytes(refused.value.response.body or b"")) == {
+        "detail": "Rate limit exceeded"
+    }
+
+
+EXERCISERS: dict[str, dict[str, Exerciser]] = {
+    "migrating-from-slowapi.md": {
+        "setup": slowapi_setup,
+        "key-func": slowapi_key_func,
+        "default-limits": slowapi_default_limits,
+        "application-limits": slowapi_application_limits,
+        "exempt": slowapi_exempt,
+        "exempt-when": slowapi_exempt_when,
+        "shared-limit": slowapi_shared_limit,
+        "headers": slowapi_headers,
+        "exception-handler": slowapi_exception_handler,
+        "storage": slowapi_storage,
+        "rates": slowapi_rates,
+    },
+    "migrating-from-fastapi-limiter.md": {
+        "init": limiter_init,
+        "decorator": limiter_decorator,
+        "multiple": limiter_multiple,
+        "identifier": limiter_identifier,
+        "callback": limiter_callback,
+        "websocket": limiter_websocket,
+    },
+}
+
+CASES = [(guide, name) for guide in GUIDES for name in EXERCISERS[guide]]
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+def test_every_snippet_has_an_exerciser(guide: str) -> None:
+    assert sorted(snippets(guide)) == sorted(EXERCISERS[guide])
+
+
+@pytest.mark.parametrize(("guide", "name"), CASES, ids=[f"{g[15:-3]}:{n}" for g, n in CASES])
+async def test_snippet(guide: str, name: str) -> None:
+    code, options = snippets(guide)[name]
+    if "requires=long-windows" in options and not long_windows():
+        pytest.skip("needs the long-window rate grammar (issue 14 item 2)")
+    await EXERCISERS[guide][name](run(code))

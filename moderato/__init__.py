@@ -17,6 +17,7 @@ from .results import CheckResult, PolicyState
 if TYPE_CHECKING:
     from .integrations import (
         ClientIdentity,
+        MessageLimit,
         RateLimitHeadersMiddleware,
         RateLimitMiddleware,
         install,
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
 
 # The HTTP integration needs Starlette (the `fastapi` extra); the core does not,
 # so those names are imported on first use.
-_HTTP_NAMES = ("ClientIdentity", "RateLimitHeadersMiddleware", "RateLimitMiddleware", "install")
+_HTTP_NAMES = (
+    "ClientIdentity",
+    "MessageLimit",
+    "RateLimitHeadersMiddleware",
+    "RateLimitMiddleware",
+    "install",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -39,6 +46,7 @@ __all__ = [
     "BackendError",
     "CheckResult",
     "ClientIdentity",
+    "MessageLimit",
     "ModeratoError",
     "Policy",
     "PolicyState",

@@ -21,7 +21,7 @@ from starlette.routing import WebSocketRoute
 from uvicorn_helpers import running
 from websockets.exceptions import InvalidStatus
 
-from moderato import RateLimiter, install
+from moderato import RateLimitConfigError, RateLimiter, install
 from moderato.integrations import RateLimitMiddleware
 
 
@@ -289,3 +289,18 @@ async def test_backend_failure_refuses_with_1011_or_503() -> None:
         {"type": "websocket.close", "code": 1011, "reason": "Rate limit backend unavailable"}
     ]
     assert denied[0]["status"] == 503
+
+
+async def test_a_limit_above_the_websocket_route_decorator_stops_startup() -> None:
+    limiter = RateLimiter("memory://")
+    app = FastAPI()
+    install(app, limiter)
+
+    @limiter.limit("1/minute")  # above the route decorator: the route would not be limited
+    @app.websocket("/misplaced")
+    async def misplaced(websocket: WebSocket) -> None:
+        await websocket.accept()
+
+    with pytest.raises(RateLimitConfigError, match="misplaced"):
+        async with app.router.lifespan_context(app):
+            pass

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Callable
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from http_helpers import rate_headers
-from redis_servers import RedisServer, free_port
+from redis_servers import RedisServer
+from uvicorn_helpers import running
 
 from moderato import RateLimiter, install
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
@@ -24,35 +24,13 @@ Serve = Callable[[Any], Awaitable[str]]
 @pytest.fixture
 async def serve() -> AsyncIterator[Serve]:
     """Start apps under uvicorn in this event loop; stop them after the test."""
-    running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+    async with AsyncExitStack() as servers:
 
-    async def start(app: Any) -> str:
-        port = free_port()
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            # uvicorn would otherwise rewrite the client from X-Forwarded-For
-            # itself (it trusts 127.0.0.1); moderato's own rules are under test.
-            proxy_headers=False,
-        )
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        deadline = time.monotonic() + 5
-        while not server.started:
-            if task.done() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            await asyncio.sleep(0.01)
-        running.append((server, task))
-        return f"http://127.0.0.1:{port}"
+        async def start(app: Any) -> str:
+            port = await servers.enter_async_context(running(app))
+            return f"http://127.0.0.1:{port}"
 
-    yield start
-    for server, task in running:
-        server.should_exit = True
-        await asyncio.wait_for(task, timeout=5)
+        yield start
 
 
 def seed_app(limiter: RateLimiter, hits: list[str]) -> FastAPI:

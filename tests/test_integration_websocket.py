@@ -45,6 +45,17 @@ async def outcome(port: int, path: str, *, source: str = "127.0.0.1") -> Any:
         return (response.status_code, dict(response.headers), bytes(response.body or b""))
 
 
+def greet(app: FastAPI, path: str, greeting: str) -> None:
+    """A websocket route that accepts, sends ``greeting`` and closes."""
+
+    async def endpoint(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(greeting)
+        await websocket.close()
+
+    app.add_api_websocket_route(path, endpoint)
+
+
 def greeting_app(limiter: RateLimiter) -> FastAPI:
     app = FastAPI()
     install(app, limiter)
@@ -101,17 +112,8 @@ async def test_middleware_limits_handshakes_with_http_requests_by_default() -> N
     async def page() -> dict[str, str]:
         return {}
 
-    @app.websocket("/chat")
-    async def chat(websocket: WebSocket) -> None:
-        await websocket.accept()
-        await websocket.send_text("hello")
-        await websocket.close()
-
-    @app.websocket("/health")
-    async def health(websocket: WebSocket) -> None:
-        await websocket.accept()
-        await websocket.send_text("ok")
-        await websocket.close()
+    greet(app, "/chat", "hello")
+    greet(app, "/health", "ok")
 
     async with running(app) as port:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
@@ -135,12 +137,7 @@ async def test_middleware_websockets_false_lets_handshakes_through() -> None:
     limiter = RateLimiter("memory://")
     app = FastAPI()
     install(app, limiter, rate="1/minute", websockets=False)
-
-    @app.websocket("/chat")
-    async def chat(websocket: WebSocket) -> None:
-        await websocket.accept()
-        await websocket.send_text("hello")
-        await websocket.close()
+    greet(app, "/chat", "hello")
 
     async with running(app) as port:
         results = [await outcome(port, "/chat") for _ in range(3)]

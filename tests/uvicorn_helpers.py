@@ -23,7 +23,9 @@ async def running(app: Any, **options: Any) -> AsyncIterator[int]:
         log_level="warning",
         access_log=False,
         lifespan="on",
-        proxy_headers=False,  # moderato's identity rules are under test, not uvicorn's
+        # uvicorn would otherwise rewrite the client from X-Forwarded-For itself
+        # (it trusts 127.0.0.1); moderato's own identity rules are under test.
+        proxy_headers=False,
         **options,
     )
     server = uvicorn.Server(config)

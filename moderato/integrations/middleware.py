@@ -36,7 +36,7 @@ from .headers import HeaderList, HeaderStyle, render, report, validate_style
 from .identity import ClientIdentity, ProxyHeader
 from .order import log_misplaced
 from .paths import ExemptPaths, exact_paths, normalize
-from .responses import error_response, send_json
+from .responses import denial_headers, error_response, send_json
 from .rule import CostSpec, ExemptWhen, KeySpec, LimitRule, RateSpec, TenantSpec
 from .websocket_errors import refuse
 
@@ -245,11 +245,7 @@ async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderSt
     response = error_response(error)
     if response is None:
         return False
-    headers: HeaderList = []
-    if response.denial is not None:
-        denial_report = report(recorded(scope), response.denial)
-        if denial_report is not None:
-            headers = render(denial_report, style, time.time())
+    headers = denial_headers(response, scope, style)
     # This response is complete: middlewares further out must not add to it.
     claim_headers(scope)
     await send_json(send, response.status, response.body, headers)

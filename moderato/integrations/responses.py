@@ -14,13 +14,15 @@ nothing is known about the quota.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from starlette.types import Send
+from starlette.types import Scope, Send
 
 from ..errors import BackendError, RateLimitCallbackError, RateLimitExceeded
-from .headers import HeaderList
+from .decisions import recorded
+from .headers import HeaderList, HeaderStyle, render, report
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,14 @@ def error_response(error: BaseException) -> Optional[ErrorResponse]:
     if isinstance(error, BackendError):
         return ErrorResponse(503, {"error": "Rate limit backend unavailable"}, None)
     return None
+
+
+def denial_headers(response: ErrorResponse, scope: Scope, style: HeaderStyle) -> HeaderList:
+    """Quota headers and Retry-After for a denial (the policy that denied); none for a 503."""
+    if response.denial is None:
+        return []
+    denial_report = report(recorded(scope), response.denial)
+    return [] if denial_report is None else render(denial_report, style, time.time())
 
 
 def _single_leaf(error: BaseException) -> BaseException:

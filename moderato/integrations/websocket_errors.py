@@ -21,17 +21,15 @@ Two forms of the same refusal:
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 from starlette.exceptions import WebSocketException
 from starlette.types import Scope, Send
 
 from ..errors import ModeratoError, RateLimitExceeded
-from .decisions import recorded
-from .headers import HeaderList, HeaderStyle, render, report
+from .headers import HeaderStyle
 from .http_errors import http_error
-from .responses import ErrorResponse, error_response, send_json
+from .responses import ErrorResponse, denial_headers, error_response, send_json
 
 DENIAL_EXTENSION = "websocket.http.response"
 
@@ -69,11 +67,7 @@ async def refuse(error: Exception, scope: Scope, send: Send, style: HeaderStyle)
             {"type": "websocket.close", "code": _close_code(response), "reason": _reason(response)}
         )
         return True
-    headers: HeaderList = []
-    if response.denial is not None:
-        denial_report = report(recorded(scope), response.denial)
-        if denial_report is not None:
-            headers = render(denial_report, style, time.time())
+    headers = denial_headers(response, scope, style)
     await send_json(send, response.status, response.body, headers, prefix="websocket.")
     return True
 

@@ -166,3 +166,19 @@ async def test_exempt_when_that_fails_is_a_503_naming_it() -> None:
         response = await http.get("/broken")
     assert response.status_code == 503
     assert response.json() == {"error": "Rate limit callback failed", "callback": "exempt_when"}
+
+
+async def test_a_default_cost_above_a_rules_capacity_is_a_422() -> None:
+    limiter = RateLimiter("memory://", cost=10)
+    app = FastAPI()
+    install(app, limiter)
+
+    @app.get("/small")
+    @limiter.limit("5/minute")  # accepted at decoration: the default may change until startup
+    async def small() -> dict[str, str]:
+        return {}
+
+    async with client(app) as http:
+        response = await http.get("/small")
+    assert response.status_code == 422
+    assert response.json() == {"error": "Rate limit exceeded", "retry_after": None, "limit": 5}

@@ -159,6 +159,7 @@ class LimitRule:
         return None if has_middleware(scope) else http_error(error, scope)
 
     async def exempted(self, request: HTTPConnection) -> bool:
+        """True when ``exempt_when`` skips this request; a non-bool answer is its failure."""
         if self.exempt_when is None:
             return False
         verdict = await call_callback("exempt_when", self.exempt_when, _as_request(request))

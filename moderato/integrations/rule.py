@@ -28,7 +28,7 @@ from ..errors import (
     RateLimitExceeded,
 )
 from ..limiter import exceeded
-from ..policy import policy_for, validate_cost
+from ..policy import validate_cost
 from ..results import CheckResult
 from .callbacks import RequestCallback, call_callback, callback_failed
 from .decisions import has_middleware, record
@@ -93,9 +93,12 @@ class LimitRule:
                 "rate must be a string such as '100/minute' or a callable, "
                 f"got {type(self.rate).__name__}"
             )
-        if isinstance(self.rate, str):
-            # Parses the rate and checks it against the algorithm's exact range.
+        # Parses the rate and checks it against the algorithm's exact range.
+        plan = (
             self.limiter._plans.get(self.rate, self.algorithm)
+            if isinstance(self.rate, str)
+            else None
+        )
         for name, value in (("key", self.key), ("tenant", self.tenant)):
             if value is not None and not isinstance(value, (str, bytes)) and not callable(value):
                 raise RateLimitConfigError(
@@ -111,13 +114,13 @@ class LimitRule:
                 "exempt_when must be a callable of the request returning bool, "
                 f"got {type(self.exempt_when).__name__}"
             )
-        policy = policy_for(self.rate) if isinstance(self.rate, str) else None
         if self.cost is None or callable(self.cost):
             return
         cost = validate_cost(self.cost)
-        if policy is not None and cost > policy.smallest_limit:
+        if plan is not None and cost > plan.policy.smallest_limit:
+            capacity = plan.policy.smallest_limit
             raise RateLimitConfigError(
-                f"cost {cost} exceeds capacity {policy.smallest_limit} of policy '{self.rate}'; "
+                f"cost {cost} exceeds capacity {capacity} of policy '{self.rate}'; "
                 "such a request could never be admitted"
             )
 

@@ -23,34 +23,24 @@ from http_helpers import client
 from uvicorn_helpers import running
 from websockets.exceptions import InvalidStatus
 
-from moderato import RateLimitConfigError, RateLimiter, parse_rate
+from moderato import RateLimiter
 from moderato.backends.memory import MemoryBackend
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 GUIDES = ("migrating-from-slowapi.md", "migrating-from-fastapi-limiter.md")
-SNIPPET = re.compile(
-    r"^```python moderato id=(?P<id>[\w-]+)(?P<options>[^\n]*)\n(?P<code>.*?)^```$", re.M | re.S
-)
+SNIPPET = re.compile(r"^```python moderato id=(?P<id>[\w-]+)\n(?P<code>.*?)^```$", re.M | re.S)
 FROZEN_MS = 1_800_000_000_000  # a window start for every window the guides use
 
 Namespace = dict[str, Any]
 Exerciser = Callable[[Namespace], Awaitable[None]]
 
 
-def long_windows() -> bool:
-    try:
-        parse_rate("1/month")
-    except (RateLimitConfigError, ValueError):
-        return False
-    return True
-
-
-def snippets(guide: str) -> dict[str, tuple[str, str]]:
+def snippets(guide: str) -> dict[str, str]:
     text = (DOCS / guide).read_text(encoding="utf-8")
-    found: dict[str, tuple[str, str]] = {}
+    found: dict[str, str] = {}
     for match in SNIPPET.finditer(text):
         assert match["id"] not in found, f"{guide}: two snippets named {match['id']}"
-        found[match["id"]] = (match["code"], match["options"])
+        found[match["id"]] = match["code"]
     return found
 
 
@@ -251,7 +241,5 @@ def test_every_snippet_has_an_exerciser(guide: str) -> None:
 
 @pytest.mark.parametrize(("guide", "name"), CASES, ids=[f"{g[15:-3]}:{n}" for g, n in CASES])
 async def test_snippet(guide: str, name: str) -> None:
-    code, options = snippets(guide)[name]
-    if "requires=long-windows" in options and not long_windows():
-        pytest.skip("needs the long-window rate grammar (issue 14 item 2)")
+    code = snippets(guide)[name]
     await EXERCISERS[guide][name](run(code))

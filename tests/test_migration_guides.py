@@ -29,7 +29,7 @@ from moderato.backends.memory import MemoryBackend
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 GUIDES = ("migrating-from-slowapi.md", "migrating-from-fastapi-limiter.md")
 SNIPPET = re.compile(r"^```python moderato id=(?P<id>[\w-]+)\n(?P<code>.*?)^```$", re.M | re.S)
-FROZEN_MS = 1_800_000_000_000  # a window start for every window the guides use
+FROZEN_MS = 1_800_000_000_000  # the frozen clock: no window rolls over mid-test
 
 Namespace = dict[str, Any]
 Exerciser = Callable[[Namespace], Awaitable[None]]

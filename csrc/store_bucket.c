@@ -1,0 +1,267 @@
+/* The token bucket's refill, shared by token_bucket (tokens) and
+ * leaky_bucket (its dual, tokens = capacity - level): the public accrual
+ * (exact integers, capacity per window) and the custom one (the script's
+ * floating point), the reset instants, and the verdict. */
+#include <math.h>
+#include <string.h>
+
+#include "store.h"
+
+void
+bucket_public_rate(memory_policy *policy)
+{
+    policy->per_ms_whole = floor_div(policy->capacity_scaled, policy->window_ms);
+    policy->per_ms_rest = policy->capacity_scaled - policy->per_ms_whole * policy->window_ms;
+}
+
+
+/* Exactly floor(elapsed_ms * capacity / window) for 0 <= elapsed_ms <= window:
+ * capacity = per_ms_whole * window + per_ms_rest keeps both products small. */
+static int64_t
+public_credit_scaled(const memory_policy *policy, int64_t elapsed_ms)
+{
+    return elapsed_ms * policy->per_ms_whole +
+           floor_div(elapsed_ms * policy->per_ms_rest, policy->window_ms);
+}
+
+/* The smallest elapsed_ms in [0, window] crediting at least target_scaled. */
+static int64_t
+public_elapsed_for_credit_ms(const memory_policy *policy, int64_t target_scaled)
+{
+    int64_t window_ms = policy->window_ms;
+    double estimate =
+        ceil((double)target_scaled / (double)policy->capacity_scaled * (double)window_ms);
+    int64_t elapsed_ms = estimate > 0.0 ? (estimate < (double)window_ms ? (int64_t)estimate
+                                                                         : window_ms)
+                                        : 0;
+    while (elapsed_ms < window_ms && public_credit_scaled(policy, elapsed_ms) < target_scaled) {
+        elapsed_ms++;
+    }
+    while (elapsed_ms > 0 && public_credit_scaled(policy, elapsed_ms - 1) >= target_scaled) {
+        elapsed_ms--;
+    }
+    return elapsed_ms;
+}
+
+/* Floating point by design, the script's operations in the script's order. */
+static double
+custom_credit_scaled(const memory_policy *policy, double elapsed_ms)
+{
+    return floor(elapsed_ms * policy->refill_scaled_per_s / 1000.0);
+}
+
+
+/* The stored bucket brought up to now (the scripts' refill()). bucket is
+ * NULL for a missing one; key names the bucket in an error. */
+static int
+refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
+       const unsigned char *key, size_t key_size, refilled_bucket *out)
+{
+    int64_t capacity_scaled = policy->capacity_scaled;
+    if (bucket == NULL) {
+        *out = (refilled_bucket){capacity_scaled, now_ms, 0, 0};
+        return 0;
+    }
+    /* A base ahead of the clock means no time has passed yet. */
+    int64_t now_eff_ms = now_ms > bucket->base_ms ? now_ms : bucket->base_ms;
+    int64_t base_ms = bucket->base_ms;
+    int64_t elapsed_ms = now_eff_ms - base_ms;
+    int64_t tokens_scaled =
+        bucket->tokens_scaled < capacity_scaled ? bucket->tokens_scaled : capacity_scaled;
+    int64_t credited_scaled = bucket->credited_scaled;
+    int full;
+
+    if (policy->custom_rate) {
+        double due_scaled = custom_credit_scaled(policy, (double)elapsed_ms);
+        if (due_scaled < (double)credited_scaled) {
+            base_ms = now_eff_ms;
+            credited_scaled = 0;
+            elapsed_ms = 0;
+            full = tokens_scaled >= capacity_scaled;
+        }
+        else {
+            full = due_scaled - (double)credited_scaled >= (double)(capacity_scaled - tokens_scaled);
+            if (!full) {
+                if (due_scaled > (double)MAX_SAFE_INTEGER) {
+                    return refuse_key_state(
+                        key, key_size,
+                        "custom refill accrual of %U passed 2^53 scaled units without the "
+                        "bucket filling up; reset the key");
+                }
+                tokens_scaled += (int64_t)due_scaled - credited_scaled;
+                credited_scaled = (int64_t)due_scaled;
+            }
+        }
+    }
+    else {
+        int64_t window_ms = policy->window_ms;
+        int64_t whole_windows = floor_div(elapsed_ms, window_ms);
+        int64_t due_scaled = whole_windows == 0 ? public_credit_scaled(policy, elapsed_ms) : 0;
+        if (credited_scaled >= capacity_scaled ||
+            (whole_windows == 0 && due_scaled < credited_scaled)) {
+            /* Written under another capacity, or the clock stepped back. */
+            base_ms = now_eff_ms;
+            credited_scaled = 0;
+            elapsed_ms = 0;
+            full = tokens_scaled >= capacity_scaled;
+        }
+        else if (whole_windows >= 2) {
+            full = 1;
+        }
+        else if (whole_windows == 1) {
+            int64_t credit_in_window_scaled = public_credit_scaled(policy, elapsed_ms - window_ms);
+            full = tokens_scaled >= credited_scaled - credit_in_window_scaled;
+            if (!full) {
+                tokens_scaled += credit_in_window_scaled + (capacity_scaled - credited_scaled);
+                base_ms += window_ms;
+                elapsed_ms -= window_ms;
+                credited_scaled = credit_in_window_scaled;
+            }
+        }
+        else {
+            full = due_scaled - credited_scaled >= capacity_scaled - tokens_scaled;
+            if (!full) {
+                tokens_scaled += due_scaled - credited_scaled;
+                credited_scaled = due_scaled;
+            }
+        }
+    }
+    if (full) {
+        /* A full bucket discards idle credit, fractions too. */
+        *out = (refilled_bucket){capacity_scaled, now_eff_ms, 0, 0};
+        return 0;
+    }
+    *out = (refilled_bucket){tokens_scaled, base_ms, credited_scaled, elapsed_ms};
+    return 0;
+}
+
+/* When (a Unix time in ms, as the script's number) need_scaled more units
+ * have been credited. */
+static int
+bucket_reset_at(const memory_policy *policy, const refilled_bucket *bucket, int64_t need_scaled,
+                const memory_target *target, double *reset_at_ms)
+{
+    int64_t capacity_scaled = policy->capacity_scaled;
+    if (!policy->custom_rate) {
+        int64_t left_in_window_scaled = capacity_scaled - bucket->credited_scaled;
+        int64_t wait_ms =
+            need_scaled <= left_in_window_scaled
+                ? public_elapsed_for_credit_ms(policy, bucket->credited_scaled + need_scaled)
+                : policy->window_ms +
+                      public_elapsed_for_credit_ms(policy, need_scaled - left_in_window_scaled);
+        *reset_at_ms = (double)(bucket->base_ms + wait_ms);
+        return 0;
+    }
+    double target_scaled = (double)bucket->credited_scaled + (double)need_scaled;
+    double elapsed_ms = (double)bucket->elapsed_ms;
+    double estimate_ms = ceil(target_scaled * 1000.0 / policy->refill_scaled_per_s);
+    double wait_end_ms = estimate_ms > elapsed_ms ? estimate_ms : elapsed_ms;
+    int steps = 0;
+    while (custom_credit_scaled(policy, wait_end_ms) < target_scaled) {
+        if (++steps > MAX_SEARCH_STEPS) {
+            goto diverged;
+        }
+        wait_end_ms = wait_end_ms + 1.0;
+    }
+    while (wait_end_ms > elapsed_ms &&
+           custom_credit_scaled(policy, wait_end_ms - 1.0) >= target_scaled) {
+        if (++steps > MAX_SEARCH_STEPS) {
+            goto diverged;
+        }
+        wait_end_ms = wait_end_ms - 1.0;
+    }
+    *reset_at_ms = (double)bucket->base_ms + wait_end_ms;
+    return 0;
+diverged:
+    return refuse_key_state(target->key, target->key_size,
+                               "custom refill wait did not converge for %U");
+}
+
+/* Twice the longer of the window and a full refill, plus a margin. */
+double
+bucket_ttl_ms(const memory_policy *policy)
+{
+    double full_refill_ms = (double)policy->window_ms;
+    if (policy->custom_rate) {
+        double refill_ms =
+            ceil((double)policy->capacity_scaled * 1000.0 / policy->refill_scaled_per_s);
+        full_refill_ms = refill_ms > full_refill_ms ? refill_ms : full_refill_ms;
+    }
+    return 2.0 * full_refill_ms + (double)EXPIRY_MARGIN_MS;
+}
+
+/* ---- the token bucket's verdict (token_bucket, leaky_bucket) ---------------- */
+
+/* The verdict of a bucket; the refilled bucket, for the write. */
+int
+bucket_verdict(memory_call *call, memory_policy *policy, const memory_target *target,
+               const stored_bucket *stored, refilled_bucket *bucket)
+{
+    int64_t now_ms = call->now_ms, cost_scaled = call->cost_scaled;
+    int64_t capacity_scaled = policy->capacity_scaled;
+    if (refill(policy, stored, now_ms, target->key, target->key_size, bucket) < 0) {
+        return -1;
+    }
+    memory_verdict *verdict = &policy->verdict;
+    int64_t tokens_scaled = bucket->tokens_scaled;
+    verdict->fits = cost_scaled <= tokens_scaled;
+    verdict->permanent = cost_scaled > capacity_scaled;
+    verdict->remaining_uncharged = tokens_scaled;
+    double reset_ms;
+    if (verdict->fits) {
+        /* Allowed: reset is the full-refill time, with or without this charge. */
+        verdict->remaining_charged = tokens_scaled - cost_scaled;
+        if (bucket_reset_at(policy, bucket, capacity_scaled - tokens_scaled + cost_scaled, target,
+                            &reset_ms) < 0) {
+            return -1;
+        }
+        verdict->reset_charged_ms = lua_integer(reset_ms);
+        if (bucket_reset_at(policy, bucket, capacity_scaled - tokens_scaled, target, &reset_ms) <
+            0) {
+            return -1;
+        }
+        verdict->reset_uncharged_ms = lua_integer(reset_ms);
+    }
+    else if (!verdict->permanent) {
+        /* Denied: reset is when this cost fits, assuming no other traffic. */
+        if (bucket_reset_at(policy, bucket, cost_scaled - tokens_scaled, target, &reset_ms) < 0) {
+            return -1;
+        }
+        verdict->reset_denied_ms = lua_integer(reset_ms);
+        verdict->retry_ms = lua_integer(reset_ms - (double)now_ms);
+    }
+    return 0;
+}
+
+/* Whether the bucket decides exactly as a missing one would under the
+ * policy it was last written with: full by now, its base not ahead. */
+int
+bucket_idle_full(const memory_entry *entry, int64_t now_ms)
+{
+    const bucket_value *bucket = &entry->value.bucket;
+    memory_policy policy;
+    refilled_bucket refilled = {0, 0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        if (bucket->field[i] < 0 || bucket->field[i] > bucket_highs[i]) {
+            return 0; /* a bucket the scripts refuse is kept for them to refuse */
+        }
+    }
+    if (bucket->capacity_scaled <= 0 || bucket->window_ms <= 0) {
+        return 0;
+    }
+    memset(&policy, 0, sizeof(policy));
+    policy.capacity_scaled = bucket->capacity_scaled;
+    policy.window_ms = bucket->window_ms;
+    policy.custom_rate = bucket->refill_scaled_per_s > 0.0;
+    policy.refill_scaled_per_s = bucket->refill_scaled_per_s;
+    bucket_public_rate(&policy);
+    stored_bucket stored = {bucket->field[BUCKET_TOKENS], bucket->field[BUCKET_BASE],
+                            bucket->field[BUCKET_CREDITED]};
+    if (refill(&policy, &stored, now_ms, entry_key(entry), entry->key_size, &refilled) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return refilled.tokens_scaled == policy.capacity_scaled && refilled.base_ms == now_ms &&
+           refilled.credited_scaled == 0;
+}
+

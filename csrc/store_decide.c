@@ -1,0 +1,386 @@
+/* One decide() call: validate (store_validate.c), derive and look up each
+ * policy's keys, let the algorithm evaluate every policy on the state as
+ * read, conclude the reply from the verdicts (the scripts' conclude()), and
+ * only then, if everything admits and the call charges, allocate what the
+ * writes need and apply them -- none of which can fail.
+ *
+ * Every method runs start to finish holding the GIL and never calls back
+ * into Python code while the table is read or changed, so a decision is
+ * atomic with respect to every other thread and event loop. */
+#include <string.h>
+
+#include "store.h"
+
+int
+reserve_key_space(memory_call *call, size_t keys_per_base, const Py_ssize_t *base_sizes,
+                  int bases)
+{
+    size_t needed = 0;
+    for (int i = 0; i < bases; i++) {
+        needed += keys_per_base * ((size_t)base_sizes[i] + MAX_SUFFIX_BYTES);
+    }
+    call->key_space_used = 0;
+    if (needed <= sizeof(call->inline_keys)) {
+        call->key_space = call->inline_keys;
+        call->key_space_size = sizeof(call->inline_keys);
+        return 0;
+    }
+    call->key_space = PyMem_Malloc(needed);
+    if (call->key_space == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    call->key_space_size = needed;
+    return 0;
+}
+
+void
+release_key_space(memory_call *call)
+{
+    if (call->key_space != NULL && call->key_space != call->inline_keys) {
+        PyMem_Free(call->key_space);
+    }
+    call->key_space = NULL;
+}
+
+/* base + suffix in the call's key space. */
+unsigned char *
+derive_key(memory_call *call, const char *base, Py_ssize_t base_size, const char *suffix,
+           size_t suffix_size, size_t *key_size)
+{
+    unsigned char *key = call->key_space + call->key_space_used;
+    memcpy(key, base, (size_t)base_size);
+    memcpy(key + base_size, suffix, suffix_size);
+    *key_size = (size_t)base_size + suffix_size;
+    call->key_space_used += *key_size;
+    return key;
+}
+
+/* ":<index>" as the scripts' decimal() writes it. */
+size_t
+index_suffix(int64_t index, char *out)
+{
+    char digits[24];
+    size_t count = 0;
+    uint64_t magnitude = index < 0 ? (uint64_t)0 - (uint64_t)index : (uint64_t)index;
+    do {
+        digits[count++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude != 0);
+    size_t at = 0;
+    out[at++] = ':';
+    if (index < 0) {
+        out[at++] = '-';
+    }
+    while (count > 0) {
+        out[at++] = digits[--count];
+    }
+    return at;
+}
+
+/* The live entry of a key, or NULL; a read counts as a use. */
+memory_entry *
+find_live(MemoryStore *store, const unsigned char *key, size_t key_size, uint64_t hash,
+          int64_t now_ms)
+{
+    memory_entry *entry = table_find(store, key, key_size, hash);
+    if (entry == NULL || entry_expired(entry, now_ms)) {
+        return NULL;
+    }
+    lru_touch(store, entry);
+    return entry;
+}
+
+/* Derive the policy's next target key and look it up. */
+memory_target *
+add_target(MemoryStore *store, memory_call *call, memory_policy *policy, const char *suffix,
+           size_t suffix_size, int create_kind)
+{
+    memory_target *target = &policy->targets[policy->target_count++];
+    target->key = derive_key(call, policy->base, policy->base_size, suffix, suffix_size,
+                             &target->key_size);
+    target->hash = store_hash(store, target->key, target->key_size);
+    target->entry = find_live(store, target->key, target->key_size, target->hash, call->now_ms);
+    target->fresh = NULL;
+    target->create_kind = create_kind;
+    return target;
+}
+
+memory_target *
+add_index_target(MemoryStore *store, memory_call *call, memory_policy *policy, int64_t index,
+                 int create_kind)
+{
+    char suffix[MAX_SUFFIX_BYTES];
+    size_t suffix_size = index_suffix(index, suffix);
+    return add_target(store, call, policy, suffix, suffix_size, create_kind);
+}
+
+/* ---- the algorithms --------------------------------------------------------- */
+
+const memory_algorithm *const store_algorithms[] = {
+    &store_fixed_window, &store_token_bucket, &store_sliding_window,
+    &store_gcra,         &store_sliding_log,  &store_leaky_bucket,
+};
+
+const int store_algorithm_count =
+    (int)(sizeof(store_algorithms) / sizeof(store_algorithms[0]));
+
+static const memory_algorithm *
+find_algorithm(PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "MemoryStore.decide() algorithm must be str, not %.100s",
+                     Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    const char *text = PyUnicode_AsUTF8(name);
+    if (text == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < store_algorithm_count; i++) {
+        if (strcmp(store_algorithms[i]->name, text) == 0) {
+            return store_algorithms[i];
+        }
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "MemoryStore.decide() has no algorithm %R (see MEMORY_ALGORITHMS)", name);
+    return NULL;
+}
+
+/* ---- the verdict shared by the counting algorithms ---------------------------- */
+
+void
+headroom_verdict(memory_verdict *verdict, int64_t capacity_scaled, int64_t cost_scaled,
+                 int64_t headroom_scaled)
+{
+    /* A lowered capacity can leave less than nothing: remaining stays 0. */
+    verdict->fits = cost_scaled <= headroom_scaled;
+    verdict->permanent = cost_scaled > capacity_scaled;
+    verdict->remaining_uncharged = headroom_scaled > 0 ? headroom_scaled : 0;
+    verdict->remaining_charged =
+        headroom_scaled - cost_scaled > 0 ? headroom_scaled - cost_scaled : 0;
+}
+
+/* ---- concluding, and the writes ------------------------------------------------- */
+
+/* The scripts' conclude(): the reply, into values (2 + 3 per policy). */
+static int
+conclude(const memory_call *call, long long *values)
+{
+    int allowed = 1;
+    for (int i = 0; i < call->policy_count; i++) {
+        if (!call->policies[i].verdict.fits) {
+            allowed = 0;
+        }
+    }
+    int deciding = 0, have_deciding = 0;
+    long long deciding_remaining = 0, deciding_retry = 0;
+    for (int i = 0; i < call->policy_count; i++) {
+        const memory_verdict *verdict = &call->policies[i].verdict;
+        long long remaining_scaled, retry_ms, reset_ms;
+        if (verdict->permanent) {
+            remaining_scaled = verdict->remaining_uncharged;
+            retry_ms = reset_ms = -1;
+        }
+        else if (allowed) {
+            remaining_scaled = verdict->remaining_charged;
+            retry_ms = 0;
+            reset_ms = verdict->reset_charged_ms;
+        }
+        else if (verdict->fits) {
+            remaining_scaled = verdict->remaining_uncharged;
+            retry_ms = 0;
+            reset_ms = verdict->reset_uncharged_ms;
+        }
+        else {
+            remaining_scaled = verdict->remaining_uncharged;
+            retry_ms = verdict->retry_ms;
+            reset_ms = verdict->reset_denied_ms;
+        }
+        values[2 + 3 * i] = remaining_scaled;
+        values[3 + 3 * i] = retry_ms;
+        values[4 + 3 * i] = reset_ms;
+        /* Admission: the fewest remaining. Denial: the longest wait, a
+         * permanent one counting as infinite. Ties: the lowest index. */
+        if (allowed) {
+            if (!have_deciding || remaining_scaled < deciding_remaining) {
+                deciding = i;
+                deciding_remaining = remaining_scaled;
+                have_deciding = 1;
+            }
+        }
+        else if (!have_deciding || (deciding_retry != -1 &&
+                                    (retry_ms == -1 || retry_ms > deciding_retry))) {
+            deciding = i;
+            deciding_retry = retry_ms;
+            have_deciding = 1;
+        }
+    }
+    values[0] = allowed;
+    values[1] = deciding;
+    return allowed;
+}
+
+/* The entry a write goes to: the live one, else the fresh one inserted in
+ * place of any expired entry of the key. Cannot fail: prepare_writes()
+ * allocated the entry and the table room. */
+memory_entry *
+target_entry(MemoryStore *store, memory_target *target, int64_t now_ms)
+{
+    memory_entry *entry = table_find(store, target->key, target->key_size, target->hash);
+    if (entry != NULL && !entry_expired(entry, now_ms)) {
+        lru_touch(store, entry);
+        return entry;
+    }
+    if (entry != NULL) {
+        table_remove(store, entry);
+    }
+    entry = target->fresh;
+    target->fresh = NULL;
+    table_insert(store, entry);
+    return entry;
+}
+
+static void
+release_fresh(memory_call *call)
+{
+    for (int i = 0; i < call->policy_count; i++) {
+        memory_policy *policy = &call->policies[i];
+        for (int j = 0; j < policy->target_count; j++) {
+            if (policy->targets[j].fresh != NULL) {
+                entry_free(policy->targets[j].fresh);
+                policy->targets[j].fresh = NULL;
+            }
+        }
+    }
+}
+
+/* Everything the writes need, before the first one. */
+static int
+prepare_writes(MemoryStore *store, memory_call *call)
+{
+    size_t creations = 0;
+    for (int i = 0; i < call->policy_count; i++) {
+        memory_policy *policy = &call->policies[i];
+        for (int j = 0; j < policy->target_count; j++) {
+            memory_target *target = &policy->targets[j];
+            if (target->entry != NULL || target->create_kind == 0) {
+                continue;
+            }
+            target->fresh =
+                entry_new(target->create_kind, target->key, target->key_size, target->hash);
+            if (target->fresh == NULL) {
+                return -1;
+            }
+            creations++;
+        }
+    }
+    if (table_reserve(store, creations) < 0) {
+        return -1;
+    }
+    for (int i = 0; i < call->policy_count; i++) {
+        if (call->algorithm->prepare != NULL &&
+            call->algorithm->prepare(store, call, &call->policies[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- MemoryStore methods ---------------------------------------------------------- */
+
+static PyObject *
+build_reply(const long long *values, Py_ssize_t size)
+{
+    PyObject *reply = PyList_New(size);
+    if (reply == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *number = PyLong_FromLongLong(values[i]);
+        if (number == NULL) {
+            Py_DECREF(reply);
+            return NULL;
+        }
+        PyList_SET_ITEM(reply, i, number);
+    }
+    return reply;
+}
+
+PyObject *
+store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MemoryStore *store = (MemoryStore *)self;
+    long long values[2 + 3 * ACCEL_MAX_POLICIES];
+    PyObject *keys = NULL, *argv = NULL, *reply = NULL;
+    memory_call call_space;
+    memory_call *call = &call_space;
+
+    call->policy_count = 0;
+    call->key_space = NULL;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError,
+                     "MemoryStore.decide() takes exactly 4 arguments (algorithm, keys, args, "
+                     "now_ms) (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    const memory_algorithm *algorithm = find_algorithm(args[0]);
+    if (algorithm == NULL) {
+        return NULL;
+    }
+    int64_t now_ms;
+    if (parse_now("decide", args[3], &now_ms) < 0) {
+        return NULL;
+    }
+    keys = PySequence_Fast(args[1], "MemoryStore.decide() keys must be a sequence");
+    if (keys == NULL) {
+        return NULL;
+    }
+    argv = PySequence_Fast(args[2], "MemoryStore.decide() args must be a sequence");
+    if (argv == NULL) {
+        goto done;
+    }
+    call->algorithm = algorithm;
+    call->argv = PySequence_Fast_ITEMS(argv);
+    call->argc = PySequence_Fast_GET_SIZE(argv);
+    call->now_ms = now_ms;
+    if (parse_call(call, PySequence_Fast_ITEMS(keys), PySequence_Fast_GET_SIZE(keys)) < 0) {
+        goto done;
+    }
+    Py_ssize_t base_sizes[ACCEL_MAX_POLICIES];
+    for (int i = 0; i < call->policy_count; i++) {
+        base_sizes[i] = call->policies[i].base_size;
+    }
+    if (reserve_key_space(call, MAX_TARGETS, base_sizes, call->policy_count) < 0) {
+        goto done;
+    }
+    store->version++; /* even a read reorders the LRU list */
+    for (int i = 0; i < call->policy_count; i++) {
+        if (algorithm->evaluate(store, call, &call->policies[i]) < 0) {
+            goto done;
+        }
+    }
+    int allowed = conclude(call, values);
+    if (allowed && call->apply) {
+        if (prepare_writes(store, call) < 0) {
+            goto done;
+        }
+        for (int i = 0; i < call->policy_count; i++) {
+            algorithm->apply(store, call, &call->policies[i]);
+        }
+        evict_beyond_cap(store);
+    }
+    /* Nothing of the arguments or the table is used past this point: the
+     * reply's allocation may run a garbage collection, hence any code. */
+    release_fresh(call);
+    release_key_space(call);
+    reply = build_reply(values, 2 + 3 * (Py_ssize_t)call->policy_count);
+done:
+    release_fresh(call);
+    release_key_space(call);
+    Py_XDECREF(argv);
+    Py_XDECREF(keys);
+    return reply;
+}
+

@@ -1,0 +1,133 @@
+/* delete_matching(): every key matching a Redis glob pattern, Redis's rules
+ * ("*", "?", "[...]" with "^" and ranges, "\\" escapes). Reset of an
+ * identity across scopes, rates and algorithms goes through it with the
+ * patterns _accel.key_pattern() builds. */
+#include <stdint.h>
+
+#include "store.h"
+
+/* Whether the pattern item at *at ("?", "[...]", "\x" or a byte) matches c;
+ * moves *at past the item. */
+static int
+glob_item_matches(const unsigned char *pattern, size_t size, size_t *at, unsigned char c)
+{
+    size_t i = *at;
+    if (pattern[i] == '?') {
+        *at = i + 1;
+        return 1;
+    }
+    if (pattern[i] == '[') {
+        int negate = 0, matched = 0;
+        i++;
+        if (i < size && pattern[i] == '^') {
+            negate = 1;
+            i++;
+        }
+        /* An unterminated set ends with the pattern. */
+        while (i < size && pattern[i] != ']') {
+            if (pattern[i] == '\\' && i + 1 < size) {
+                matched |= pattern[i + 1] == c;
+                i += 2;
+            }
+            else if (i + 2 < size && pattern[i + 1] == '-') {
+                unsigned char low = pattern[i], high = pattern[i + 2];
+                if (low > high) {
+                    unsigned char swap = low;
+                    low = high;
+                    high = swap;
+                }
+                matched |= c >= low && c <= high;
+                i += 3;
+            }
+            else {
+                matched |= pattern[i] == c;
+                i++;
+            }
+        }
+        *at = i < size ? i + 1 : size;
+        return negate ? !matched : matched;
+    }
+    if (pattern[i] == '\\' && i + 1 < size) {
+        i++;
+    }
+    *at = i + 1;
+    return pattern[i] == c;
+}
+
+/* Redis's glob: "*", "?", "[...]" (with "^" and ranges), "\" escapes. */
+static int
+glob_matches(const unsigned char *pattern, size_t pattern_size, const unsigned char *text,
+             size_t text_size)
+{
+    size_t p = 0, t = 0;
+    size_t star_p = SIZE_MAX, star_t = 0;
+    if (text_size == 0) {
+        /* Redis skips trailing stars only after matching a byte, and lets the
+         * pattern "*" alone match every key: so an empty key matches "" and
+         * "*" but not "**". */
+        return pattern_size == 0 || (pattern_size == 1 && pattern[0] == '*');
+    }
+    while (t < text_size) {
+        if (p < pattern_size && pattern[p] == '*') {
+            while (p < pattern_size && pattern[p] == '*') {
+                p++;
+            }
+            star_p = p;
+            star_t = t;
+            continue;
+        }
+        size_t next = p;
+        if (p < pattern_size && glob_item_matches(pattern, pattern_size, &next, text[t])) {
+            p = next;
+            t++;
+            continue;
+        }
+        if (star_p == SIZE_MAX) {
+            return 0;
+        }
+        /* Let the last star take one more byte, and retry after it. */
+        p = star_p;
+        t = ++star_t;
+    }
+    while (p < pattern_size && pattern[p] == '*') {
+        p++;
+    }
+    return p == pattern_size;
+}
+
+PyObject *
+store_delete_matching(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MemoryStore *store = (MemoryStore *)self;
+    const char *pattern;
+    Py_ssize_t pattern_size;
+    int64_t now_ms = -1;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "MemoryStore.delete_matching() takes 1 or 2 arguments (pattern, now_ms) "
+                     "(%zd given)",
+                     nargs);
+        return NULL;
+    }
+    if (view_key("delete_matching", "pattern", -1, args[0], &pattern, &pattern_size) < 0) {
+        return NULL;
+    }
+    if (nargs == 2 && args[1] != Py_None && parse_now("delete_matching", args[1], &now_ms) < 0) {
+        return NULL;
+    }
+    store->version++;
+    long long deleted = 0;
+    memory_entry *entry = store->oldest;
+    while (entry != NULL) {
+        memory_entry *newer = entry->newer;
+        if (glob_matches((const unsigned char *)pattern, (size_t)pattern_size, entry_key(entry),
+                         entry->key_size)) {
+            deleted += now_ms < 0 || !entry_expired(entry, now_ms);
+            table_remove(store, entry);
+        }
+        entry = newer;
+    }
+    table_maybe_shrink(store);
+    return PyLong_FromLongLong(deleted);
+}
+

@@ -1,0 +1,129 @@
+/* The table under memory://: keys hashed with SipHash-1-3 under a random
+ * per-store key, open addressing with linear probing over a power-of-two
+ * array of entry pointers (at most half full; deletion shifts entries back,
+ * so there are no tombstones), every entry also on an intrusive list in
+ * order of use for the LRU bound. What an entry holds is typed per kind
+ * (the algorithms' per-key state); the table only allocates, finds, orders
+ * and frees entries. store_table.c. */
+#ifndef MODERATO_STORE_TABLE_H
+#define MODERATO_STORE_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compat.h"
+
+#define NO_EXPIRY (-1LL)
+#define MIN_SLOTS 16
+
+/* What a key holds: a Redis string holding a decimal integer (a window
+ * counter), one of three hashes of integer fields, or the sliding log's
+ * sorted set. */
+enum { KIND_COUNTER = 1, KIND_BUCKET, KIND_GCRA, KIND_LEAKY, KIND_LOG };
+
+/* The hashes' fields, in the order of the field arrays of store_validate.c. */
+enum { BUCKET_TOKENS, BUCKET_BASE, BUCKET_CREDITED };
+enum { GCRA_TAT, GCRA_FRAC };
+enum { LEAKY_LEVEL, LEAKY_BASE, LEAKY_DRAINED };
+
+typedef struct {
+    int64_t field[3]; /* tokens, base, credited */
+    /* The policy of the last write, which only the sweep reads (is the
+     * bucket full by now?); capacity 0 for a bucket of unknown policy. */
+    int64_t capacity_scaled;
+    int64_t window_ms;
+    double refill_scaled_per_s; /* 0: the public rule */
+} bucket_value;
+
+typedef struct {
+    int64_t field[2]; /* tat (whole us), frac (1/capacity of a us) */
+} gcra_value;
+
+typedef struct {
+    int64_t field[3]; /* level, base, drained */
+} leaky_value;
+
+/* One member of a sliding log: "<16-digit total>:<cost>" scored at_ms. A
+ * member loaded with any other text keeps it (length-prefixed) in text. */
+typedef struct {
+    int64_t at_ms;
+    int64_t total_scaled;
+    int64_t cost_scaled;
+    char *text;
+} log_item;
+
+/* The members in Redis's order (score, then member bytes): items[start]
+ * up to items[start + count - 1]. regular: every member canonical, running
+ * totals strictly rising, so a new larger total is simply appended. */
+typedef struct {
+    log_item *items;
+    size_t start;
+    size_t count;
+    size_t capacity;
+    int regular;
+} log_value;
+
+typedef union {
+    int64_t counter;
+    bucket_value bucket;
+    gcra_value gcra;
+    leaky_value leaky;
+    log_value log;
+} entry_value;
+
+typedef struct memory_entry {
+    struct memory_entry *newer; /* toward the most recently used */
+    struct memory_entry *older;
+    int64_t expire_at_ms;       /* absolute, or NO_EXPIRY */
+    uint64_t hash;
+    uint32_t key_size;
+    uint8_t kind;
+    /* Only the kind's part of the value is allocated; the key follows it. */
+    entry_value value;
+} memory_entry;
+
+typedef struct {
+    PyObject_HEAD
+    memory_entry **slots;
+    size_t slot_count;   /* a power of two, at least MIN_SLOTS */
+    size_t entry_count;
+    size_t max_entries;
+    size_t sweep_cursor;
+    memory_entry *newest;
+    memory_entry *oldest;
+    uint64_t hash_key[2];
+    unsigned long long evictions;
+    unsigned long long version; /* changes with every call that may change the table */
+} MemoryStore;
+
+/* SipHash-1-3 of data under key. */
+uint64_t siphash13(const uint64_t key[2], const unsigned char *data, size_t size);
+uint64_t load_le64(const unsigned char *bytes);
+
+/* Entries: allocated with room for the kind's value and the key. */
+memory_entry *entry_new(int kind, const unsigned char *key, size_t key_size, uint64_t hash);
+void entry_free(memory_entry *entry);
+unsigned char *entry_key(const memory_entry *entry);
+int entry_expired(const memory_entry *entry, int64_t now_ms);
+/* Frees the loaded texts of a log's members [from, from + count). */
+void log_release_items(log_value *log, size_t from, size_t count);
+
+uint64_t store_hash(const MemoryStore *store, const unsigned char *key, size_t key_size);
+void lru_unlink(MemoryStore *store, memory_entry *entry);
+void lru_touch(MemoryStore *store, memory_entry *entry);
+/* The entry holding this key, expired or not, or NULL. */
+memory_entry *table_find(const MemoryStore *store, const unsigned char *key, size_t key_size,
+                         uint64_t hash);
+/* Room for extra more entries (0, or -1 with MemoryError). */
+int table_reserve(MemoryStore *store, size_t extra);
+void table_insert(MemoryStore *store, memory_entry *entry);
+void table_remove(MemoryStore *store, memory_entry *entry);
+void table_clear(MemoryStore *store);
+void table_maybe_shrink(MemoryStore *store);
+void evict_beyond_cap(MemoryStore *store);
+/* Walk at most budget slots from the sweep cursor, dropping the entries
+ * idle() calls droppable at now_ms; returns how many were dropped. */
+long long table_sweep(MemoryStore *store, size_t budget,
+                      int (*idle)(const memory_entry *entry, int64_t now_ms), int64_t now_ms);
+
+#endif /* MODERATO_STORE_TABLE_H */

@@ -1,0 +1,51 @@
+/* token_bucket over its typed state (a bucket_value at <base>:bucket:v2):
+ * token_bucket.lua's math, in process. The refill is store_bucket.c's. */
+#include "store.h"
+
+static const char bucket_suffix[] = ":bucket:v2";
+
+static int
+token_bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
+{
+    memory_target *target =
+        add_target(store, call, policy, bucket_suffix, sizeof(bucket_suffix) - 1, KIND_BUCKET);
+    int64_t fields[3];
+    int present;
+    refilled_bucket bucket;
+    if (read_hash(target, KIND_BUCKET, bucket_highs, fields, &present) < 0) {
+        return -1;
+    }
+    stored_bucket stored = {fields[BUCKET_TOKENS], fields[BUCKET_BASE], fields[BUCKET_CREDITED]};
+    if (bucket_verdict(call, policy, target, present ? &stored : NULL, &bucket) < 0) {
+        return -1;
+    }
+    policy->write_value[0] = bucket.tokens_scaled - call->cost_scaled;
+    policy->write_value[1] = bucket.base_ms;
+    policy->write_value[2] = bucket.credited_scaled;
+    policy->write_expire_at_ms = lua_integer((double)call->now_ms + bucket_ttl_ms(policy));
+    return 0;
+}
+
+static void
+token_bucket_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
+{
+    /* HSET tokens base credited, then PEXPIREAT now + ttl. */
+    memory_entry *entry = target_entry(store, &policy->targets[0], call->now_ms);
+    bucket_value *bucket = &entry->value.bucket;
+    for (int i = 0; i < 3; i++) {
+        bucket->field[i] = policy->write_value[i];
+    }
+    bucket->capacity_scaled = policy->capacity_scaled;
+    bucket->window_ms = policy->window_ms;
+    bucket->refill_scaled_per_s = policy->custom_rate ? policy->refill_scaled_per_s : 0.0;
+    entry->expire_at_ms = policy->write_expire_at_ms;
+}
+
+const memory_algorithm store_token_bucket = {
+    .name = "token_bucket",
+    .extra_fields = 1,
+    .parse_extra = token_bucket_parse_extra,
+    .evaluate = token_bucket_evaluate,
+    .prepare = NULL,
+    .apply = token_bucket_apply,
+};

@@ -14,6 +14,7 @@
 #include "contract.h"
 #include "decode.h"
 #include "errors.h"
+#include "results.h"
 
 #define DECODE_HEADER_INTS 2    /* allowed, deciding */
 #define DECODE_POLICY_INTS 3    /* remaining_scaled, retry_ms, reset_ms */
@@ -247,35 +248,7 @@ decode_decision(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     return build_result(values, policies);
 }
 
-/* -- check_result: the reply straight into the public result objects -------- */
-
-static const char *const result_field_names[RESULT_FIELD_COUNT] = {
-    "allowed", "limit",  "remaining", "retry_after", "reset_at",      "window_seconds",
-    "rate",    "algorithm", "policies", "bypassed",  "shadow_denied",
-};
-
-enum { F_ALLOWED, F_LIMIT, F_REMAINING, F_RETRY_AFTER, F_RESET_AT, F_WINDOW_SECONDS,
-       F_RATE, F_ALGORITHM, F_POLICIES, F_BYPASSED, F_SHADOW_DENIED };
-
-int
-decode_init_state(decode_state *state)
-{
-    for (int i = 0; i < RESULT_FIELD_COUNT; i++) {
-        state->field[i] = PyUnicode_InternFromString(result_field_names[i]);
-        if (state->field[i] == NULL) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-void
-decode_clear_state(decode_state *state)
-{
-    for (int i = 0; i < RESULT_FIELD_COUNT; i++) {
-        Py_CLEAR(state->field[i]);
-    }
-}
+/* -- check_result: the reply straight into the public result records -------- */
 
 /* What a plan must be, for the TypeError naming what was wrong. */
 #define PLAN_SHAPE                                                                          \
@@ -291,24 +264,15 @@ plan_error(const char *what)
 
 /* Check the plan's shape; on success *policies is how many rates it holds. */
 static int
-read_plan(PyObject *plan, int *policies)
+read_plan(const accel_state *state, PyObject *plan, int *policies)
 {
     if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 5) {
         return plan_error("not a 5-tuple");
     }
-    for (int i = 0; i < 2; i++) {
-        PyObject *cls = PyTuple_GET_ITEM(plan, i);
-        /* Instances are built as object.__new__ builds them, then their
-         * attributes set in the instance dict: only a class defined in
-         * Python straight on object, without a __new__ of its own, whose
-         * instances have a __dict__, is laid out for that. */
-        PyTypeObject *type = (PyTypeObject *)cls;
-        if (!PyType_Check(cls) || !PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) ||
-            type->tp_base != &PyBaseObject_Type || type->tp_new != PyBaseObject_Type.tp_new ||
-            type->tp_dictoffset == 0) {
-            return plan_error("items 0 and 1 must be classes defined in Python on object, "
-                              "without __new__ or __slots__");
-        }
+    /* The records are this module's types, built through their one door. */
+    if (PyTuple_GET_ITEM(plan, 0) != (PyObject *)state->check_result_type ||
+        PyTuple_GET_ITEM(plan, 1) != (PyObject *)state->policy_state_type) {
+        return plan_error("items 0 and 1 must be moderato.results.CheckResult and PolicyState");
     }
     if (!PyUnicode_Check(PyTuple_GET_ITEM(plan, 2)) ||
         !PyUnicode_Check(PyTuple_GET_ITEM(plan, 3))) {
@@ -331,31 +295,10 @@ read_plan(PyObject *plan, int *policies)
     return 0;
 }
 
-/* A new instance of cls with these attributes, set as object.__setattr__
- * would: the classes are frozen dataclasses, whose own __setattr__ refuses. */
-static PyObject *
-new_instance(PyObject *cls, PyObject *const *names, PyObject *const *values, int count)
-{
-    /* What object.__new__ does (read_plan checked that it is cls's __new__). */
-    PyTypeObject *type = (PyTypeObject *)cls;
-    PyObject *instance = type->tp_alloc(type, 0);
-    if (instance == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < count; i++) {
-        if (PyObject_GenericSetAttr(instance, names[i], values[i]) < 0) {
-            Py_DECREF(instance);
-            return NULL;
-        }
-    }
-    return instance;
-}
-
-
-/* One policy's public values, new references into out[0..4]: limit,
- * window_seconds, remaining in whole requests (rounded down), retry_after in
- * seconds (rounded up; None for never) and reset_at in Unix seconds (None for
- * none). */
+/* One policy's public values, new references into out[0..4] in PolicyState's
+ * field order: limit, window_seconds, remaining in whole requests (rounded
+ * down), retry_after in seconds (rounded up; None for never) and reset_at in
+ * Unix seconds (None for none). */
 static int
 policy_values(PyObject *rate, const long long *policy, PyObject **out)
 {
@@ -370,20 +313,12 @@ policy_values(PyObject *rate, const long long *policy, PyObject **out)
     long long reset_ms = policy[RESET_MS];
     out[4] = reset_ms < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble((double)reset_ms / 1000.0);
     if (out[2] == NULL || out[3] == NULL || out[4] == NULL) {
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < POLICY_STATE_FIELDS; i++) {
             Py_CLEAR(out[i]);
         }
         return -1;
     }
     return 0;
-}
-
-static void
-release(PyObject **values, int count)
-{
-    for (int i = 0; i < count; i++) {
-        Py_XDECREF(values[i]);
-    }
 }
 
 PyObject *
@@ -397,31 +332,27 @@ decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      "check_result() takes exactly 2 arguments (reply, plan) (%zd given)", nargs);
         return NULL;
     }
+    accel_state *state = PyModule_GetState(module);
     PyObject *plan = args[1];
     /* The plan first: a wrong one is the caller's bug, not the reply's. */
-    if (read_plan(plan, &policies) < 0 || read_reply("check_result()", args[0], policies, values) < 0) {
+    if (read_plan(state, plan, &policies) < 0 ||
+        read_reply("check_result()", args[0], policies, values) < 0) {
         return NULL;
     }
-    decode_state *state = PyModule_GetState(module);
     PyObject *rates = PyTuple_GET_ITEM(plan, 4);
     PyObject *states = PyTuple_New(policies);
     if (states == NULL) {
         return NULL;
     }
-    PyObject *state_cls = PyTuple_GET_ITEM(plan, 1);
-    /* PolicyState's fields, in its order (and policy_values'). */
-    PyObject *state_names[5] = {state->field[F_LIMIT], state->field[F_WINDOW_SECONDS],
-                                state->field[F_REMAINING], state->field[F_RETRY_AFTER],
-                                state->field[F_RESET_AT]};
     for (int i = 0; i < policies; i++) {
-        PyObject *policy[5];
+        PyObject *policy[POLICY_STATE_FIELDS];
         if (policy_values(PyTuple_GET_ITEM(rates, i),
                           values + DECODE_HEADER_INTS + DECODE_POLICY_INTS * i, policy) < 0) {
             Py_DECREF(states);
             return NULL;
         }
-        PyObject *one = new_instance(state_cls, state_names, policy, 5);
-        release(policy, 5);
+        PyObject *one =
+            results_new(state->policy_state_type, policy, POLICY_STATE_FIELDS);
         if (one == NULL) {
             Py_DECREF(states);
             return NULL;
@@ -430,20 +361,17 @@ decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* The top-level fields are the deciding policy's. */
     int deciding = (int)values[1];
-    PyObject *top[5];
+    PyObject *top[POLICY_STATE_FIELDS];
     if (policy_values(PyTuple_GET_ITEM(rates, deciding),
                       values + DECODE_HEADER_INTS + DECODE_POLICY_INTS * deciding, top) < 0) {
         Py_DECREF(states);
         return NULL;
     }
-    /* In the dataclass's field order. */
-    PyObject *fields[RESULT_FIELD_COUNT] = {
+    /* In CheckResult's field order; bypassed and shadow_denied take their
+     * defaults, as every field after them would. */
+    PyObject *fields[] = {
         PyBool_FromLong((long)values[0]), top[0], top[2], top[3], top[4], top[1],
-        PyTuple_GET_ITEM(plan, 2), PyTuple_GET_ITEM(plan, 3), states, Py_False, Py_False};
-    PyObject *result =
-        new_instance(PyTuple_GET_ITEM(plan, 0), state->field, fields, RESULT_FIELD_COUNT);
-    Py_DECREF(fields[F_ALLOWED]);
-    release(top, 5);
-    Py_DECREF(states);
-    return result;
+        Py_NewRef(PyTuple_GET_ITEM(plan, 2)), Py_NewRef(PyTuple_GET_ITEM(plan, 3)), states};
+    return results_new(state->check_result_type, fields,
+                       (int)(sizeof(fields) / sizeof(fields[0])));
 }

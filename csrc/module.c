@@ -12,6 +12,7 @@
 #include "keys.h"
 #include "memory.h"
 #include "rate.h"
+#include "results.h"
 #include "resp.h"
 
 PyDoc_STRVAR(module_doc,
@@ -128,7 +129,8 @@ add_long_long(PyObject *module, const char *name, long long value)
 static int
 accel_exec(PyObject *module)
 {
-    if (decode_init_state(PyModule_GetState(module)) < 0) {
+    /* CheckResult and PolicyState, types of this module object (results.c). */
+    if (results_add_to_module(module) < 0) {
         return -1;
     }
     if (add_long_long(module, "MAX_POLICIES", ACCEL_MAX_POLICIES) < 0 ||
@@ -144,11 +146,18 @@ accel_exec(PyObject *module)
 static int
 accel_clear(PyObject *module)
 {
-    decode_state *state = PyModule_GetState(module);
+    accel_state *state = PyModule_GetState(module);
     if (state != NULL) {
-        decode_clear_state(state);
+        results_clear_state(state);
     }
     return 0;
+}
+
+static int
+accel_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    accel_state *state = PyModule_GetState(module);
+    return state == NULL ? 0 : results_traverse_state(state, visit, arg);
 }
 
 static void
@@ -169,7 +178,8 @@ static struct PyModuleDef accel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "moderato._accel",
     .m_doc = module_doc,
-    .m_size = sizeof(decode_state),
+    .m_size = sizeof(accel_state),
+    .m_traverse = accel_traverse,
     .m_methods = accel_methods,
     .m_slots = accel_slots,
     .m_clear = accel_clear,

@@ -1,8 +1,7 @@
 # Type stub of the C accelerator (csrc/); docs/internals.md is the contract.
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Optional, Union
-
-from .results import CheckResult
 
 _Text = Union[str, bytes]
 _Arg = Union[bytes, bytearray, memoryview, str, int]
@@ -37,6 +36,34 @@ def encode_evalsha(sha: _Text, keys: Sequence[_Arg], args: Sequence[_Arg], /) ->
 def decode_decision(
     reply: object, policies: int, /
 ) -> tuple[bool, int, tuple[tuple[int, int, int], ...]]: ...
+# C records (csrc/results.c) that behave as these frozen dataclasses;
+# moderato.results re-exports them and documents the fields.
+@dataclass(frozen=True)
+class PolicyState:
+    limit: int
+    window_seconds: int
+    remaining: Optional[int]
+    retry_after: Optional[int]
+    reset_at: Optional[float]
+
+@dataclass(frozen=True)
+class CheckResult:
+    allowed: bool
+    limit: int
+    remaining: Optional[int]
+    retry_after: Optional[int]
+    reset_at: Optional[float]
+    window_seconds: int
+    rate: str
+    algorithm: str
+    policies: tuple[PolicyState, ...] = ()
+    bypassed: bool = False
+    shadow_denied: bool = False
+    @property
+    def permanent(self) -> bool: ...
+    @property
+    def status_code(self) -> int: ...
+
 def check_result(
     reply: object, plan: tuple[type, type, str, str, tuple[tuple[int, int], ...]], /
 ) -> CheckResult: ...

@@ -1,55 +1,63 @@
-"""What a decision tells the caller."""
+"""What a decision tells the caller: ``CheckResult`` and ``PolicyState``.
+
+Both are immutable records implemented in C (csrc/results.c) and owned by the
+accelerator module, so that a check builds its result without any Python
+code: ``_accel.check_result`` and a Python call such as
+``CheckResult(True, ...)`` go through the same constructor, and a field the
+caller leaves out takes its default. They behave as frozen dataclasses: the
+fields below, equality and hash over the fields, a repr naming every field,
+``dataclasses.FrozenInstanceError`` on assignment, and (through the field
+table attached here) ``dataclasses.replace``, ``fields`` and ``asdict``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import field, make_dataclass
+from typing import Any, Optional
+
+from ._accel import CheckResult, PolicyState
+
+__all__ = ["CheckResult", "PolicyState"]
+
+# The fields in order, with their types and defaults: csrc/results.c holds the
+# same table (tests/test_accel.py checks the two agree).
+_POLICY_STATE_FIELDS: list[Any] = [
+    ("limit", int),
+    ("window_seconds", int),
+    ("remaining", Optional[int]),
+    ("retry_after", Optional[int]),
+    ("reset_at", Optional[float]),
+]
+_CHECK_RESULT_FIELDS: list[Any] = [
+    ("allowed", bool),
+    ("limit", int),
+    ("remaining", Optional[int]),
+    ("retry_after", Optional[int]),
+    ("reset_at", Optional[float]),
+    ("window_seconds", int),
+    ("rate", str),
+    ("algorithm", str),
+    ("policies", tuple, field(default=())),
+    ("bypassed", bool, field(default=False)),
+    ("shadow_denied", bool, field(default=False)),
+]
 
 
-@dataclass(frozen=True)
-class PolicyState:
-    """One policy's view of a decision (several policies can be decided at once)."""
+def _attach_dataclass_fields(record: type, fields: list[Any]) -> None:
+    # dataclasses.replace/fields/asdict read the class's field table; a frozen
+    # dataclass of the same fields lends it one (the C type keeps its own
+    # constructor, equality, hash and repr).
+    names = tuple(spec[0] for spec in fields)
+    if names != record.__match_args__:  # type: ignore[attr-defined]
+        raise ImportError(
+            f"moderato._accel.{record.__name__} has the fields "
+            f"{record.__match_args__} but moderato.results expects {names}: "  # type: ignore[attr-defined]
+            "rebuild the extension"
+        )
+    table = make_dataclass(record.__name__, fields, frozen=True)
+    record.__dataclass_fields__ = table.__dataclass_fields__  # type: ignore[attr-defined]
+    record.__dataclass_params__ = table.__dataclass_params__  # type: ignore[attr-defined]
 
-    limit: int
-    window_seconds: int
-    remaining: Optional[int]
-    """Whole unit-cost requests that still fit, rounded down; None when unknown (bypass)."""
-    retry_after: Optional[int]
-    """Seconds until the cost fits (rounded up); 0 when admitted; None if it never will."""
-    reset_at: Optional[float]
-    """Unix time from the backend's clock; None for a permanent denial or a bypass."""
 
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The outcome of one check.
-
-    The top-level fields describe the deciding policy: on a denial the one
-    that must be waited on longest, on an admission the one with the fewest
-    requests left (the one that headers report).
-    """
-
-    allowed: bool
-    limit: int
-    remaining: Optional[int]
-    retry_after: Optional[int]
-    reset_at: Optional[float]
-    window_seconds: int
-    rate: str
-    algorithm: str
-    policies: tuple[PolicyState, ...] = ()
-    bypassed: bool = False
-    """True when the backend could not decide and fail-open let the request through."""
-    shadow_denied: bool = False
-    """True when the limit denied the request but shadow mode let it through."""
-
-    @property
-    def permanent(self) -> bool:
-        """A denial that waiting cannot fix: the cost exceeds the policy's capacity."""
-        return not self.allowed and self.retry_after is None
-
-    @property
-    def status_code(self) -> int:
-        if self.allowed:
-            return 200
-        return 422 if self.permanent else 429
+_attach_dataclass_fields(PolicyState, _POLICY_STATE_FIELDS)
+_attach_dataclass_fields(CheckResult, _CHECK_RESULT_FIELDS)

@@ -20,6 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Union
 
+from moderato.results import CheckResult, PolicyState
+
 MAX_POLICIES = 16
 MAX_WINDOW_S = 86_400
 MAX_LONG_WINDOW_S = 3600 * 86_400
@@ -273,12 +275,12 @@ def decode_decision(reply: list[int], policies: int, /) -> Decision:
 
 
 def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
-    """decode_decision, then the public result, built by the dataclasses themselves."""
+    """decode_decision, then the public result, built by its constructors."""
     if not (isinstance(plan, tuple) and len(plan) == 5):
         raise TypeError("plan must be a 5-tuple")
     check_cls, state_cls, rate, algorithm, rates = plan
-    if not all(isinstance(cls, type) and _plain_class(cls) for cls in (check_cls, state_cls)):
-        raise TypeError("plan items 0 and 1 must be Python classes with a __dict__")
+    if check_cls is not CheckResult or state_cls is not PolicyState:
+        raise TypeError("plan items 0 and 1 must be CheckResult and PolicyState")
     if not (isinstance(rate, str) and isinstance(algorithm, str)):
         raise TypeError("plan items 2 and 3 must be str")
     if not (isinstance(rates, tuple) and 1 <= len(rates) <= MAX_POLICIES):
@@ -310,15 +312,3 @@ def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
         states,
     )
 
-
-def _plain_class(cls: type) -> bool:
-    # What the C side can build without running __init__: a class defined in
-    # Python straight on object, without a __new__ of its own, whose
-    # instances keep their attributes in a __dict__.
-    heap_type = bool(cls.__flags__ & (1 << 9))
-    return (
-        heap_type
-        and cls.__base__ is object
-        and cls.__new__ is object.__new__
-        and cls.__dictoffset__ != 0
-    )

@@ -908,11 +908,13 @@ def test_check_result(impl: Any, reply: list[int], plan: Any, expected: CheckRes
     assert type(result) is CheckResult
     assert result == expected
     assert all(type(state) is PolicyState for state in result.policies)
-    # Built as the dataclass builds itself: same attributes, same order, same hash.
-    assert list(vars(result).items()) == list(vars(expected).items())
+    # Built through the constructor: every field, in order, and the same hash.
+    assert fields_of(result) == fields_of(expected)
+    assert hash(result) == hash(expected)
     for state, expected_state in zip(result.policies, expected.policies):
-        assert list(vars(state).items()) == list(vars(expected_state).items())
+        assert fields_of(state) == fields_of(expected_state)
         assert hash(state) == hash(expected_state)
+    assert repr(result) == repr(expected)
     assert dataclasses.replace(result, allowed=True).allowed is True
     assert result.status_code == expected.status_code
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -926,13 +928,19 @@ def test_check_result_rejects_bad_replies(impl: Any, reply: object, policies: in
         impl.check_result(reply, plan)
 
 
+def fields_of(record: Any) -> list[tuple[str, Any]]:
+    return [(field.name, getattr(record, field.name)) for field in dataclasses.fields(record)]
+
+
+@dataclasses.dataclass(frozen=True)
+class LookalikeResult:
+    """A frozen dataclass of CheckResult's fields: not the type check_result builds."""
+
+    allowed: bool
+
+
 class SlottedResult:
     __slots__ = ("allowed",)
-
-
-class OwnNew:
-    def __new__(cls) -> OwnNew:
-        return super().__new__(cls)
 
 
 class DictResult(dict):  # type: ignore[type-arg]
@@ -948,7 +956,8 @@ BAD_PLANS = [
     (int, PolicyState, "r", "a", ((1, 1),)),
     (DictResult, PolicyState, "r", "a", ((1, 1),)),
     (CheckResult, SlottedResult, "r", "a", ((1, 1),)),
-    (CheckResult, OwnNew, "r", "a", ((1, 1),)),
+    (LookalikeResult, PolicyState, "r", "a", ((1, 1),)),
+    (PolicyState, CheckResult, "r", "a", ((1, 1),)),
     (CheckResult, PolicyState, b"r", "a", ((1, 1),)),
     (CheckResult, PolicyState, "r", None, ((1, 1),)),
     (CheckResult, PolicyState, "r", "a", ()),

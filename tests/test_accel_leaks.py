@@ -127,6 +127,17 @@ CASES: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
         {},
     ),
     ("check_result-plan", _accel.check_result, ([1, 0, 1, 0, 1], (*RESULT_CLASSES, "r")), {}),
+    ("PolicyState", PolicyState, (10, 1, text("x"), None, 1.5), {}),
+    (
+        "CheckResult",
+        CheckResult,
+        (True, 10, 9, 0, 1.5, 1, text("r")),
+        {"algorithm": text("a"), "shadow_denied": True},
+    ),
+    ("CheckResult-missing", CheckResult, (True, 10), {"rate": text("r")}),
+    ("CheckResult-unknown", CheckResult, (), {"nope": text("x")}),
+    ("CheckResult-repr", repr, (CheckResult(True, 1, 1, 0, 1.0, 1, "r", "a"),), {}),
+    ("CheckResult-hash", hash, (PolicyState(1, 1, 1, 0, 1.0),), {}),
 ]
 
 

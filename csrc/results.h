@@ -1,0 +1,31 @@
+/* The public result types, CheckResult and PolicyState, as C types owned by
+ * the module state (moderato.results re-exports them). Both are immutable
+ * records of named fields: one constructor, one door, for Python callers
+ * and for check_result() alike. */
+#ifndef MODERATO_RESULTS_H
+#define MODERATO_RESULTS_H
+
+#include "compat.h"
+
+#define POLICY_STATE_FIELDS 5
+#define CHECK_RESULT_FIELDS 11
+
+/* The module state of moderato._accel. */
+typedef struct {
+    PyTypeObject *check_result_type;
+    PyTypeObject *policy_state_type;
+    PyObject *frozen_error; /* dataclasses.FrozenInstanceError */
+} accel_state;
+
+/* Create both types for this module object, keep them in its state and add
+ * them to it. 0, or -1 with an exception set. */
+int results_add_to_module(PyObject *module);
+int results_traverse_state(accel_state *state, visitproc visit, void *arg);
+void results_clear_state(accel_state *state);
+
+/* A new record of type (one of the two) from count values, each a new
+ * reference that is consumed, even on failure. count may be short of the
+ * type's fields: the rest take their defaults. */
+PyObject *results_new(PyTypeObject *type, PyObject **values, int count);
+
+#endif /* MODERATO_RESULTS_H */

@@ -131,8 +131,8 @@ done:
 /* ---- sweeping ------------------------------------------------------------------------ */
 
 /* Whether an entry decides exactly as a missing key would: a full bucket. */
-static int
-entry_idle(const memory_entry *entry, int64_t now_ms)
+int
+store_entry_idle(const memory_entry *entry, int64_t now_ms)
 {
     return entry->kind == KIND_BUCKET && bucket_idle_full(entry, now_ms);
 }
@@ -175,14 +175,15 @@ store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     store->version++;
     size_t budget = max_slots < 0 ? store->slot_count : (size_t)max_slots;
-    return PyLong_FromLongLong(table_sweep(store, budget, entry_idle, now_ms));
+    return PyLong_FromLongLong(table_sweep(store, budget, store_entry_idle, now_ms));
 }
 
 PyDoc_STRVAR(decide_doc,
 "decide($self, algorithm, keys, args, now_ms, /)\n"
 "--\n"
 "\n"
-"Run the decision script of algorithm at now_ms (Unix ms) in process.\n"
+"Run the decision script of algorithm at now_ms (Unix ms; None: the wall\n"
+"clock, as time.time_ns() // 10**6) in process.\n"
 "\n"
 "keys are the base keys (bytes or str), args the script's ARGV (int, str or\n"
 "bytes): cost_scaled, apply, then the policies' fields. Returns the script's\n"
@@ -248,6 +249,18 @@ store_get_evictions(PyObject *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+store_get_sweep_every(PyObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(((MemoryStore *)self)->sweep_every);
+}
+
+static PyObject *
+store_get_sweep_slots(PyObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t(((MemoryStore *)self)->sweep_slots);
+}
+
+static PyObject *
 store_get_slot_count(PyObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromSize_t(((MemoryStore *)self)->slot_count);
@@ -256,14 +269,22 @@ store_get_slot_count(PyObject *self, void *Py_UNUSED(closure))
 static PyObject *
 store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"max_entries", NULL};
-    Py_ssize_t max_entries;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n:MemoryStore", keywords, &max_entries)) {
+    static char *keywords[] = {"max_entries", "sweep_every", "sweep_slots", NULL};
+    Py_ssize_t max_entries, sweep_every = 0, sweep_slots = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n|$nn:MemoryStore", keywords, &max_entries,
+                                     &sweep_every, &sweep_slots)) {
         return NULL;
     }
     if (max_entries < 1) {
         PyErr_Format(PyExc_ValueError, "MemoryStore() max_entries must be at least 1, got %zd",
                      max_entries);
+        return NULL;
+    }
+    if (sweep_every < 0 || sweep_slots < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "MemoryStore() sweep_every and sweep_slots must be 0 or more, got %zd "
+                     "and %zd",
+                     sweep_every, sweep_slots);
         return NULL;
     }
     /* A random hash key per store: identities cannot be chosen to collide. */
@@ -291,6 +312,8 @@ store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     store->hash_key[1] = load_le64(seed_bytes + 8);
     Py_DECREF(seed);
     store->max_entries = (size_t)max_entries;
+    store->sweep_every = store->until_sweep = (size_t)sweep_every;
+    store->sweep_slots = (size_t)sweep_slots;
     store->slot_count = MIN_SLOTS;
     store->slots = PyMem_Calloc(MIN_SLOTS, sizeof(memory_entry *));
     if (store->slots == NULL) {
@@ -328,19 +351,24 @@ static PyGetSetDef store_getset[] = {
     {"max_entries", store_get_max_entries, NULL, "The hard cap on entries.", NULL},
     {"evictions", store_get_evictions, NULL,
      "Entries evicted so far because the table was at its cap.", NULL},
+    {"sweep_every", store_get_sweep_every, NULL,
+     "decide() sweeps every this many decisions (0: never).", NULL},
+    {"sweep_slots", store_get_sweep_slots, NULL, "Slots each of decide()'s sweeps walks.",
+     NULL},
     {"slot_count", store_get_slot_count, NULL, "Slots of the hash table (a power of two).",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyDoc_STRVAR(store_doc,
-"MemoryStore(max_entries)\n"
+"MemoryStore(max_entries, *, sweep_every=0, sweep_slots=0)\n"
 "--\n"
 "\n"
 "The state of memory://: the keys of the decision scripts, in process,\n"
 "decided with the scripts' exact math. At most max_entries entries are kept\n"
 "(the least recently used are evicted beyond); sweep() drops expired entries\n"
-"and full token buckets. Every method holds the GIL throughout: calls from\n"
+"and full token buckets, and decide() sweeps sweep_slots slots by itself\n"
+"every sweep_every decisions (0: never). Every method holds the GIL throughout: calls from\n"
 "several threads and event loops are atomic. docs/internals.md has the\n"
 "contract.");
 

@@ -185,6 +185,9 @@ int parse_integer(const arg_view *view, long long low, long long high, long long
 /* A text slice as the scripts' parse_integer reads it. */
 int parse_digits(const char *data, size_t size, long long low, long long high, long long *value);
 int parse_now(const char *function, PyObject *object, int64_t *now_ms);
+/* decide()'s now_ms: an int as parse_now() reads it, or None for the wall
+ * clock (Unix ms, as time.time_ns() // 10**6). */
+int parse_now_or_clock(const char *function, PyObject *object, int64_t *now_ms);
 /* decide()'s KEYS and ARGV, checked in the scripts' order. */
 int parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count);
 /* token_bucket's refill_scaled_per_s. */
@@ -259,6 +262,11 @@ const char *log_member_text(const log_item *item, char *buffer, size_t *size);
 int log_compare_items(const void *a, const void *b);
 int log_same_member(const log_item *a, const log_item *b);
 int log_is_regular(const log_value *log);
+
+/* ---- memory.c -------------------------------------------------------------------- */
+
+/* Whether a live entry decides exactly as a missing key would (sweepable). */
+int store_entry_idle(const memory_entry *entry, int64_t now_ms);
 
 /* ---- the MemoryStore methods defined outside memory.c --------------------------- */
 

@@ -330,7 +330,7 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int64_t now_ms;
-    if (parse_now("decide", args[3], &now_ms) < 0) {
+    if (parse_now_or_clock("decide", args[3], &now_ms) < 0) {
         return NULL;
     }
     keys = PySequence_Fast(args[1], "MemoryStore.decide() keys must be a sequence");
@@ -370,6 +370,12 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             algorithm->apply(store, call, &call->policies[i]);
         }
         evict_beyond_cap(store);
+    }
+    if (store->sweep_every > 0 && --store->until_sweep == 0) {
+        /* Expired entries go without a background task: a bounded slice of
+         * the table every so many decisions. */
+        store->until_sweep = store->sweep_every;
+        table_sweep(store, store->sweep_slots, store_entry_idle, now_ms);
     }
     /* Nothing of the arguments or the table is used past this point: the
      * reply's allocation may run a garbage collection, hence any code. */

@@ -93,6 +93,10 @@ typedef struct {
     memory_entry *oldest;
     uint64_t hash_key[2];
     unsigned long long evictions;
+    /* decide() sweeps sweep_slots slots every sweep_every decisions (0: never). */
+    size_t sweep_every;
+    size_t sweep_slots;
+    size_t until_sweep;
     unsigned long long version; /* changes with every call that may change the table */
 } MemoryStore;
 

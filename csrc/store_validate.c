@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 
 #include "store.h"
 
@@ -291,6 +292,35 @@ parse_now(const char *function, PyObject *object, int64_t *now_ms)
         return -1;
     }
     *now_ms = value;
+    return 0;
+}
+
+int
+parse_now_or_clock(const char *function, PyObject *object, int64_t *now_ms)
+{
+    if (object != Py_None) {
+        return parse_now(function, object, now_ms);
+    }
+#ifdef CLOCK_REALTIME
+    /* What time.time_ns() reads, without a call into Python per decision. */
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) == 0 && now.tv_sec >= 0) {
+        *now_ms = (int64_t)now.tv_sec * 1000 + (int64_t)now.tv_nsec / 1000000;
+        return 0;
+    }
+#endif
+    PyObject *time = PyImport_ImportModule("time");
+    PyObject *ns = time == NULL ? NULL : PyObject_CallMethod(time, "time_ns", NULL);
+    Py_XDECREF(time);
+    if (ns == NULL) {
+        return -1;
+    }
+    long long value = PyLong_AsLongLong(ns);
+    Py_DECREF(ns);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *now_ms = value / 1000000;
     return 0;
 }
 

@@ -550,6 +550,50 @@ def test_sweep_in_slices_covers_the_whole_table() -> None:
     assert len(store) == 0 and store.slot_count == 16
 
 
+def test_decide_sweeps_a_slice_every_so_many_decisions() -> None:
+    store = _accel.MemoryStore(1000, sweep_every=3, sweep_slots=1_000_000)
+    now = START_MS
+    for i in range(5):
+        store.decide("fixed_window", [f"old{i}".encode()], (1000, 1, 5000, 1), now)
+    # Decisions 1..5 ran; the sweep at decision 3 found nothing expired.
+    assert len(store) == 5
+    later = now + 1001  # every window above has ended
+    store.decide("fixed_window", [b"new"], (1000, 1, 5000, 1), later)  # decision 6: sweeps
+    assert sorted(store.dump(later)) == [b"new:" + str(later // 1000).encode()]
+    assert len(store) == 1
+    # A refusal is not a decision: it neither sweeps nor counts toward one.
+    for i in range(4):
+        store.decide("fixed_window", [f"x{i}".encode()], (1000, 1, 5000, 1), later)
+    with pytest.raises(ValueError, match="MODERATO_ARG"):
+        store.decide("fixed_window", [b"bad"], (1000, 1, 0, 1), later + 5000)
+    assert len(store) == 5
+
+
+def test_decide_without_now_reads_the_wall_clock() -> None:
+    store = _accel.MemoryStore(10)
+    before_ms = time.time_ns() // 1_000_000
+    reply = store.decide("fixed_window", [b"k"], (1000, 1, 5000, 1), None)
+    after_ms = time.time_ns() // 1_000_000
+    # The window's end, reset_ms, is the next whole second after the clock read.
+    assert (before_ms // 1000 + 1) * 1000 <= reply[4] <= (after_ms // 1000 + 1) * 1000
+    (key,) = store.dump(after_ms)
+    assert before_ms // 1000 <= int(key.split(b":")[1]) <= after_ms // 1000
+
+
+@pytest.mark.parametrize("options", [{"sweep_every": -1}, {"sweep_slots": -1}])
+def test_sweep_options_must_not_be_negative(options: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="sweep_every and sweep_slots must be 0 or more"):
+        _accel.MemoryStore(10, **options)
+
+
+def test_the_backend_sweeps_as_it_decides(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    assert (backend.store.sweep_every, backend.store.sweep_slots) == (
+        memory_module.SWEEP_EVERY,
+        memory_module.SWEEP_SLOTS,
+    )
+
+
 def test_the_table_grows_and_shrinks() -> None:
     store = _accel.MemoryStore(1_000_000)
     now = START_MS

@@ -27,9 +27,9 @@ logger = logging.getLogger("moderato")
 
 DEFAULT_MAX_ENTRIES = 1_000_000
 
-# A bounded slice of the table is swept every so many decisions, so expired
-# entries go without a background task: SWEEP_SLOTS / SWEEP_EVERY slots per
-# decision, a few nanoseconds each.
+# The store sweeps a bounded slice of its table every so many decisions, so
+# expired entries go without a background task: SWEEP_SLOTS / SWEEP_EVERY
+# slots per decision, a few nanoseconds each.
 SWEEP_EVERY = 256
 SWEEP_SLOTS = 2048
 
@@ -81,9 +81,10 @@ class MemoryBackend:
             raise RateLimitConfigError(
                 f"memory:// max_entries must be a positive integer, got {max_entries!r}"
             )
-        self.store = _accel.MemoryStore(max_entries)
+        self.store = _accel.MemoryStore(
+            max_entries, sweep_every=SWEEP_EVERY, sweep_slots=SWEEP_SLOTS
+        )
         self.clock: Clock = clock if clock is not None else wall_clock_ms
-        self._until_sweep = SWEEP_EVERY
         _announce_per_process_limits()
 
     @classmethod
@@ -117,15 +118,13 @@ class MemoryBackend:
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
     ) -> DecisionReply:
         """decide(), synchronously: the store never waits, so the limiter need not either."""
-        now_ms = self.clock()
+        clock = self.clock
+        # The store reads the wall clock itself (None) unless a test replaced it.
+        now_ms = None if clock is wall_clock_ms else clock()
         try:
             reply: DecisionReply = self.store.decide(algorithm.name, keys, args, now_ms)
         except ValueError as error:
             raise _store_error(algorithm.script, error) from None
-        self._until_sweep -= 1
-        if self._until_sweep <= 0:
-            self._until_sweep = SWEEP_EVERY
-            self.store.sweep(now_ms, SWEEP_SLOTS)
         return reply
 
     async def decide(

@@ -396,33 +396,21 @@ PyDoc_STRVAR(check_result_doc,
 "that must be waited on longest, on an admission the one with the fewest\n"
 "requests left (the one that headers report).");
 
+/* The slots both record types share; check_result also has getters. */
+#define RECORD_SLOTS(doc, members)                                                          \
+    {Py_tp_doc, (void *)(doc)}, {Py_tp_new, record_new}, {Py_tp_dealloc, record_dealloc},   \
+        {Py_tp_traverse, record_traverse}, {Py_tp_clear, record_clear},                     \
+        {Py_tp_richcompare, record_richcompare}, {Py_tp_hash, record_hash},                 \
+        {Py_tp_repr, record_repr}, {Py_tp_setattro, record_setattro},                       \
+        {Py_tp_methods, record_methods}, {Py_tp_members, (members)}
+
 static PyType_Slot policy_state_slots[] = {
-    {Py_tp_doc, (void *)policy_state_doc},
-    {Py_tp_new, record_new},
-    {Py_tp_dealloc, record_dealloc},
-    {Py_tp_traverse, record_traverse},
-    {Py_tp_clear, record_clear},
-    {Py_tp_richcompare, record_richcompare},
-    {Py_tp_hash, record_hash},
-    {Py_tp_repr, record_repr},
-    {Py_tp_setattro, record_setattro},
-    {Py_tp_methods, record_methods},
-    {Py_tp_members, policy_state_members},
+    RECORD_SLOTS(policy_state_doc, policy_state_members),
     {0, NULL},
 };
 
 static PyType_Slot check_result_slots[] = {
-    {Py_tp_doc, (void *)check_result_doc},
-    {Py_tp_new, record_new},
-    {Py_tp_dealloc, record_dealloc},
-    {Py_tp_traverse, record_traverse},
-    {Py_tp_clear, record_clear},
-    {Py_tp_richcompare, record_richcompare},
-    {Py_tp_hash, record_hash},
-    {Py_tp_repr, record_repr},
-    {Py_tp_setattro, record_setattro},
-    {Py_tp_methods, record_methods},
-    {Py_tp_members, check_result_members},
+    RECORD_SLOTS(check_result_doc, check_result_members),
     {Py_tp_getset, check_result_getset},
     {0, NULL},
 };

@@ -125,6 +125,24 @@ shown_arg(const arg_view *view)
     return shown;
 }
 
+/* MODERATO_ARG "<what> must be <expected>, got <shown argument>": format
+ * names the argument and what it must be. Always returns -1. */
+static int
+refuse_arg(const arg_view *view, const char *format, ...)
+{
+    va_list vargs;
+    va_start(vargs, format);
+    PyObject *message = PyUnicode_FromFormatV(format, vargs);
+    va_end(vargs);
+    PyObject *shown = message == NULL ? NULL : shown_arg(view);
+    if (shown != NULL) {
+        refuse("MODERATO_ARG", "%U, got %U", message, shown);
+    }
+    Py_XDECREF(shown);
+    Py_XDECREF(message);
+    return -1;
+}
+
 /* The number of significant digits of a decimal text (leading zeros skipped),
  * or -1 if it is empty or holds anything but ASCII digits; *start is set to
  * the first significant digit. */
@@ -501,15 +519,10 @@ token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t ar
         double lowest = (double)policy->capacity_scaled / (double)ACCEL_MAX_WINDOW_S;
         if (!parsed || rate != rate || rate >= HUGE_VAL || rate < lowest ||
             rate > (double)MAX_CAPACITY_SCALED) {
-            PyObject *shown = shown_arg(&view);
-            if (shown != NULL) {
-                refuse("MODERATO_ARG",
-                       "ARGV[%zd] (refill_scaled_per_s of policy %d) must be \"\" or a finite "
-                       "number from capacity_scaled / 86400 to 9007199254000, got %U",
-                       argv_index + 1, policy->number, shown);
-                Py_DECREF(shown);
-            }
-            return -1;
+            return refuse_arg(&view,
+                              "ARGV[%zd] (refill_scaled_per_s of policy %d) must be \"\" or a "
+                              "finite number from capacity_scaled / 86400 to 9007199254000",
+                              argv_index + 1, policy->number);
         }
         policy->custom_rate = 1;
         policy->refill_scaled_per_s = rate;
@@ -598,27 +611,16 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
         call->apply = view.is_int ? (int)view.value : view.data[0] == '1';
     }
     else {
-        PyObject *shown = shown_arg(&view);
-        if (shown != NULL) {
-            refuse("MODERATO_ARG",
-                   "ARGV[2] (apply) must be \"1\" (decide and charge) or \"0\" (peek), got %U",
-                   shown);
-            Py_DECREF(shown);
-        }
-        return -1;
+        return refuse_arg(&view,
+                          "ARGV[2] (apply) must be \"1\" (decide and charge) or \"0\" (peek)");
     }
     long long value;
     if (view_arg("decide", "args", 0, call->argv[0], &view) < 0) {
         return -1;
     }
     if (!parse_integer(&view, call->apply ? 1 : 0, MAX_SAFE_INTEGER, &value)) {
-        PyObject *shown = shown_arg(&view);
-        if (shown != NULL) {
-            refuse("MODERATO_ARG", "ARGV[1] (cost_scaled) must be an integer %s..9007199254740992%s, got %U",
-                   call->apply ? "1" : "0", call->apply ? " when charging" : "", shown);
-            Py_DECREF(shown);
-        }
-        return -1;
+        return refuse_arg(&view, "ARGV[1] (cost_scaled) must be an integer %s..9007199254740992%s",
+                          call->apply ? "1" : "0", call->apply ? " when charging" : "");
     }
     call->cost_scaled = value;
 
@@ -629,29 +631,18 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
             return -1;
         }
         if (!parse_integer(&view, 1, MAX_CAPACITY_SCALED, &value)) {
-            PyObject *shown = shown_arg(&view);
-            if (shown != NULL) {
-                refuse("MODERATO_ARG",
-                       "ARGV[%zd] (capacity_scaled of policy %d) must be an integer "
-                       "1..9007199254000, got %U",
-                       first + 1, policy->number, shown);
-                Py_DECREF(shown);
-            }
-            return -1;
+            return refuse_arg(&view,
+                              "ARGV[%zd] (capacity_scaled of policy %d) must be an integer "
+                              "1..9007199254000",
+                              first + 1, policy->number);
         }
         policy->capacity_scaled = value;
         if (view_arg("decide", "args", first + 1, call->argv[first + 1], &view) < 0) {
             return -1;
         }
         if (!parse_integer(&view, 1, ACCEL_MAX_LONG_WINDOW_S, &value)) {
-            PyObject *shown = shown_arg(&view);
-            if (shown != NULL) {
-                refuse("MODERATO_ARG",
-                       "ARGV[%zd] (window_s of policy %d) must be an integer 1..%lld, got %U",
-                       first + 2, policy->number, ACCEL_MAX_LONG_WINDOW_S, shown);
-                Py_DECREF(shown);
-            }
-            return -1;
+            return refuse_arg(&view, "ARGV[%zd] (window_s of policy %d) must be an integer 1..%lld",
+                              first + 2, policy->number, ACCEL_MAX_LONG_WINDOW_S);
         }
         policy->window_s = value;
         policy->window_ms = value * 1000;
@@ -704,14 +695,9 @@ parse_reset_windows(PyObject *windows, Py_ssize_t count, long long *windows_s)
             return -1;
         }
         if (!parse_reset_window(&view, &windows_s[i])) {
-            PyObject *shown = shown_arg(&view);
-            if (shown != NULL) {
-                refuse("MODERATO_ARG",
-                       "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer 1..%lld, got %U",
-                       i + 1, i + 1, ACCEL_MAX_LONG_WINDOW_S, shown);
-                Py_DECREF(shown);
-            }
-            return -1;
+            return refuse_arg(&view,
+                              "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer 1..%lld",
+                              i + 1, i + 1, ACCEL_MAX_LONG_WINDOW_S);
         }
     }
     return 0;

@@ -78,7 +78,7 @@ def test_a_table_that_disagrees_with_the_c_type_refuses_to_import() -> None:
         results._attach_dataclass_fields(CheckResult, extra)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_records_behave_as_the_frozen_dataclasses(data: st.DataObject) -> None:
     record_cls, reference_cls = data.draw(st.sampled_from(PAIRS))

@@ -13,7 +13,7 @@
 
 #include "results.h"
 
-#include "structmember.h"
+#include <structmember.h>
 
 typedef struct {
     PyObject_HEAD

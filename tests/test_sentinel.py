@@ -102,6 +102,9 @@ async def test_a_demoted_primary_is_never_decided_on(own_deployment: SentinelDep
     limiter_keys = ["demote:1"]
     try:
         assert await client.execute("SET", limiter_keys[0], "1") == b"OK"
+        # The replica must hold the write before it is promoted, or the last
+        # assertion below reads a value that never reached it.
+        assert await client.execute("WAIT", "1", "5000") == 1
         # Promote the replica by hand and make the primary its replica, behind
         # the sentinels' back: they still name the old primary for a while.
         own_deployment.replica.command("REPLICAOF", "NO", "ONE")

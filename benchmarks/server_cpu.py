@@ -15,7 +15,7 @@ installed is left out and named in the result. A plain token bucket written
 here (TIME + HMGET + HSET + PEXPIRE, no validation) gives the ceiling a
 minimal script reaches, the reference for the client-side figures.
 
-    python benchmarks/server_cpu.py [--requests N] [--trials N] [--only NAME,...]
+    python benchmarks/server_cpu.py [--requests N] [--trials N] [--only NAME,...] [--before REF]
 """
 
 from __future__ import annotations
@@ -195,9 +195,39 @@ def reference_subject() -> ScriptSubject:
     )
 
 
-def all_subjects() -> tuple[list[ScriptSubject], list[str]]:
+def _git_text(ref: str, path: str) -> str:
+    command = ["git", "-C", str(ROOT), "show", f"{ref}:{path}"]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def source_at(ref: str, script: str) -> str:
+    """A script as it was at git `ref`, its ``--#include`` lines spliced as the loader does."""
+    lines = _git_text(ref, f"moderato/lua/{script}.lua").split("\n")
+    for index, line in enumerate(lines):
+        if line.startswith("--#include "):
+            included = line[len("--#include ") :].strip()
+            lines[index] = _git_text(ref, f"moderato/lua/{included}").rstrip("\n")
+    return "\n".join(lines)
+
+
+def before_subject(subject: ScriptSubject, ref: str) -> ScriptSubject:
+    """The same calls with the script as it was at `ref`: a before beside the after."""
+    script = ALGORITHMS[subject.algorithm].script
+    return replace(
+        subject,
+        name=f"{subject.name} @{ref}",
+        library="moderato-before",
+        origin=f"{ref}:{subject.origin}",
+        source=source_at(ref, script),
+        keys=tuple(key.replace("cpu:", "cpu-before:", 1) for key in subject.keys),
+    )
+
+
+def all_subjects(before_ref: Optional[str] = None) -> tuple[list[ScriptSubject], list[str]]:
     subjects = [moderato_subject(name, f"{LIMIT}/minute") for name in ALGORITHMS]
     subjects += [moderato_subject(name, THREE_POLICIES) for name in ALGORITHMS]
+    if before_ref:
+        subjects += [before_subject(subject, before_ref) for subject in subjects]
     peers, missing = peer_subjects()
     return [*subjects, *peers, reference_subject()], missing
 
@@ -300,9 +330,11 @@ def run(
     trials: int,
     step: Callable[[str], None] = lambda label: None,
     only: Optional[list[str]] = None,
+    before_ref: Optional[str] = None,
 ) -> dict[str, Any]:
-    """The section: every subject, `trials` interleaved rounds, on the server at `port`."""
-    subjects, missing = all_subjects()
+    """The section: every subject, `trials` interleaved rounds, on the server at `port`;
+    with `before_ref`, each moderato script also as it was at that git ref."""
+    subjects, missing = all_subjects(before_ref)
     if only:
         subjects = [s for s in subjects if any(word in s.name for word in only)]
     shas = {subject.name: _load(port, subject) for subject in subjects}
@@ -339,6 +371,7 @@ def run(
         "trials": trials,
         "limit": f"{LIMIT}/minute",
         "three_policies": THREE_POLICIES,
+        "before_ref": before_ref,
         "missing_peers": missing,
         "subjects": results,
         "ratios": ratios(results),
@@ -397,7 +430,7 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_name = {r["name"]: r for r in results}
     out = []
     for result in results:
-        if result["library"] in ("moderato", "reference"):
+        if result["library"] in ("moderato", "moderato-before", "reference"):
             continue
         algorithm = result["algorithm"]
         ours = by_name.get(f"moderato {algorithm}")
@@ -434,6 +467,9 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated words: only subjects naming one")
     parser.add_argument("--output", type=Path, help="write the result as JSON here")
     parser.add_argument(
+        "--before", metavar="REF", help="also each moderato script as at this git ref, same run"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="instead: where each moderato script's server CPU goes (cumulative cuts)",
@@ -450,7 +486,7 @@ def main() -> None:
         return
     only = [w.strip() for w in args.only.split(",")] if args.only else None
     with own_server() as port:
-        result = run(port, args.requests, args.trials, only=only)
+        result = run(port, args.requests, args.trials, only=only, before_ref=args.before)
     print(f"{'subject':<58} {'µs/decision':>12} {'ops/s':>10}  redis calls/decision")
     for subject in result["subjects"]:
         calls = ", ".join(f"{k} {v:.2f}" for k, v in subject["redis_calls_per_decision"].items())

@@ -893,6 +893,57 @@ async def test_unusable_state_is_refused_and_nothing_is_written(
     assert await lua.dump() == before
 
 
+@pytest.mark.parametrize("stored", ["-5", "-1000", "9007199254740993", "9223372036854775807"])
+async def test_fixed_window_single_policy_refuses_what_incrby_would_take_or_not(
+    lua: LuaHarness, stored: str
+) -> None:
+    """The one-policy path charges with INCRBY first: a counter INCRBY takes but the
+    script must not (negative, beyond 2^53) or cannot take (an overflow) is
+    refused exactly as the general path refuses it, and left as it was."""
+    t0 = lua.now_ms
+    broken = policy("fixed_window", 10, 60, "broken")
+    key = f"{broken.key}:{t0 // MINUTE_MS}"
+    await lua.execute("SET", key, stored)
+    before = await lua.dump()
+    with pytest.raises(RedisReplyError) as refused:
+        await decide(lua, "fixed_window", [broken], 1000)
+    assert refused.value.message == (
+        f'MODERATO_STATE key "{key}" holds "{stored}", not a decimal integer 0..9007199254740992'
+    )
+    assert await lua.dump() == before
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        ("0", [1, 0, 9000, 0, MINUTE_MS]),
+        ("007", [1, 0, 8993, 0, MINUTE_MS]),  # INCRBY refuses it; the general path takes it
+        ("9000", [1, 0, 0, 0, MINUTE_MS]),
+        ("9001", [0, 0, 999, MINUTE_MS - 1000, MINUTE_MS]),
+        ("25000", [0, 0, 0, MINUTE_MS - 1000, MINUTE_MS]),  # above a since-lowered capacity
+        ("9007199254740992", [0, 0, 0, MINUTE_MS - 1000, MINUTE_MS]),  # 2^53: still valid
+    ],
+)
+async def test_fixed_window_single_policy_counter_edges(
+    lua: LuaHarness, stored: str, expected: list[int]
+) -> None:
+    """Admissions and denials of the one-policy path around capacity and 2^53; a denial
+    leaves the counter and its (missing) expiry as they were."""
+    t0 = lua.now_ms - lua.now_ms % MINUTE_MS
+    ten_per_minute = policy("fixed_window", 10, 60)
+    key = f"{ten_per_minute.key}:{t0 // MINUTE_MS}"
+    await lua.execute("SET", key, stored)
+    before = await lua.dump()
+    reply = await decide(lua, "fixed_window", [ten_per_minute], 1000, at_ms=t0 + 1000)
+    expected = [*expected[:4], t0 + expected[4]]
+    assert reply == expected
+    if reply[0]:
+        assert await lua.execute("GET", key) == str(int(stored) + 1000).encode()
+        assert await lua.execute("PEXPIRETIME", key) == t0 + MINUTE_MS
+    else:
+        assert await lua.dump() == before
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

@@ -28,6 +28,11 @@ A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ..."
 in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
+-- Redis's clock in milliseconds, read once, first: the only time source, so every
+-- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
 --#include prelude.lua
 
 -- GCRA.

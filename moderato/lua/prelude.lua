@@ -291,16 +291,14 @@ end
 -- the algorithm's evaluate(), read by its helpers.
 local capacity_scaled, window_s, window_ms
 
--- The arguments are valid: one decision at Redis's one instant. One policy (the common
+-- The arguments are valid: one decision at Redis's one instant (now_ms, read by the
+-- script before this file, on its first lines). One policy (the common
 -- case) needs no bookkeeping: it alone decides, and it is written at once. evaluate
 -- returns fits, permanent, remaining_uncharged, remaining_charged, reset_charged_ms,
 -- reset_uncharged_ms, retry_ms, reset_denied_ms, then up to six arguments of write().
 local function decide_valid(fields_per_policy, evaluate, write)
   local cost_scaled = tonumber(ARGV[1])
   local apply = ARGV[2] == '1'
-  -- Redis's clock, in milliseconds. The only time source: every policy sees the same instant.
-  local time = redis.call('TIME')
-  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   if #KEYS > 1 then
     -- Several policies: every one evaluated on the state as read, then the reply, and the
     -- writes only when every policy admits and the caller is charging. (Inline, not a

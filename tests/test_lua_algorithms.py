@@ -856,6 +856,8 @@ CORRUPT_STATES = [
     ("fixed_window", "hash", {"a": "1"}),
     ("sliding_window", "string", "1e5"),
     ("sliding_window", "hash", {"a": "1"}),
+    ("sliding_window", "string", "-3"),
+    ("sliding_window", "string", "9007199254740993"),
     ("token_bucket", "string", "1000"),
     ("token_bucket", "hash", {"other": "1"}),
     ("token_bucket", "hash", {"tokens": "1000", "base": "{now}"}),
@@ -866,10 +868,12 @@ CORRUPT_STATES = [
 ]
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["beside_a_healthy_policy", "alone"])
 @pytest.mark.parametrize(("algorithm", "kind", "value"), CORRUPT_STATES)
 async def test_unusable_state_is_refused_and_nothing_is_written(
-    lua: LuaHarness, algorithm: str, kind: str, value: object
+    lua: LuaHarness, algorithm: str, kind: str, value: object, alone: bool
 ) -> None:
+    """Alone, the broken policy takes the scripts' one-policy path first: same refusal."""
     t0 = lua.now_ms
     healthy, broken = policy(algorithm, 10, 60, "healthy"), policy(algorithm, 10, 60, "broken")
     await decide(lua, algorithm, [healthy], 1000, at_ms=t0 + 1000)
@@ -887,9 +891,32 @@ async def test_unusable_state_is_refused_and_nothing_is_written(
         await lua.execute("HSET", key, *fields)
     before = await lua.dump()
     with pytest.raises(RedisReplyError) as refused:
-        await decide(lua, algorithm, [healthy, broken], 1000)
+        await decide(lua, algorithm, [broken] if alone else [healthy, broken], 1000)
     assert refused.value.message.startswith("MODERATO_STATE ")
     assert key in refused.value.message
+    assert await lua.dump() == before
+
+
+@pytest.mark.parametrize("previous", [None, "2000"], ids=["no_previous", "previous"])
+@pytest.mark.parametrize("stored", ["abc", "-5", "1.5", "9007199254740993", {"a": "1"}])
+async def test_sliding_window_alone_refuses_an_unusable_current_counter(
+    lua: LuaHarness, stored: object, previous: Optional[str]
+) -> None:
+    """The one-policy path reads both counters with one MGET, which answers nil for a key
+    of another type: the refusal is the general path's all the same, nothing written."""
+    t0 = lua.now_ms
+    broken = policy("sliding_window", 10, 60, "broken")
+    key = f"{broken.key}:{t0 // MINUTE_MS}"
+    if previous is not None:
+        await lua.execute("SET", f"{broken.key}:{t0 // MINUTE_MS - 1}", previous)
+    if isinstance(stored, dict):
+        await lua.execute("HSET", key, *(x for pair in stored.items() for x in pair))
+    else:
+        await lua.execute("SET", key, str(stored))
+    before = await lua.dump()
+    with pytest.raises(RedisReplyError) as refused:
+        await decide(lua, "sliding_window", [broken], 1000)
+    assert refused.value.message.startswith(f'MODERATO_STATE key "{key}" ')
     assert await lua.dump() == before
 
 
@@ -976,7 +1003,7 @@ async def test_a_bucket_hash_refusal_names_the_field(
 
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir().name == "lua"
-    included = ("prelude", "accrual")  # spliced into scripts, never run on their own
+    included = ("prelude", "accrual", "fast_arguments")  # spliced into scripts, never run on their own
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)
     assert sorted(SCRIPT_NAMES) == shipped
 

@@ -27,48 +27,41 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- atomically, so no one sees the difference from reading first, and an admission costs
 -- one command fewer. Anything else, and any counter INCRBY cannot take (another type, not
 -- an integer, beyond 2^53), goes on to the general path below with nothing changed.
+local cost_scaled, capacity_scaled, window_s
 if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
-  local cost_text, capacity_text, window_text = ARGV[1], ARGV[3], ARGV[4]
-  local cost_scaled, capacity_scaled, window_s =
-    tonumber(cost_text), tonumber(capacity_text), tonumber(window_text)
-  -- The limits are those of prelude.lua's argument check, or tighter (then the general path
-  -- decides); the pattern refuses what tonumber alone would take (" 5", "1e3", "0x10").
-  if cost_scaled and capacity_scaled and window_s
-      and #cost_text < 16 and #capacity_text < 14 and #window_text < 6
-      and cost_scaled >= 1 and cost_scaled <= capacity_scaled and capacity_scaled <= 9007199254000
-      and window_s >= 1 and window_s <= 86400
-      and string.find(cost_text .. capacity_text .. window_text, '^%d+$') then
-    local window_ms = window_s * 1000
-    -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).
-    local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
-    -- A window index is below 10^14, which '..' writes in full.
-    local key = KEYS[1] .. ':' .. (window_end_ms / window_ms - 1)
-    local used_scaled = redis.pcall('INCRBY', key, cost_scaled)
-    -- INCRBY takes only a canonical decimal integer (no sign but '-', no leading zero), so
-    -- a counter it took, as it was (used_scaled - cost_scaled), is valid when 0..2^53 (a
-    -- reply below 2^53 is exact). Anything else is undone and left to the general path.
-    if type(used_scaled) == 'number' then
-      local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992
-      if valid and used_scaled <= capacity_scaled then
-        -- Every admission sets the expiry, which also repairs a counter that lost it.
-        redis.call('PEXPIREAT', key, window_end_ms)
-        return { 1, 0, capacity_scaled - used_scaled, 0, window_end_ms }
-      end
-      redis.call('DECRBY', key, cost_scaled)
-      if valid then
-        -- Denied: the counter leaves less than the cost (its excess over a since-lowered
-        -- capacity shows as 0 remaining); the next window starts empty, and the cost is
-        -- within capacity, so it fits there.
-        local headroom_scaled = capacity_scaled - (used_scaled - cost_scaled)
-        return { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, window_end_ms - now_ms,
-          window_end_ms }
-      end
-    elseif string.find(used_scaled.err, "can't run this command", 1, true) then
-      -- An ACL without INCRBY is a misconfiguration to report, not a detour to take. (Other
-      -- errors, OOM or READONLY included, leave the decision to the general path, which
-      -- reads before it writes: a denial there writes nothing.)
-      return used_scaled
+--#include fast_arguments.lua
+end
+if cost_scaled and cost_scaled <= capacity_scaled then
+  local window_ms = window_s * 1000
+  -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).
+  local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
+  -- A window index is below 10^14, which '..' writes in full.
+  local key = KEYS[1] .. ':' .. (window_end_ms / window_ms - 1)
+  local used_scaled = redis.pcall('INCRBY', key, cost_scaled)
+  -- INCRBY takes only a canonical decimal integer (no sign but '-', no leading zero), so
+  -- a counter it took, as it was (used_scaled - cost_scaled), is valid when 0..2^53 (a
+  -- reply below 2^53 is exact). Anything else is undone and left to the general path.
+  if type(used_scaled) == 'number' then
+    local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992
+    if valid and used_scaled <= capacity_scaled then
+      -- Every admission sets the expiry, which also repairs a counter that lost it.
+      redis.call('PEXPIREAT', key, window_end_ms)
+      return { 1, 0, capacity_scaled - used_scaled, 0, window_end_ms }
     end
+    redis.call('DECRBY', key, cost_scaled)
+    if valid then
+      -- Denied: the counter leaves less than the cost (its excess over a since-lowered
+      -- capacity shows as 0 remaining); the next window starts empty, and the cost is
+      -- within capacity, so it fits there.
+      local headroom_scaled = capacity_scaled - (used_scaled - cost_scaled)
+      return { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, window_end_ms - now_ms,
+        window_end_ms }
+    end
+  elseif string.find(used_scaled.err, "can't run this command", 1, true) then
+    -- An ACL without INCRBY is a misconfiguration to report, not a detour to take. (Other
+    -- errors, OOM or READONLY included, leave the decision to the general path, which
+    -- reads before it writes: a denial there writes nothing.)
+    return used_scaled
   end
 end
 

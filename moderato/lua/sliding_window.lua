@@ -24,6 +24,62 @@ in both cases nothing has been written. The math is docs/internals.md
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
+-- The common case, straight-line (no function built, none called): one policy, charging,
+-- short decimal arguments within range, counters that are short decimals (or missing),
+-- and an admission. Both counters come in one MGET; MGET answers nil for a key of another
+-- type as for a missing one, so a nil is checked with EXISTS (one call for both). Anything
+-- else (a denial included: its wait is a search) goes on to the general path below,
+-- nothing written yet.
+local cost_scaled, capacity_scaled, window_s
+if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
+--#include fast_arguments.lua
+end
+if cost_scaled then
+  local window_ms = window_s * 1000
+  -- fmod is exact, so these are exact (see floor_div in prelude.lua).
+  local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
+  local window_index = window_start_ms / window_ms
+  local elapsed_ms = now_ms - window_start_ms
+  local elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
+  -- A window index is below 10^14, which '..' writes in full.
+  local current_key = KEYS[1] .. ':' .. window_index
+  local previous_key = KEYS[1] .. ':' .. (window_index - 1)
+  local counters = redis.call('MGET', current_key, previous_key)
+  local current_text, previous_text = counters[1], counters[2]
+  local absent = 0
+  if not current_text then
+    absent = redis.call('EXISTS', current_key, previous_text and current_key or previous_key)
+  elseif not previous_text then
+    absent = redis.call('EXISTS', previous_key)
+  end
+  current_text, previous_text = current_text or '0', previous_text or '0'
+  -- Up to 15 digits: below 2^53, so tonumber is exact.
+  if absent == 0 and #current_text < 16 and #previous_text < 16
+      and string.find(current_text .. previous_text, '^%d+$') then
+    local current_scaled, previous_scaled = tonumber(current_text), tonumber(previous_text)
+    -- weight = floor((window_s - elapsed_s) * 1000 / window_s) permille, and the previous
+    -- count weighted, floor(previous * weight / 1000), split as 1000 * thousands + rest so
+    -- that no product passes 2^53: the same integers as the general path's.
+    local weight_numerator = (window_s - elapsed_s) * 1000
+    local weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
+    local rest_scaled = math.fmod(previous_scaled, 1000)
+    local rest_weighted = rest_scaled * weight_permille
+    local headroom_scaled = (capacity_scaled - current_scaled)
+      - ((previous_scaled - rest_scaled) / 1000 * weight_permille
+        + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
+    if cost_scaled <= headroom_scaled then
+      local window_end_ms = window_start_ms + window_ms
+      -- The counter lives on as the next window's previous one; an existing previous
+      -- counter that lost its expiry gets it back.
+      redis.call('SET', current_key, current_scaled + cost_scaled, 'PXAT', window_end_ms + window_ms)
+      if counters[2] and redis.call('PTTL', previous_key) == -1 then
+        redis.call('PEXPIREAT', previous_key, window_end_ms)
+      end
+      return { 1, 0, headroom_scaled - cost_scaled, 0, window_end_ms }
+    end
+  end
+end
+
 --#include prelude.lua
 
 -- Sliding window.

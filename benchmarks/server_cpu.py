@@ -386,10 +386,21 @@ _FLOOR_TAIL = "return { 1, 0, 5, 0, 7 }\n"
 
 
 def profile_variants(subject: ScriptSubject) -> dict[str, str]:
-    """Cumulative cuts of one moderato script, each ending in the same constant reply:
-    nothing; every definition (Redis builds each function of the script per call); and
-    the argument check; then the whole script."""
+    """Cumulative cuts of one moderato script, each ending in the same constant reply.
+
+    A script with a one-policy straight-line path: nothing; the clock and that path's
+    argument check; the whole script. One without: nothing; every definition (Redis
+    builds each function of the script per call); and the argument check; the whole."""
     source = subject.source
+    fast = source.find("if #KEYS == 1 and #ARGV ==")
+    if fast >= 0:
+        # The check ends where the straight-line path tests its outcome.
+        checked = source.index("\nif cost_scaled", fast) + 1
+        return {
+            "empty script": _FLOOR_TAIL,
+            "clock + argument check": source[:checked] + _FLOOR_TAIL,
+            "whole script": source,
+        }
     tail = source.rindex("return decide(")
     fields = source[tail:].split("(", 1)[1].split(",", 1)[0]
     definitions = source[:tail]

@@ -671,6 +671,8 @@ CORRUPT_STATES: list[tuple[str, str, StoredValue]] = [
     ("gcra", "hash", {"tat": "1.5", "frac": "0"}),
     ("gcra", "hash", {"tat": "-1", "frac": "0"}),
     ("gcra", "hash", {"tat": "{now_us}", "frac": "9007199254740993"}),
+    ("gcra", "hash", {"tat": "9007199254740993", "frac": "0"}),
+    ("gcra", "hash", {"tat": "{now_us}", "frac": " 1"}),
     ("leaky_bucket", "string", "1000"),
     ("leaky_bucket", "hash", {"other": "1"}),
     ("leaky_bucket", "hash", {"level": "1000", "base": "{now}"}),
@@ -688,10 +690,12 @@ CORRUPT_STATES: list[tuple[str, str, StoredValue]] = [
 ]
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["beside_a_healthy_policy", "alone"])
 @pytest.mark.parametrize(("algorithm", "kind", "value"), CORRUPT_STATES)
 async def test_unusable_state_is_refused_and_nothing_is_written(
-    lua: LuaHarness, algorithm: str, kind: str, value: StoredValue
+    lua: LuaHarness, algorithm: str, kind: str, value: StoredValue, alone: bool
 ) -> None:
+    """Alone, the broken policy takes the scripts' one-policy path first: same refusal."""
     t0 = lua.now_ms
     healthy, broken = policy(algorithm, 10, 60, "healthy"), policy(algorithm, 10, 60, "broken")
     await decide(lua, algorithm, [healthy], 1000, at_ms=t0 + 1000)
@@ -714,7 +718,7 @@ async def test_unusable_state_is_refused_and_nothing_is_written(
         await lua.execute("ZADD", key, *pairs)
     before = await lua.dump()
     with pytest.raises(RedisReplyError) as refused:
-        await decide(lua, algorithm, [healthy, broken], 1000)
+        await decide(lua, algorithm, [broken] if alone else [healthy, broken], 1000)
     assert refused.value.message.startswith("MODERATO_STATE ")
     assert key in refused.value.message
     assert await lua.dump() == before

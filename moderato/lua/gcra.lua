@@ -33,6 +33,68 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
+-- The common case, straight-line (no function built, none called): one policy, charging,
+-- short decimal arguments within range, a stored TAT of the usual shape (or none), every
+-- product below 2^53 (then one division is exact: see mul_div_mod below), and an
+-- admission. Anything else (a denial included) goes on to the general path below,
+-- nothing written yet; the integers are the general path's.
+local cost_scaled, capacity_scaled, window_s
+if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
+--#include fast_arguments.lua
+end
+if cost_scaled and cost_scaled <= capacity_scaled then
+  local key = KEYS[1] .. ':gcra'
+  local window_us = window_s * 1000000
+  local now_us = now_ms * 1000
+  local fields = redis.pcall('HMGET', key, 'tat', 'frac')
+  local tat_text, frac_text = fields[1], fields[2]
+  -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
+  local start_us, start_frac
+  if tat_text and frac_text and #tat_text <= 16 and #frac_text < 16
+      and (#tat_text < 16 or tat_text <= '9007199254740992')
+      and string.find(tat_text .. frac_text, '^%d+$') then
+    local tat_us, tat_frac = tonumber(tat_text), tonumber(frac_text)
+    if tat_us >= now_us + window_us then
+      start_us, start_frac = now_us + window_us, 0 -- the clock stepped back: a full bucket
+    else
+      if tat_frac >= capacity_scaled then
+        tat_us, tat_frac = tat_us + 1, 0
+      end
+      if tat_us >= now_us then
+        start_us, start_frac = tat_us, tat_frac
+      else
+        start_us, start_frac = now_us, 0
+      end
+    end
+  elseif not fields.err and not tat_text and not frac_text and redis.call('EXISTS', key) == 0 then
+    start_us, start_frac = now_us, 0
+  end
+  local backlog_product = start_us and (start_us - now_us) * capacity_scaled
+  local step_product = cost_scaled * window_us
+  if backlog_product and backlog_product < 9007199254740992 and step_product < 9007199254740992 then
+    -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
+    local backlog_remainder = math.fmod(backlog_product, window_us)
+    local rounded_up = backlog_remainder + start_frac + window_us - 1
+    local remaining_scaled = capacity_scaled - (backlog_product - backlog_remainder) / window_us
+      - (rounded_up - math.fmod(rounded_up, window_us)) / window_us
+    if cost_scaled <= remaining_scaled then
+      -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
+      local step_frac = math.fmod(step_product, capacity_scaled)
+      local new_us = start_us + (step_product - step_frac) / capacity_scaled
+      local new_frac = start_frac + step_frac
+      if new_frac >= capacity_scaled then
+        new_us, new_frac = new_us + 1, new_frac - capacity_scaled
+      end
+      -- reset: ceil((new_us + new_frac / C) / 1000), the first whole ms at or after it.
+      local reset_us = new_us + (new_frac > 0 and 1 or 0) + 999
+      local reset_ms = (reset_us - math.fmod(reset_us, 1000)) / 1000
+      redis.call('HSET', key, 'tat', new_us, 'frac', new_frac)
+      redis.call('PEXPIREAT', key, reset_ms + 1000)
+      return { 1, 0, remaining_scaled - cost_scaled, 0, reset_ms }
+    end
+  end
+end
+
 --#include prelude.lua
 
 -- GCRA.

@@ -1,5 +1,8 @@
--- moderato: exact linear accrual and the stored state's reading, shared by the token
--- bucket (credit) and the leaky bucket (drain). Spliced in after prelude.lua, like it (see moderato/scripts.py).
+-- moderato: exact linear accrual, shared by the token bucket (credit) and the leaky
+-- bucket (drain), their one-policy paths and their general paths alike. Spliced in (see
+-- moderato/scripts.py) before prelude.lua, after the script's policy scalars
+-- (capacity_scaled, window_ms), so it uses nothing of prelude.lua: fmod is exact, so
+-- (n - fmod(n, d)) / d is floor(n / d) exactly (floor_div there).
 
 -- Accrual at exactly one capacity per window (the token bucket's credit, the leaky
 -- bucket's drain): split_per_ms once per policy, then
@@ -11,12 +14,13 @@
 local per_ms_whole, per_ms_rest
 
 local function split_per_ms()
-  per_ms_whole = floor_div(capacity_scaled, window_ms)
-  per_ms_rest = capacity_scaled - per_ms_whole * window_ms
+  per_ms_rest = math.fmod(capacity_scaled, window_ms)
+  per_ms_whole = (capacity_scaled - per_ms_rest) / window_ms
 end
 
 local function linear_accrual_scaled(elapsed_ms)
-  return elapsed_ms * per_ms_whole + floor_div(elapsed_ms * per_ms_rest, window_ms)
+  local rest_product = elapsed_ms * per_ms_rest
+  return elapsed_ms * per_ms_whole + (rest_product - math.fmod(rest_product, window_ms)) / window_ms
 end
 
 -- The smallest elapsed_ms in [0, window] accruing at least target_scaled
@@ -36,24 +40,4 @@ local function elapsed_for_accrual_ms(target_scaled)
     elapsed_ms = elapsed_ms - 1
   end
   return elapsed_ms
-end
-
--- A bucket's stored state: three decimal integer fields (an amount, a base time in ms,
--- an amount accrued since it), or nil for a missing key.
-local function read_bucket(key, amount_name, base_name, accrued_name)
-  local fields = redis.pcall('HMGET', key, amount_name, base_name, accrued_name)
-  local amount_scaled = stored_integer(fields[1])
-  local base_ms = stored_integer(fields[2])
-  local accrued_scaled = stored_integer(fields[3])
-  if amount_scaled and base_ms and accrued_scaled and base_ms <= MAX_STATE_TIME_MS then
-    return amount_scaled, base_ms, accrued_scaled
-  end
-  if fields[1] == false and fields[2] == false and fields[3] == false
-      and redis.call('EXISTS', key) == 0 then
-    return nil
-  end
-  -- Anything unusual: the exact reading, which refuses unusable state.
-  local bucket = refusals().integer_hash(key, { amount_name, base_name, accrued_name },
-    { MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER })
-  return bucket[1], bucket[2], bucket[3]
 end

@@ -27,7 +27,7 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- atomically, so no one sees the difference from reading first, and an admission costs
 -- one command fewer. Anything else, and any counter INCRBY cannot take (another type, not
 -- an integer, beyond 2^53), goes on to the general path below with nothing changed.
-local cost_scaled, capacity_scaled, window_s
+local cost_scaled, capacity_scaled, window_s, window_ms
 if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
 --#include fast_arguments.lua
 end

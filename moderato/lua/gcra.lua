@@ -38,7 +38,7 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- product below 2^53 (then one division is exact: see mul_div_mod below), and an
 -- admission. Anything else (a denial included) goes on to the general path below,
 -- nothing written yet; the integers are the general path's.
-local cost_scaled, capacity_scaled, window_s
+local cost_scaled, capacity_scaled, window_s, window_ms
 if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
 --#include fast_arguments.lua
 end

@@ -32,8 +32,12 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
---#include prelude.lua
+-- The policy's scalars (set by evaluate()).
+local cost_scaled, capacity_scaled, window_s, window_ms
+
 --#include accrual.lua
+--#include prelude.lua
+--#include bucket_state.lua
 
 -- Leaky bucket (policing).
 

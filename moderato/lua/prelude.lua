@@ -287,9 +287,9 @@ local function read_counter(key)
   return stored_integer(stored) or refusals().counter(key)
 end
 
--- The policy being evaluated (a scalar per field, not a table per policy): set by
--- the algorithm's evaluate(), read by its helpers.
-local capacity_scaled, window_s, window_ms
+-- The policy being evaluated (a scalar per field, not a table per policy): declared by
+-- the script before this file (`local cost_scaled, capacity_scaled, window_s, window_ms`,
+-- which its one-policy path uses too), set by the algorithm's evaluate(), read by its helpers.
 
 -- The arguments are valid: one decision at Redis's one instant (now_ms, read by the
 -- script before this file, on its first lines). One policy (the common

@@ -43,7 +43,7 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Anything else (a denial included: its wait is a search) goes on to the general path
 -- below, nothing written yet. The one function built reads an entry the general path's
 -- way, but only one of the usual shape: 16-digit total, cost and score under 16 digits.
-local cost_scaled, capacity_scaled, window_s
+local cost_scaled, capacity_scaled, window_s, window_ms
 if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
 --#include fast_arguments.lua
 end

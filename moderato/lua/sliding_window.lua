@@ -30,7 +30,7 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- type as for a missing one, so a nil is checked with EXISTS (one call for both). Anything
 -- else (a denial included: its wait is a search) goes on to the general path below,
 -- nothing written yet.
-local cost_scaled, capacity_scaled, window_s
+local cost_scaled, capacity_scaled, window_s, window_ms
 if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
 --#include fast_arguments.lua
 end

@@ -16,10 +16,8 @@ in both cases nothing has been written. The math is docs/internals.md
 ("fixed_window"); docs/internals.md fixes the contract.
 ]]
 
--- Redis's clock in milliseconds, read once, first: the only time source, so every
--- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local FIELDS_PER_POLICY = 2
+--#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
 -- short decimal arguments within range, a cost within capacity. The counter is charged
@@ -27,10 +25,6 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- atomically, so no one sees the difference from reading first, and an admission costs
 -- one command fewer. Anything else, and any counter INCRBY cannot take (another type, not
 -- an integer, beyond 2^53), goes on to the general path below with nothing changed.
-local cost_scaled, capacity_scaled, window_s, window_ms
-if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
---#include fast_arguments.lua
-end
 if cost_scaled and cost_scaled <= capacity_scaled then
   local window_ms = window_s * 1000
   -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).

@@ -28,20 +28,14 @@ A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ..."
 in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
--- Redis's clock in milliseconds, read once, first: the only time source, so every
--- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local FIELDS_PER_POLICY = 2
+--#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
 -- short decimal arguments within range, a stored TAT of the usual shape (or none), every
 -- product below 2^53 (then one division is exact: see mul_div_mod below), and an
 -- admission. Anything else (a denial included) goes on to the general path below,
 -- nothing written yet; the integers are the general path's.
-local cost_scaled, capacity_scaled, window_s, window_ms
-if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
---#include fast_arguments.lua
-end
 if cost_scaled and cost_scaled <= capacity_scaled then
   local key = KEYS[1] .. ':gcra'
   local window_us = window_s * 1000000

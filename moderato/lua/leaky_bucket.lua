@@ -27,13 +27,8 @@ A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ..."
 in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
--- Redis's clock in milliseconds, read once, first: the only time source, so every
--- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
--- The policy's scalars (set by evaluate()).
-local cost_scaled, capacity_scaled, window_s, window_ms
+local FIELDS_PER_POLICY = 2
+--#include one_policy.lua
 
 --#include accrual.lua
 
@@ -42,9 +37,6 @@ local cost_scaled, capacity_scaled, window_s, window_ms
 -- within a window of its base (or two or more windows past it: empty), and an
 -- admission. Anything else (a denial included) goes on to the general path below,
 -- nothing written yet; the integers are the general path's (drain()).
-if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
---#include fast_arguments.lua
-end
 if cost_scaled and cost_scaled <= capacity_scaled then
   window_ms = window_s * 1000
   split_per_ms()

@@ -33,20 +33,14 @@ A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ..."
 in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
--- Redis's clock in milliseconds, read once, first: the only time source, so every
--- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local FIELDS_PER_POLICY = 2
+--#include one_policy.lua
 
 -- The common case, straight-line: one policy, charging, short decimal arguments within
 -- range, and an admission with no renumbering, the entries read short and well-formed.
 -- Anything else (a denial included: its wait is a search) goes on to the general path
 -- below, nothing written yet. The one function built reads an entry the general path's
 -- way, but only one of the usual shape: 16-digit total, cost and score under 16 digits.
-local cost_scaled, capacity_scaled, window_s, window_ms
-if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
---#include fast_arguments.lua
-end
 if cost_scaled and cost_scaled <= capacity_scaled then
   local function usual_entry(found)
     local member, score = found[1], found[2]

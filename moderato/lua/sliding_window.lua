@@ -19,10 +19,8 @@ in both cases nothing has been written. The math is docs/internals.md
 ("sliding_window"); docs/internals.md fixes the contract.
 ]]
 
--- Redis's clock in milliseconds, read once, first: the only time source, so every
--- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local FIELDS_PER_POLICY = 2
+--#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
 -- short decimal arguments within range, counters that are short decimals (or missing),
@@ -30,10 +28,6 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- type as for a missing one, so a nil is checked with EXISTS (one call for both). Anything
 -- else (a denial included: its wait is a search) goes on to the general path below,
 -- nothing written yet.
-local cost_scaled, capacity_scaled, window_s, window_ms
-if #KEYS == 1 and #ARGV == 4 and ARGV[2] == '1' then
---#include fast_arguments.lua
-end
 if cost_scaled then
   local window_ms = window_s * 1000
   -- fmod is exact, so these are exact (see floor_div in prelude.lua).

@@ -22,13 +22,8 @@ in both cases nothing has been written. The math is docs/internals.md
 ("token_bucket"); docs/internals.md fixes the contract.
 ]]
 
--- Redis's clock in milliseconds, read once, first: the only time source, so every
--- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
--- The policy's scalars (the one-policy path's, then the general path's evaluate()).
-local cost_scaled, capacity_scaled, window_s, window_ms
+local FIELDS_PER_POLICY = 3
+--#include one_policy.lua
 
 --#include accrual.lua
 
@@ -37,9 +32,6 @@ local cost_scaled, capacity_scaled, window_s, window_ms
 -- the usual shape (or none) within a window of its base (or two or more windows past
 -- it: full), and an admission. Anything else (a denial included) goes on to the general
 -- path below, nothing written yet; the integers are the general path's (refill()).
-if #KEYS == 1 and #ARGV == 5 and ARGV[2] == '1' and ARGV[5] == '' then
---#include fast_arguments.lua
-end
 if cost_scaled and cost_scaled <= capacity_scaled then
   window_ms = window_s * 1000
   split_per_ms()

@@ -41,59 +41,22 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   window_ms = window_s * 1000
   split_per_ms()
   local key = KEYS[1] .. ':leaky'
-  local fields = redis.pcall('HMGET', key, 'level', 'base', 'drained')
-  local level_text, base_text, drained_text = fields[1], fields[2], fields[3]
-  -- level, base, drained after the drain.
-  local level_scaled, base_ms, drained_scaled
-  if level_text and base_text and drained_text
-      and #level_text < 16 and #base_text < 16 and #drained_text < 16
-      and string.find(level_text .. base_text .. drained_text, '^%d+$') then
-    level_scaled, base_ms, drained_scaled =
-      tonumber(level_text), tonumber(base_text), tonumber(drained_text)
-    -- A base ahead of the clock (Redis's clock stepped back): no time has passed yet.
-    local now_eff_ms = now_ms > base_ms and now_ms or base_ms
-    local elapsed_ms = now_eff_ms - base_ms
-    if level_scaled > capacity_scaled then
-      level_scaled = capacity_scaled -- a lowered capacity caps what is stored
-    end
-    local empty
-    if elapsed_ms >= 2 * window_ms then
-      -- Two windows drain more than capacity: empty (drained >= capacity is inconsistent).
-      empty = drained_scaled < capacity_scaled or nil
-    elseif elapsed_ms < window_ms and drained_scaled < capacity_scaled then
-      local due_scaled = linear_accrual_scaled(elapsed_ms)
-      if due_scaled >= drained_scaled then
-        empty = due_scaled - drained_scaled >= level_scaled
-        if not empty then
-          level_scaled = level_scaled - (due_scaled - drained_scaled)
-          drained_scaled = due_scaled
-        end
-      end
-    end
-    if empty then
-      -- An empty bucket discards idle drain, fractions too: the drain restarts now.
-      level_scaled, base_ms, drained_scaled = 0, now_eff_ms, 0
-    elseif empty == nil then
-      level_scaled = nil -- one window past its base, or inconsistent: the general path
-    end
-  elseif not fields.err and not level_text and not base_text and not drained_text
-      and redis.call('EXISTS', key) == 0 then
-    level_scaled, base_ms, drained_scaled = 0, now_ms, 0
+  local level_scaled, base_ms, drained_scaled = usual_bucket(key, 'level', 'drained')
+  if level_scaled then
+    -- A lowered capacity caps what is stored.
+    level_scaled, base_ms, drained_scaled = settled(
+      level_scaled < capacity_scaled and level_scaled or capacity_scaled, base_ms, drained_scaled)
+  elseif level_scaled == false then
+    level_scaled, base_ms, drained_scaled = 0, now_ms, 0 -- a missing bucket is empty
   end
   if level_scaled and cost_scaled <= capacity_scaled - level_scaled then
-    -- Reset: when the level, this cost included, has drained (drained_at_ms() below).
-    local need_scaled = level_scaled + cost_scaled
-    local left_in_window_scaled = capacity_scaled - drained_scaled
-    local reset_ms
-    if need_scaled <= left_in_window_scaled then
-      reset_ms = base_ms + elapsed_for_accrual_ms(drained_scaled + need_scaled)
-    else
-      reset_ms = base_ms + window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
-    end
-    redis.call('HSET', key, 'level', need_scaled, 'base', base_ms, 'drained', drained_scaled)
+    -- Reset: when the level, this cost included, has drained.
+    local reset_ms = accrued_at_ms(base_ms, drained_scaled, level_scaled + cost_scaled)
+    redis.call('HSET', key, 'level', level_scaled + cost_scaled, 'base', base_ms,
+      'drained', drained_scaled)
     -- Set on every write: this also repairs a bucket that lost its expiry.
     redis.call('PEXPIREAT', key, reset_ms + 1000)
-    return { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
+    return { 1, 0, capacity_scaled - level_scaled - cost_scaled, 0, reset_ms }
   end
 end
 
@@ -157,17 +120,6 @@ local function drain(level_scaled, base_ms, drained_scaled, now_ms)
   return level_scaled, base_ms, drained_scaled, elapsed_ms
 end
 
--- The instant at which need_scaled more units have drained, given drained_scaled drained
--- since base_ms. need_scaled <= capacity.
-local function drained_at_ms(base_ms, drained_scaled, need_scaled)
-  -- drained + need can pass 2^53; compare through the headroom left in this window.
-  local left_in_window_scaled = capacity_scaled - drained_scaled
-  if need_scaled <= left_in_window_scaled then
-    return base_ms + elapsed_for_accrual_ms(drained_scaled + need_scaled)
-  end
-  return base_ms + window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
-end
-
 local function evaluate(i, first, cost_scaled, now_ms, many)
   capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
   window_ms = window_s * 1000
@@ -183,13 +135,13 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   if fits then
     -- Allowed: reset is when the level has drained to zero, with or without this charge.
     remaining_charged = headroom_scaled - cost_scaled
-    reset_charged_ms = drained_at_ms(base_ms, drained_scaled, level_scaled + cost_scaled)
+    reset_charged_ms = accrued_at_ms(base_ms, drained_scaled, level_scaled + cost_scaled)
     if many then
-      reset_uncharged_ms = drained_at_ms(base_ms, drained_scaled, level_scaled)
+      reset_uncharged_ms = accrued_at_ms(base_ms, drained_scaled, level_scaled)
     end
   elseif not permanent then
     -- Denied: reset is when enough has drained for this cost to fit.
-    reset_denied_ms = drained_at_ms(base_ms, drained_scaled, cost_scaled - headroom_scaled)
+    reset_denied_ms = accrued_at_ms(base_ms, drained_scaled, cost_scaled - headroom_scaled)
     retry_ms = reset_denied_ms - now_ms
   end
   return fits, permanent, headroom_scaled, remaining_charged, reset_charged_ms, reset_uncharged_ms,

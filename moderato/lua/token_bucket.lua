@@ -36,61 +36,23 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   window_ms = window_s * 1000
   split_per_ms()
   local key = KEYS[1] .. ':bucket:v2'
-  local fields = redis.pcall('HMGET', key, 'tokens', 'base', 'credited')
-  local tokens_text, base_text, credited_text = fields[1], fields[2], fields[3]
-  -- tokens, base, credited after the refill; elapsed_ms = now - base (never negative).
-  local tokens_scaled, base_ms, credited_scaled, elapsed_ms
-  if tokens_text and base_text and credited_text
-      and #tokens_text < 16 and #base_text < 16 and #credited_text < 16
-      and string.find(tokens_text .. base_text .. credited_text, '^%d+$') then
-    tokens_scaled, base_ms, credited_scaled =
-      tonumber(tokens_text), tonumber(base_text), tonumber(credited_text)
-    -- A base ahead of the clock (Redis's clock stepped back): no time has passed yet.
-    local now_eff_ms = now_ms > base_ms and now_ms or base_ms
-    elapsed_ms = now_eff_ms - base_ms
-    if tokens_scaled > capacity_scaled then
-      tokens_scaled = capacity_scaled -- a lowered capacity caps what is stored
-    end
-    local full
-    if elapsed_ms >= 2 * window_ms then
-      -- Two windows credit more than capacity: full (credited >= capacity is inconsistent).
-      full = credited_scaled < capacity_scaled or nil
-    elseif elapsed_ms < window_ms and credited_scaled < capacity_scaled then
-      local due_scaled = linear_accrual_scaled(elapsed_ms)
-      if due_scaled >= credited_scaled then
-        full = due_scaled - credited_scaled >= capacity_scaled - tokens_scaled
-        if not full then
-          tokens_scaled = tokens_scaled + (due_scaled - credited_scaled)
-          credited_scaled = due_scaled
-        end
-      end
-    end
-    if full then
-      -- A full bucket discards idle credit, fractions too: accrual restarts now.
-      tokens_scaled, base_ms, credited_scaled, elapsed_ms = capacity_scaled, now_eff_ms, 0, 0
-    elseif full == nil then
-      tokens_scaled = nil -- one window past its base, or inconsistent: the general path
-    end
-  elseif not fields.err and not tokens_text and not base_text and not credited_text
-      and redis.call('EXISTS', key) == 0 then
-    tokens_scaled, base_ms, credited_scaled, elapsed_ms = capacity_scaled, now_ms, 0, 0
+  local tokens_scaled, base_ms, credited_scaled = usual_bucket(key, 'tokens', 'credited')
+  local deficit_scaled = 0 -- a missing bucket is full
+  if tokens_scaled then
+    -- A lowered capacity caps what is stored.
+    deficit_scaled = tokens_scaled < capacity_scaled and capacity_scaled - tokens_scaled or 0
+    deficit_scaled, base_ms, credited_scaled = settled(deficit_scaled, base_ms, credited_scaled)
+  elseif tokens_scaled == false then
+    base_ms, credited_scaled = now_ms, 0
   end
-  if tokens_scaled and cost_scaled <= tokens_scaled then
-    -- Reset: when the bucket is full again, need = capacity - remaining more credited
-    -- (wait_end_after_base_ms() below, public rule).
-    local remaining_scaled = tokens_scaled - cost_scaled
-    local need_scaled = capacity_scaled - remaining_scaled
-    local left_in_window_scaled = capacity_scaled - credited_scaled
-    local reset_ms
-    if need_scaled <= left_in_window_scaled then
-      reset_ms = base_ms + elapsed_for_accrual_ms(credited_scaled + need_scaled)
-    else
-      reset_ms = base_ms + window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
-    end
+  if deficit_scaled and base_ms and cost_scaled <= capacity_scaled - deficit_scaled then
+    local remaining_scaled = capacity_scaled - deficit_scaled - cost_scaled
     redis.call('HSET', key, 'tokens', remaining_scaled, 'base', base_ms, 'credited', credited_scaled)
     -- Twice the window (the full refill) plus a margin: see bucket_ttl_ms() below.
     redis.call('PEXPIREAT', key, now_ms + 2 * window_ms + 60000)
-    return { 1, 0, remaining_scaled, 0, reset_ms }
+    -- Reset: when the bucket is full again.
+    return { 1, 0, remaining_scaled, 0,
+      accrued_at_ms(base_ms, credited_scaled, capacity_scaled - remaining_scaled) }
   end
 end
 
@@ -212,12 +174,7 @@ end
 -- credited_scaled credited by elapsed_ms. need_scaled <= capacity.
 local function wait_end_after_base_ms(credited_scaled, elapsed_ms, need_scaled)
   if not refill_scaled_per_s then
-    -- credited + need can pass 2^53; compare through the headroom left in this window.
-    local left_in_window_scaled = capacity_scaled - credited_scaled
-    if need_scaled <= left_in_window_scaled then
-      return elapsed_for_accrual_ms(credited_scaled + need_scaled)
-    end
-    return window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
+    return accrued_at_ms(0, credited_scaled, need_scaled)
   end
   -- Custom rate: the smallest elapsed >= the current one whose float accrual reaches the
   -- target; the estimate is within a few ms, the accrual function itself decides.

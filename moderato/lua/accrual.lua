@@ -56,7 +56,10 @@ end
 -- For the one-policy paths: a bucket's three fields (an amount, base, an amount accrued
 -- since base) if each is a decimal of up to 15 digits (so below 2^53, and base below
 -- 2^52); false for a missing key; nil for anything else, left to the general path.
+-- It also sets up the policy's accrual (window_ms, split_per_ms).
 local function usual_bucket(key, amount_name, accrued_name)
+  window_ms = window_s * 1000
+  split_per_ms()
   local fields = redis.pcall('HMGET', key, amount_name, 'base', accrued_name)
   local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
   if amount_text and base_text and accrued_text

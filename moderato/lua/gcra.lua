@@ -31,11 +31,26 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local FIELDS_PER_POLICY = 2
 --#include one_policy.lua
 
--- The common case, straight-line (no function built, none called): one policy, charging,
+-- The common case, straight-line but for start_of(): one policy, charging,
 -- short decimal arguments within range, a stored TAT of the usual shape (or none), every
 -- product below 2^53 (then one division is exact: see mul_div_mod below), and an
 -- admission. Anything else (a denial included) goes on to the general path below,
 -- nothing written yet; the integers are the general path's.
+-- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs, for a stored
+-- TAT (whole µs, frac). Used by both paths.
+local function start_of(tat_us, tat_frac, now_us, window_us)
+  if tat_us >= now_us + window_us then
+    return now_us + window_us, 0 -- more than a full bucket: the clock stepped back
+  end
+  if tat_frac >= capacity_scaled then
+    tat_us, tat_frac = tat_us + 1, 0 -- a capacity lowered since: one whole µs
+  end
+  if tat_us >= now_us then
+    return tat_us, tat_frac
+  end
+  return now_us, 0
+end
+
 if cost_scaled and cost_scaled <= capacity_scaled then
   local key = KEYS[1] .. ':gcra'
   local window_us = window_s * 1000000
@@ -47,19 +62,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   if tat_text and frac_text and #tat_text <= 16 and #frac_text < 16
       and (#tat_text < 16 or tat_text <= '9007199254740992')
       and string.find(tat_text .. frac_text, '^%d+$') then
-    local tat_us, tat_frac = tonumber(tat_text), tonumber(frac_text)
-    if tat_us >= now_us + window_us then
-      start_us, start_frac = now_us + window_us, 0 -- the clock stepped back: a full bucket
-    else
-      if tat_frac >= capacity_scaled then
-        tat_us, tat_frac = tat_us + 1, 0
-      end
-      if tat_us >= now_us then
-        start_us, start_frac = tat_us, tat_frac
-      else
-        start_us, start_frac = now_us, 0
-      end
-    end
+    start_us, start_frac = start_of(tonumber(tat_text), tonumber(frac_text), now_us, window_us)
   elseif not fields.err and not tat_text and not frac_text and redis.call('EXISTS', key) == 0 then
     start_us, start_frac = now_us, 0
   end
@@ -154,20 +157,10 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   local window_us = window_ms * US_PER_MS
   local now_us = now_ms * US_PER_MS
 
-  -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
   local start_us, start_frac = now_us, 0
   local tat_us, tat_frac = read_tat(key)
   if tat_us then
-    if tat_us >= now_us + window_us then
-      start_us = now_us + window_us -- more than a full bucket: the clock stepped back
-    else
-      if tat_frac >= capacity_scaled then
-        tat_us, tat_frac = tat_us + 1, 0
-      end
-      if tat_us >= now_us then
-        start_us, start_frac = tat_us, tat_frac
-      end
-    end
+    start_us, start_frac = start_of(tat_us, tat_frac, now_us, window_us)
   end
 
   -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).

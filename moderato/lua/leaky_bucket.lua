@@ -32,14 +32,9 @@ local FIELDS_PER_POLICY = 2
 
 --#include accrual.lua
 
--- The common case, straight-line but for the accrual's two functions: one policy,
--- charging, short decimal arguments within range, a bucket of the usual shape (or none)
--- within a window of its base (or two or more windows past it: empty), and an
--- admission. Anything else (a denial included) goes on to the general path below,
--- nothing written yet; the integers are the general path's (drain()).
+-- One policy, charging, admitted: the token bucket's straight-line path in level terms
+-- (see token_bucket.lua); drain() below has the integers it must give.
 if cost_scaled and cost_scaled <= capacity_scaled then
-  window_ms = window_s * 1000
-  split_per_ms()
   local key = KEYS[1] .. ':leaky'
   local level_scaled, base_ms, drained_scaled = usual_bucket(key, 'level', 'drained')
   if level_scaled then

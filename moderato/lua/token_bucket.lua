@@ -33,8 +33,6 @@ local FIELDS_PER_POLICY = 3
 -- it: full), and an admission. Anything else (a denial included) goes on to the general
 -- path below, nothing written yet; the integers are the general path's (refill()).
 if cost_scaled and cost_scaled <= capacity_scaled then
-  window_ms = window_s * 1000
-  split_per_ms()
   local key = KEYS[1] .. ':bucket:v2'
   local tokens_scaled, base_ms, credited_scaled = usual_bucket(key, 'tokens', 'credited')
   local deficit_scaled = 0 -- a missing bucket is full

@@ -1003,7 +1003,8 @@ async def test_a_bucket_hash_refusal_names_the_field(
 
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir().name == "lua"
-    included = ("prelude", "accrual", "bucket_state", "one_policy")  # spliced into scripts, never run on their own
+    # spliced into scripts, never run on their own
+    included = ("prelude", "accrual", "bucket_state", "one_policy")
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)
     assert sorted(SCRIPT_NAMES) == shipped
 

@@ -115,12 +115,16 @@ async def test_one_policy_path_answers_as_the_general_path(
             _, suffix, value = step
             fields = _raw_value(value, t0)
             for p in (alone, beside):
-                await lua.execute("HSET", p.key + str(suffix), *(x for kv in fields.items() for x in kv))
+                await lua.execute(
+                    "HSET", p.key + str(suffix), *(x for kv in fields.items() for x in kv)
+                )
             continue
         at_ms, cost_scaled, limit = step
         for p in (alone, beside):
             resized = model.Policy(p.key, int(limit) * 1000, 60, None)
-            await decide(lua, algorithm, [resized, generous], int(cost_scaled), at_ms=t0 + int(at_ms))
+            await decide(
+                lua, algorithm, [resized, generous], int(cost_scaled), at_ms=t0 + int(at_ms)
+            )
     await lua.set_clock(t0 + 2000)
     apply = query_cost > 0
     try:

@@ -113,7 +113,7 @@ async def test_minimal_acl_is_enough_on_a_single_server(own_redis_server: RedisS
     [
         ("evalsha", "check", r"NOPERM.*'evalsha'"),
         ("hmget", "gcra", r"NOPERM: the Redis user may not run a command the gcra script needs"),
-        ("set", "check", r"NOPERM: the Redis user may not run a command the fixed_window"),
+        ("incrby", "check", r"NOPERM: the Redis user may not run a command the fixed_window"),
         ("scan", "reset", r"NOPERM.*'scan'"),
     ],
 )

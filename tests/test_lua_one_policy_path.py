@@ -48,6 +48,11 @@ RAW_STATES: dict[str, list[Step]] = {
         ("hset", ":leaky", {"level": "8000", "base": "{t-1000}", "drained": "9500"}),
         ("hset", ":leaky", {"level": "8000", "base": "{t-70000}", "drained": "100"}),
     ],
+    "sliding_log": [
+        # the running total next to 2^53: an admission renumbers (the general path's)
+        ("zadd", ":log", [(-5000, "9007199254738993:3000"), (-1000, "9007199254739993:1000")]),
+        ("zadd", ":log", [(-70_000, "0000000000005000:5000"), (-1000, "0000000000006000:1000")]),
+    ],
     "gcra": [
         ("hset", ":gcra", {"tat": "{t_us+90000000}", "frac": "3"}),
         ("hset", ":gcra", {"tat": "{t_us+30000000}", "frac": "99999"}),
@@ -112,7 +117,13 @@ async def test_one_policy_path_answers_as_the_general_path(
     )
     for step in steps:
         if isinstance(step[0], str):
-            _, suffix, value = step
+            kind, suffix, value = step
+            if kind == "zadd":
+                assert isinstance(value, list)
+                pairs = [x for at_ms, member in value for x in (str(t0 + at_ms), member)]
+                for p in (alone, beside):
+                    await lua.execute("ZADD", p.key + str(suffix), *pairs)
+                continue
             fields = _raw_value(value, t0)
             for p in (alone, beside):
                 await lua.execute(

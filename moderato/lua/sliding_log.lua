@@ -68,7 +68,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- A window start is below 10^14, which '..' writes in full.
     first_at_ms, first_total, first_cost = usual_entry(
       redis.call('ZRANGE', key, '(' .. cutoff_ms, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
-    if first_at_ms and newest_total >= first_total then
+    -- A running total that would pass 2^53 (compared by subtraction: the sum could
+    -- round) means renumbering: the general path's.
+    if first_at_ms and newest_total >= first_total
+        and cost_scaled <= 9007199254740992 - newest_total then
       usage_scaled = newest_total - (first_total - first_cost)
       total_scaled = newest_total + cost_scaled
     else
@@ -76,7 +79,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     end
   end
   if (newest_at_ms or not (newest.err or newest[1])) and usage_scaled
-      and cost_scaled <= capacity_scaled - usage_scaled and total_scaled <= 9007199254740992 then
+      and cost_scaled <= capacity_scaled - usage_scaled then
     -- Stamped max(now, newest entry): a clock that stepped back never reorders the log.
     local stamp_ms = newest_at_ms and newest_at_ms > now_ms and newest_at_ms or now_ms
     -- ZADD first: the write Redis refuses when out of memory (see write() below).

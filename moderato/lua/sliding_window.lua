@@ -38,13 +38,18 @@ if cost_scaled then
   -- A window index is below 10^14, which '..' writes in full.
   local current_key = KEYS[1] .. ':' .. window_index
   local previous_key = KEYS[1] .. ':' .. (window_index - 1)
-  local counters = redis.call('MGET', current_key, previous_key)
+  -- Both reads take two keys: in a slot being migrated to this node, Redis refuses them
+  -- (TRYAGAIN) while one key is missing; the general path reads one key at a time.
+  local counters = redis.pcall('MGET', current_key, previous_key)
+  if counters.err and string.find(counters.err, "can't run this command", 1, true) then
+    return counters -- an ACL without MGET: a misconfiguration to report
+  end
   local current_text, previous_text = counters[1], counters[2]
-  local absent = 0
-  if not current_text then
-    absent = redis.call('EXISTS', current_key, previous_text and current_key or previous_key)
-  elseif not previous_text then
-    absent = redis.call('EXISTS', previous_key)
+  local absent = counters.err and 1 or 0
+  if absent == 0 and not current_text then
+    absent = redis.pcall('EXISTS', current_key, previous_text and current_key or previous_key)
+  elseif absent == 0 and not previous_text then
+    absent = redis.pcall('EXISTS', previous_key)
   end
   current_text, previous_text = current_text or '0', previous_text or '0'
   -- Up to 15 digits: below 2^53, so tonumber is exact.

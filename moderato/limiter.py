@@ -15,13 +15,15 @@ from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
 from .backends.base import Backend, DecideNow, script_refusal
 from .backends.memory import MemoryBackend
 from .backends.schemes import make_backend
-from .breaker import BreakerSet, CircuitBreaker
+from .breaker import CLOSED, BreakerSet, CircuitBreaker
+from .denial_cache import DEFAULT_MAX_ENTRIES, DenialCache, announce_reset
 from .errors import BackendError, RateLimitConfigError, RateLimitExceeded, RedisReplyError
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
 from .policy import Policy, cost_scaled, policy_for, validate_cost
+from .redis import RedisClient
 from .results import CheckResult, PolicyState
 
 Identity = Union[str, bytes]
@@ -94,6 +96,7 @@ class RateLimiter:
         key: Optional[KeySpec] = None,
         tenant: Optional[TenantSpec] = None,
         cost: Optional[CostSpec] = None,
+        denial_cache_size: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         connect_timeout_s = seconds_option("connect_timeout_s", connect_timeout_s)
         command_timeout_s = seconds_option("command_timeout_s", command_timeout_s)
@@ -153,6 +156,20 @@ class RateLimiter:
         self._decide_now: Optional[DecideNow] = (
             self._backend.decide_now if isinstance(self._backend, MemoryBackend) else None
         )
+        # Denials repeated locally until they expire (denial_cache.py): a single
+        # server only; 0 turns it off.
+        self._denials: Optional[DenialCache] = None
+        if type(denial_cache_size) is not int or denial_cache_size < 0:
+            raise RateLimitConfigError(
+                f"denial_cache_size must be an int >= 0 (0 = off), got {denial_cache_size!r}"
+            )
+        client = getattr(self._backend, "client", None)
+        # Every limiter on one server announces its resets, cache or not: others may hold one.
+        self._announce_to: Optional[RedisClient] = (
+            client if isinstance(client, RedisClient) else None
+        )
+        if denial_cache_size and isinstance(client, RedisClient):
+            self._denials = DenialCache(client, key_prefix, max_entries=denial_cache_size)
 
     @property
     def backend(self) -> Backend:
@@ -170,6 +187,8 @@ class RateLimiter:
         await self._backend.connect()
 
     async def close(self) -> None:
+        if self._denials is not None:
+            self._denials.close()
         await self._backend.close()
 
     async def __aenter__(self) -> RateLimiter:
@@ -328,9 +347,11 @@ class RateLimiter:
             for each in chosen:
                 keys.extend(self._keys(each, policy, identity, tenant_type, scope))
                 windows.extend(policy.windows_s)
-            return await self._guarded(
+            deleted: int = await self._guarded(
                 "reset", self._backend.reset(keys, windows), route=keys[0]
             )
+            await self._announce_reset()
+            return deleted
         pattern = self._build(
             _accel.key_pattern, tenant, "" if scope is None else _scope(scope), identity
         )
@@ -344,7 +365,22 @@ class RateLimiter:
         # One scope's patterns share a hash tag, so one node's breaker answers for
         # them; every scope means every primary, which the limiter-wide one does.
         route = patterns[0] if scope is not None else None
-        return await self._guarded("reset", self._delete_matching(patterns), route=route)
+        deleted = await self._guarded("reset", self._delete_matching(patterns), route=route)
+        await self._announce_reset()
+        return deleted
+
+    async def _announce_reset(self) -> None:
+        """Empty this process's denial cache, then every other limiter's (pub/sub)."""
+        if self._denials is not None:
+            self._denials.invalidate()
+        if self._announce_to is None:
+            return
+        try:
+            await announce_reset(self._announce_to, self.key_prefix)
+        except BackendError as error:
+            # The keys are gone; a limiter that misses the message holds its
+            # entries no longer than denial_cache.MAX_HOLD_S.
+            logger.warning("moderato: reset done, but announcing it failed: %s", error)
 
     async def _delete_matching(self, patterns: list[bytes]) -> int:
         deleted = 0
@@ -497,6 +533,22 @@ class RateLimiter:
         keys = self._keys(algorithm, plan.policy, key, tenant_type, scope)
         args = (charged_scaled, 1 if apply else 0, *plan.script_args)
         breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
+        # -- denial cache hook (denial_cache.py): a denial Redis already gave is
+        # repeated without a round trip while it must still hold; only with the
+        # breaker closed, so an outage is handled exactly as without the cache.
+        denials = self._denials if apply else None
+        if denials is not None:
+            cache_key = (plan, keys[0])
+            if denials._entries and breaker.state == CLOSED:
+                local = denials.lookup(cache_key, charged_scaled)
+                if local is not None:
+                    if self.metrics is not None:
+                        self.metrics.local_denials.labels(algorithm.name).inc()
+                    result_now: CheckResult = _accel.check_result(local, plan.result_shape)
+                    return result_now
+            issued_s = denials.clock()
+            generation = denials.generation
+        # -- end of the hook
         if not breaker.allow():
             raise self._short_circuit(operation, breaker)
         try:
@@ -518,6 +570,8 @@ class RateLimiter:
             self._failed(operation, error, breaker)
             raise
         self._succeeded(operation, breaker)
+        if denials is not None:  # the reply decoded cleanly: it may be remembered
+            denials.record(cache_key, charged_scaled, issued_s, generation, reply)
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------

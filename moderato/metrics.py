@@ -70,6 +70,14 @@ class Metrics:
         self.limit_exceeded = prometheus.Counter(
             "limit_exceeded", "Checks denied because a limit was exceeded", ["algorithm"], **options
         )
+        # Also counted in checks{result="denied"} and limit_exceeded: this only
+        # says which of those the denial cache answered without Redis.
+        self.local_denials = prometheus.Counter(
+            "local_denials",
+            "Denied checks answered by the denial cache, without a backend call",
+            ["algorithm"],
+            **options,
+        )
         self.backend_operations = prometheus.Counter(
             "backend_operations",
             "Backend calls by operation and status",

@@ -49,7 +49,7 @@ import contextlib
 import logging
 import ssl
 import time
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import hiredis
 
@@ -266,8 +266,8 @@ class _Subscription(asyncio.Protocol):
         self._transport: Optional[asyncio.Transport] = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         address = self._cache._address
         payloads = []
         if address.password is not None:
@@ -276,7 +276,7 @@ class _Subscription(asyncio.Protocol):
             else:
                 payloads.append(encode_command("AUTH", address.password))
         payloads.append(encode_command("SUBSCRIBE", self._cache.channel))
-        transport.write(b"".join(payloads))
+        self._transport.write(b"".join(payloads))
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader

@@ -389,3 +389,19 @@ async def test_only_a_single_server_limiter_has_a_cache(redis_url: str) -> None:
 def test_a_bad_cache_size_is_refused(size: Any) -> None:
     with pytest.raises(RateLimitConfigError, match=r"denial_cache_size must be an int >= 0"):
         RateLimiter("memory://", denial_cache_size=size)
+
+
+def test_the_cache_works_on_uvloop(redis_server: RedisServer, redis_url: str) -> None:
+    """uvloop's transports are not asyncio.Transport subclasses; uvicorn runs on it."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> int:
+        await away_from_boundary(3600)
+        async with RateLimiter(redis_url, key_prefix="uv") as limiter:
+            await _flood_until_remembered(limiter, "u1")
+            before = evalsha_calls(redis_server)
+            for _ in range(50):
+                assert not (await limiter.check_with_info("u1", "2/hour")).allowed
+            return evalsha_calls(redis_server) - before
+
+    assert uvloop.run(scenario()) == 0

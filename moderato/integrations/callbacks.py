@@ -36,8 +36,13 @@ async def call_callback(name: str, callback: RequestCallback[T], request: Reques
             return await result
         return result
     except Exception as error:
-        failure_log.failed(name, callback, error)
-        raise RateLimitCallbackError(name, error) from error
+        raise call_failed(name, callback, error) from error
+
+
+def call_failed(name: str, callback: object, error: Exception) -> RateLimitCallbackError:
+    """A callback raised: logged (``failure_log``), and the error to raise in its place."""
+    failure_log.failed(name, callback, error)
+    return RateLimitCallbackError(name, error)
 
 
 def callback_failed(name: str, message: str) -> RateLimitCallbackError:

@@ -30,10 +30,10 @@ from ..errors import (
 from ..limiter import exceeded
 from ..policy import validate_cost
 from ..results import CheckResult
-from .callbacks import RequestCallback, call_callback, callback_failed
+from .callbacks import RequestCallback, call_callback, call_failed, callback_failed
 from .decisions import has_middleware, record
 from .http_errors import http_error
-from .identity import DEFAULT_IDENTITY
+from .identity import DEFAULT_IDENTITY, ClientIdentity
 from .scope import route_scope
 from .websocket_errors import is_websocket, websocket_error
 
@@ -148,7 +148,7 @@ class LimitRule:
         self, request: HTTPConnection, scope: Optional[str] = None
     ) -> Optional[CheckResult]:
         """``enforce`` raising moderato's own exceptions, for a caller that answers them itself."""
-        if await self.exempted(request):
+        if self.exempt_when is not None and await self.exempted(request):
             return None
         result = await self.decide(request, scope)
         if not result.allowed:
@@ -175,10 +175,23 @@ class LimitRule:
     async def decide(self, request: HTTPConnection, scope: Optional[str] = None) -> CheckResult:
         """Decide and charge without raising: the decision, admitted or denied."""
         callback_request = _as_request(request)
-        rate = await self._rate(callback_request)
-        key = await self._key(callback_request)
-        tenant = await self._tenant(callback_request)
-        cost = await self._cost(callback_request)
+        # Static values are read as they are, and a synchronous key callback (the
+        # default identity) is called directly: a coroutine per value would be
+        # created, run and collected on every request for nothing.
+        rate = self.rate
+        if type(rate) is not str:
+            rate = await self._rate(callback_request)
+        key = self._key_now(callback_request)
+        if key is None:
+            key = await self._key(callback_request)
+        tenant = self.tenant if self.tenant is not None else self.limiter.tenant
+        if tenant is not None and type(tenant) is not str:
+            tenant = await self._tenant(callback_request)
+        cost = self.cost if self.cost is not None else self.limiter.cost
+        if cost is None:
+            cost = 1
+        elif type(cost) is not int:
+            cost = await self._cost(callback_request)
         chosen_scope = scope or self.scope or route_scope(request.scope, self.endpoint)
         result = await self.limiter.check_with_info(
             key,
@@ -201,6 +214,22 @@ class LimitRule:
         except RateLimitConfigError as error:
             raise callback_failed("rate", str(error)) from error
         return rate
+
+    def _key_now(self, request: Request) -> Union[str, bytes, None]:
+        """The identity without a coroutine when it is static or a ClientIdentity (the
+        default, known to be synchronous); None when ``_key`` must await a callback.
+        """
+        spec = self.key if self.key is not None else self.limiter.key
+        if spec is None:
+            spec = DEFAULT_IDENTITY
+        if isinstance(spec, (str, bytes)):
+            return spec
+        if type(spec) is not ClientIdentity:
+            return None
+        try:
+            return spec(request)
+        except Exception as error:
+            raise call_failed("key", spec, error) from error
 
     async def _key(self, request: Request) -> Union[str, bytes]:
         spec = self.key if self.key is not None else self.limiter.key

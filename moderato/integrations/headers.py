@@ -115,6 +115,28 @@ def report(
     return Report(chosen, tuple(policies), retry_after_s, quota_known)
 
 
+def legacy_for_one(result: CheckResult) -> Optional[HeaderList]:
+    """``render(report([result]), "legacy", now)`` for one admitted decision, without the Report.
+
+    The common response (one decorator, dependency or middleware admitted it)
+    skips the intermediate Quota and Report objects; None outside that case,
+    for ``report`` and ``render`` to handle. tests/test_headers_fast_path.py
+    holds the two to the same output.
+    """
+    if not result.allowed or result.bypassed or result.remaining is None:
+        return None
+    limit, remaining, reset_at = result.limit, result.remaining, result.reset_at
+    for state in result.policies:  # the first policy with the fewest left, as report() picks
+        if state.remaining is None:
+            return None
+        if state is result.policies[0] or state.remaining < remaining:
+            limit, remaining, reset_at = state.limit, state.remaining, state.reset_at
+    headers = [(b"x-ratelimit-limit", b"%d" % limit), (b"x-ratelimit-remaining", b"%d" % remaining)]
+    if reset_at is not None:
+        headers.append((b"x-ratelimit-reset", b"%d" % math.ceil(reset_at)))
+    return headers
+
+
 def _remaining(quota: Quota) -> int:
     return quota.remaining if quota.remaining is not None else 0
 

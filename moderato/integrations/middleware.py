@@ -32,7 +32,7 @@ from starlette.websockets import WebSocket
 from ..errors import RateLimitConfigError
 from .callbacks import RequestCallback, call_callback, callback_failed
 from .decisions import claim_headers, mark_middleware, recorded
-from .headers import HeaderList, HeaderStyle, render, report, validate_style
+from .headers import HeaderList, HeaderStyle, legacy_for_one, render, report, validate_style
 from .identity import ClientIdentity, ProxyHeader
 from .order import log_misplaced
 from .paths import ExemptPaths, exact_paths, normalize
@@ -256,6 +256,10 @@ def _decision_headers(scope: Scope, style: HeaderStyle) -> HeaderList:
     decisions = recorded(scope)
     if not decisions:
         return []
+    if style == "legacy" and len(decisions) == 1:
+        quick = legacy_for_one(decisions[0])
+        if quick is not None:
+            return quick
     decision_report = report(decisions)
     return [] if decision_report is None else render(decision_report, style, time.time())
 

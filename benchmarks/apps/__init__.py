@@ -22,6 +22,7 @@ BODY = {"ok": True}
 APPS = {
     "no limiter": "baseline",
     "moderato decorator": "moderato_decorator",
+    "moderato dependency": "moderato_dependency",
     "moderato middleware": "moderato_middleware",
     "slowapi": "slowapi_app",
     "fastapi-limiter": "fastapi_limiter_app",

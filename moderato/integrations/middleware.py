@@ -222,22 +222,38 @@ async def serve(
     app: ASGIApp, scope: Scope, receive: Receive, send: Send, style: HeaderStyle
 ) -> None:
     """Run ``app``, adding decision headers to its response and answering moderato errors."""
-    response_started = False
-
-    async def send_with_headers(message: Message) -> None:
-        nonlocal response_started
-        if message["type"] == "http.response.start":
-            response_started = True
-            if claim_headers(scope):
-                message = _with_headers(message, _decision_headers(scope, style))
-        await send(message)
-
+    send_with_headers = _HeaderSender(scope, send, style)
     mark_middleware(scope)
     try:
         await app(scope, receive, send_with_headers)
     except Exception as error:
-        if response_started or not await send_error(error, scope, send, style):
+        if send_with_headers.started or not await send_error(error, scope, send, style):
             raise
+
+
+class _HeaderSender:
+    """``send`` with the decision headers added to the response start.
+
+    One slotted object rather than a closure (a function, its cells and their
+    tuple): it lives as long as the request, across the Redis round trip, and
+    every object alive then counts towards the next garbage collection.
+    """
+
+    __slots__ = ("scope", "send", "started", "style")
+
+    def __init__(self, scope: Scope, send: Send, style: HeaderStyle) -> None:
+        self.scope = scope
+        self.send = send
+        self.style = style
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            scope = self.scope
+            if claim_headers(scope):
+                message = _with_headers(message, _decision_headers(scope, self.style))
+        await self.send(message)
 
 
 async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderStyle) -> bool:

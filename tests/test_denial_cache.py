@@ -405,3 +405,44 @@ def test_the_cache_works_on_uvloop(redis_server: RedisServer, redis_url: str) ->
             return evalsha_calls(redis_server) - before
 
     assert uvloop.run(scenario()) == 0
+
+
+async def test_without_pubsub_permissions_there_is_no_cache_and_no_error(
+    own_redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The minimal ACL lacks SUBSCRIBE and PUBLISH: denials go to Redis, resets still work."""
+    from test_acl import PREFIX, acl_rules, needed_commands, user_url
+
+    own_redis_server.command("ACL", "SETUSER", "limiter", *acl_rules(needed_commands()))
+    own_redis_server.command("ACL", "SETUSER", "limiter", "resetchannels")
+    await away_from_boundary(3600)
+    async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX) as limiter:
+        outcomes = [(await limiter.check_with_info("a1", "2/hour")).allowed for _ in range(4)]
+        await asyncio.sleep(0.2)  # the refused subscription has been answered
+        before = evalsha_calls(own_redis_server)
+        outcomes += [(await limiter.check_with_info("a1", "2/hour")).allowed for _ in range(5)]
+        assert evalsha_calls(own_redis_server) - before == 5
+        assert not cache_of(limiter).subscribed
+        assert await limiter.reset("a1", rate="2/hour", scope="global") == 1
+    assert outcomes == [True, True] + [False] * 7
+    messages = " ".join(record.getMessage() for record in caplog.records)
+    assert "the denial cache cannot subscribe" in messages
+    assert "announcing it failed" in messages
+
+
+async def test_with_pubsub_permissions_the_cache_works_under_an_acl(
+    own_redis_server: RedisServer,
+) -> None:
+    from test_acl import PREFIX, acl_rules, needed_commands, user_url
+
+    rules = [*acl_rules(needed_commands()), "resetchannels", "+subscribe", "+publish"]
+    own_redis_server.command("ACL", "SETUSER", "limiter", *rules, f"&{PREFIX}:denial-cache")
+    await away_from_boundary(3600)
+    async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX) as limiter:
+        await _flood_until_remembered(limiter, "a2")
+        before = evalsha_calls(own_redis_server)
+        for _ in range(5):
+            assert not (await limiter.check_with_info("a2", "2/hour")).allowed
+        assert evalsha_calls(own_redis_server) == before
+        assert await limiter.reset("a2", rate="2/hour", scope="global") == 1
+        assert (await limiter.check_with_info("a2", "2/hour")).allowed

@@ -69,6 +69,11 @@ class RateLimiter:
     (decorator, dependency, middleware, message limit) that does not set its
     own: values or callbacks of the request, as the rules take them. By
     default the client address, no tenant, and a cost of 1.
+
+    On a single server, a denial is remembered and repeated without a Redis
+    call until it could end (``denial_cache_size`` identities at most; 0
+    turns it off): exact, and undone in every process by ``reset()``;
+    docs/operations.md ("The denial cache") says what it rests on.
     """
 
     def __init__(

@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
-
 from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url
+from benchmarks.apps._moderato import endpoint_app
 from moderato import RateLimiter
-from moderato.integrations import RateLimitHeadersMiddleware
 
 limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator")
-
-
-@asynccontextmanager
-async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-    await limiter.connect()
-    yield
-    await limiter.close()
-
-
-app = FastAPI(lifespan=lifespan)
-app.add_middleware(RateLimitHeadersMiddleware)  # 429 responses and X-RateLimit-* headers
-
-
-@app.get("/health")
-async def health() -> dict[str, Any]:
-    return BODY
+app = endpoint_app(limiter)
 
 
 @app.get("/allowed")

@@ -155,16 +155,21 @@ class DenialCache:
 
     def record(
         self,
-        key: CacheKey,
+        plan: object,
+        first_key: bytes,
         cost_scaled: int,
         issued_s: float,
         generation: int,
         reply: list[int],
     ) -> None:
-        """Remember a denial (or forget the entry an admission contradicts)."""
+        """Remember a denial (or forget the entry an admission contradicts).
+
+        The entry's key ``(plan, first_key)`` is built only when needed: on the
+        allowed path nothing is allocated.
+        """
         if reply[0]:
             if self._entries:
-                self._entries.pop(key, None)
+                self._entries.pop((plan, first_key), None)
             return
         retry_ms = reply[_FIRST_RETRY + _STRIDE * reply[1]]
         if retry_ms <= 0:  # a permanent denial (-1): nothing to wait for
@@ -176,6 +181,7 @@ class DenialCache:
             return
         hold_s = min((retry_ms - retry_ms // _RATE_MARGIN) / 1000, MAX_HOLD_S)
         entries = self._entries
+        key = (plan, first_key)
         entries.pop(key, None)  # re-inserted last: the oldest entry goes first
         if len(entries) >= self.max_entries:
             # Another thread may have emptied or changed it meanwhile.

@@ -543,9 +543,8 @@ class RateLimiter:
         # breaker closed, so an outage is handled exactly as without the cache.
         denials = self._denials if apply else None
         if denials is not None:
-            cache_key = (plan, keys[0])
             if denials._entries and breaker.state == CLOSED:
-                local = denials.lookup(cache_key, charged_scaled)
+                local = denials.lookup((plan, keys[0]), charged_scaled)
                 if local is not None:
                     if self.metrics is not None:
                         self.metrics.local_denials.labels(algorithm.name).inc()
@@ -576,7 +575,7 @@ class RateLimiter:
             raise
         self._succeeded(operation, breaker)
         if denials is not None:  # the reply decoded cleanly: it may be remembered
-            denials.record(cache_key, charged_scaled, issued_s, generation, reply)
+            denials.record(plan, keys[0], charged_scaled, issued_s, generation, reply)
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------

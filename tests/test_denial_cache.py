@@ -253,8 +253,8 @@ async def test_every_local_denial_is_one_redis_gives_as_time_advances(redis_url:
                 )
             if rng.random() < 0.2:
                 await asyncio.sleep(rng.random() * 0.05)
-    assert local_total > 100
-    assert peeked_admits > 100
+    assert local_total > 50  # 443 in a calm run; fewer when the machine is slow
+    assert peeked_admits > 50
 
 
 def _local_denials(registry: CollectorRegistry) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # results.py needs nothing from here; only the annotation does
+    from .results import CheckResult
 
 
 class ModeratoError(Exception):
@@ -65,3 +68,15 @@ class RateLimitExceeded(ModeratoError):
         else:
             detail = f"retry after {retry_after} s"
         super().__init__(f"rate limit '{rate}' exceeded: {detail}")
+
+
+def exceeded(result: CheckResult) -> RateLimitExceeded:
+    """The exception for a denied CheckResult (429 temporary, 422 permanent)."""
+    return RateLimitExceeded(
+        limit=result.limit,
+        remaining=result.remaining if result.remaining is not None else 0,
+        retry_after=result.retry_after,
+        reset_at=result.reset_at,
+        window_seconds=result.window_seconds,
+        rate=result.rate,
+    )

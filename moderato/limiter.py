@@ -17,7 +17,8 @@ from .backends.memory import MemoryBackend
 from .backends.schemes import make_backend
 from .breaker import CLOSED, BreakerSet, CircuitBreaker
 from .denial_cache import DEFAULT_MAX_ENTRIES, DenialCache, announce_reset
-from .errors import BackendError, RateLimitConfigError, RateLimitExceeded, RedisReplyError
+from .errors import BackendError, RateLimitConfigError, RedisReplyError
+from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
@@ -34,9 +35,18 @@ GLOBAL_SCOPE = "global"
 logger = logging.getLogger("moderato")
 
 if TYPE_CHECKING:  # the HTTP integration imports Starlette; the core must not need it
+    from typing_extensions import Unpack
+
     from .integrations.decorator import F
     from .integrations.dependency import RateLimitDependency
-    from .integrations.rule import CostSpec, ExemptWhen, KeySpec, RateSpec, TenantSpec
+    from .integrations.rule import (
+        CostSpec,
+        KeySpec,
+        MessageOptions,
+        RateSpec,
+        RuleOptions,
+        TenantSpec,
+    )
     from .integrations.websocket import MessageLimit
 
 
@@ -579,19 +589,14 @@ class RateLimiter:
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------
+    #
+    # The one way the core reaches the web layer, and only when called: these
+    # conveniences import moderato.integrations inside the method, so
+    # importing (or using) the manual API never loads Starlette. Nothing in
+    # the integrations is imported at module level here; the integrations
+    # import the core, never the other way round (docs/architecture.md).
 
-    def limit(
-        self,
-        rate: RateSpec,
-        *,
-        key: Optional[KeySpec] = None,
-        algorithm: Optional[str] = None,
-        scope: Optional[str] = None,
-        cost: Optional[CostSpec] = None,
-        tenant: Optional[TenantSpec] = None,
-        shadow: Optional[bool] = None,
-        exempt_when: Optional[ExemptWhen] = None,
-    ) -> Callable[[F], F]:
+    def limit(self, rate: RateSpec, **options: Unpack[RuleOptions]) -> Callable[[F], F]:
         """Decorate a FastAPI or Starlette endpoint (``async def`` or ``def``) with a limit.
 
         ``rate``, ``key``, ``tenant`` and ``cost`` may be values or callbacks of the
@@ -601,73 +606,24 @@ class RateLimiter:
         logs) without denying. ``exempt_when``, a predicate of the request (sync
         or async), skips the limit when it returns True. On a websocket route the
         handshake is limited. Static configuration errors, including a static
-        cost above capacity, raise RateLimitConfigError here.
+        cost above capacity, raise RateLimitConfigError here. The options are
+        ``RuleOptions`` (moderato.integrations.rule).
         """
         from .integrations.decorator import limit
 
-        return limit(
-            self,
-            rate,
-            key=key,
-            algorithm=algorithm,
-            scope=scope,
-            cost=cost,
-            tenant=tenant,
-            shadow=shadow,
-            exempt_when=exempt_when,
-        )
+        return limit(self, rate, **options)
 
-    def dependency(
-        self,
-        rate: RateSpec,
-        *,
-        key: Optional[KeySpec] = None,
-        algorithm: Optional[str] = None,
-        scope: Optional[str] = None,
-        cost: Optional[CostSpec] = None,
-        tenant: Optional[TenantSpec] = None,
-        shadow: Optional[bool] = None,
-        exempt_when: Optional[ExemptWhen] = None,
-    ) -> RateLimitDependency:
+    def dependency(self, rate: RateSpec, **options: Unpack[RuleOptions]) -> RateLimitDependency:
         """The same limit as a FastAPI dependency, for ``Depends(...)`` or router dependencies."""
         from .integrations.dependency import dependency
 
-        return dependency(
-            self,
-            rate,
-            key=key,
-            algorithm=algorithm,
-            scope=scope,
-            cost=cost,
-            tenant=tenant,
-            shadow=shadow,
-            exempt_when=exempt_when,
-        )
+        return dependency(self, rate, **options)
 
-    def message_limit(
-        self,
-        rate: RateSpec,
-        *,
-        key: Optional[KeySpec] = None,
-        algorithm: Optional[str] = None,
-        scope: Optional[str] = None,
-        cost: Optional[CostSpec] = None,
-        tenant: Optional[TenantSpec] = None,
-        shadow: Optional[bool] = None,
-    ) -> MessageLimit:
+    def message_limit(self, rate: RateSpec, **options: Unpack[MessageOptions]) -> MessageLimit:
         """A per-message limit for an open websocket: ``await it.check(websocket)``."""
         from .integrations.websocket import MessageLimit
 
-        return MessageLimit(
-            self,
-            rate,
-            key=key,
-            algorithm=algorithm,
-            scope=scope,
-            cost=cost,
-            tenant=tenant,
-            shadow=shadow,
-        )
+        return MessageLimit(self, rate, **options)
 
 
 def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
@@ -750,15 +706,3 @@ def _shadowed(result: CheckResult, scope: object) -> CheckResult:
         scope,
     )
     return replace(result, allowed=True, shadow_denied=True)
-
-
-def exceeded(result: CheckResult) -> RateLimitExceeded:
-    """The exception for a denied CheckResult (429 temporary, 422 permanent)."""
-    return RateLimitExceeded(
-        limit=result.limit,
-        remaining=result.remaining if result.remaining is not None else 0,
-        retry_after=result.retry_after,
-        reset_at=result.reset_at,
-        window_seconds=result.window_seconds,
-        rate=result.rate,
-    )

@@ -35,7 +35,7 @@ from starlette.requests import HTTPConnection, Request
 from ..errors import RateLimitConfigError
 from ..policy import policy_for
 from .order import remember
-from .rule import CostSpec, ExemptWhen, KeySpec, LimitRule, RateSpec, TenantSpec
+from .rule import LimitRule, RateSpec, RuleOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,38 +46,19 @@ LIMIT_PARAMETER = "moderato_limit"
 """Prefix of the dependency parameters added to generator endpoints."""
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..limiter import RateLimiter
 
 
-def limit(
-    limiter: RateLimiter,
-    rate: RateSpec,
-    *,
-    key: Optional[KeySpec] = None,
-    algorithm: Optional[str] = None,
-    scope: Optional[str] = None,
-    cost: Optional[CostSpec] = None,
-    tenant: Optional[TenantSpec] = None,
-    shadow: Optional[bool] = None,
-    exempt_when: Optional[ExemptWhen] = None,
-) -> Callable[[F], F]:
+def limit(limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]) -> Callable[[F], F]:
     """A decorator that limits an endpoint; see ``RateLimiter.limit``.
 
     Configuration errors (bad rate, algorithm, scope, or a static cost above
     the capacity of the rate's smallest policy) raise RateLimitConfigError
     here, at decoration time.
     """
-    rule = LimitRule(
-        limiter,
-        rate,
-        key=key,
-        algorithm=algorithm,
-        scope=scope,
-        cost=cost,
-        tenant=tenant,
-        shadow=shadow,
-        exempt_when=exempt_when,
-    )
+    rule = LimitRule(limiter, rate, **options)
 
     def decorate(func: F) -> F:
         if not callable(func):

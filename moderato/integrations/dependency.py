@@ -16,38 +16,21 @@ from typing import TYPE_CHECKING, Callable, Optional
 from starlette.requests import HTTPConnection
 
 from ..results import CheckResult
-from .rule import CostSpec, ExemptWhen, KeySpec, LimitRule, RateSpec, TenantSpec
+from .rule import LimitRule, RateSpec, RuleOptions
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..limiter import RateLimiter
 
 RateLimitDependency = Callable[[HTTPConnection], Awaitable[Optional[CheckResult]]]
 
 
 def dependency(
-    limiter: RateLimiter,
-    rate: RateSpec,
-    *,
-    key: Optional[KeySpec] = None,
-    algorithm: Optional[str] = None,
-    scope: Optional[str] = None,
-    cost: Optional[CostSpec] = None,
-    tenant: Optional[TenantSpec] = None,
-    shadow: Optional[bool] = None,
-    exempt_when: Optional[ExemptWhen] = None,
+    limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]
 ) -> RateLimitDependency:
     """A dependency enforcing ``rate``; configuration errors raise here, not per request."""
-    rule = LimitRule(
-        limiter,
-        rate,
-        key=key,
-        algorithm=algorithm,
-        scope=scope,
-        cost=cost,
-        tenant=tenant,
-        shadow=shadow,
-        exempt_when=exempt_when,
-    )
+    rule = LimitRule(limiter, rate, **options)
 
     # HTTPConnection, not Request: FastAPI fills it on websocket routes too.
     async def rate_limit(request: HTTPConnection) -> Optional[CheckResult]:

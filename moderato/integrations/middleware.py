@@ -37,10 +37,12 @@ from .identity import ClientIdentity, ProxyHeader
 from .order import log_misplaced
 from .paths import ExemptPaths, exact_paths, normalize
 from .responses import denial_headers, error_response, send_json
-from .rule import CostSpec, ExemptWhen, KeySpec, LimitRule, RateSpec, TenantSpec
+from .rule import CostSpec, LimitRule, RateSpec, RuleOptions
 from .websocket_errors import refuse
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..limiter import RateLimiter
 
 ExemptPredicate = RequestCallback[bool]
@@ -99,24 +101,20 @@ class RateLimitMiddleware:
         *,
         limiter: RateLimiter,
         rate: RateSpec,
-        algorithm: Optional[str] = None,
-        key: Optional[KeySpec] = None,
-        tenant: Optional[TenantSpec] = None,
-        cost: Optional[CostSpec] = None,
         costs: Optional[Mapping[str, int]] = None,
         exempt_paths: Iterable[str] = (),
         exempt: Iterable[ExemptPredicate] = (),
-        exempt_when: Optional[ExemptWhen] = None,
         websockets: bool = True,
-        scope: str = "app",
         headers: HeaderStyle = "legacy",
         api_key_header: Optional[str] = None,
         trusted_proxies: Iterable[str] = (),
         proxy_header: ProxyHeader = "x-forwarded-for",
-        shadow: Optional[bool] = None,
+        **options: Unpack[RuleOptions],
     ) -> None:
         self.app = app
         self.headers = validate_style(headers)
+        # An app-wide rule's own default: one "app" bucket.
+        scope = options.setdefault("scope", "app")
         if not isinstance(scope, str) or not scope:
             raise RateLimitConfigError("scope must be a non-empty string")
         self.scope = scope
@@ -125,28 +123,19 @@ class RateLimitMiddleware:
                 f"websockets must be True or False, got {type(websockets).__name__}"
             )
         self.websockets = websockets
-        if key is None and (api_key_header is not None or trusted_proxies):
+        if options.get("key") is None and (api_key_header is not None or trusted_proxies):
             # Identity options given here; otherwise the limiter's default key applies.
-            key = ClientIdentity(
+            options["key"] = ClientIdentity(
                 api_key_header=api_key_header,
                 trusted_proxies=trusted_proxies,
                 proxy_header=proxy_header,
             )
 
         def rule_for(charge: Optional[CostSpec]) -> LimitRule:
-            return LimitRule(
-                limiter,
-                rate,
-                key=key,
-                algorithm=algorithm,
-                scope=scope,
-                cost=charge,
-                tenant=tenant,
-                shadow=shadow,
-                exempt_when=exempt_when,
-            )
+            charged: RuleOptions = {**options, "cost": charge}
+            return LimitRule(limiter, rate, **charged)
 
-        self.rule = rule_for(cost)
+        self.rule = LimitRule(limiter, rate, **options)
         self.path_rules = {
             path: rule_for(charge) for path, charge in exact_paths("costs", costs or {}).items()
         }

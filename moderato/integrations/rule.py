@@ -14,7 +14,7 @@ requests and to websocket handshakes alike (both are ``HTTPConnection``s).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypedDict, Union, cast
 
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
@@ -26,8 +26,8 @@ from ..errors import (
     RateLimitCallbackError,
     RateLimitConfigError,
     RateLimitExceeded,
+    exceeded,
 )
-from ..limiter import exceeded
 from ..policy import validate_cost
 from ..results import CheckResult
 from .callbacks import RequestCallback, call_callback, call_failed, callback_failed
@@ -47,6 +47,34 @@ TenantSpec = Union[str, RequestCallback[Optional[str]]]
 CostSpec = Union[int, RequestCallback[int]]
 ExemptWhen = RequestCallback[bool]
 """A predicate of the request: True skips the rule for it (nothing is charged)."""
+
+
+class MessageOptions(TypedDict, total=False):
+    """A limit's options besides its rate, declared once: the keywords of
+    ``limiter.message_limit()`` and MessageLimit, forwarded to LimitRule,
+    whose signature holds the defaults."""
+
+    key: Optional[KeySpec]
+    """The identity; default: the limiter's default key, else the client IP."""
+    algorithm: Optional[str]
+    """Default: the limiter's."""
+    scope: Optional[str]
+    """The bucket's name; default: the route's method and template."""
+    cost: Optional[CostSpec]
+    """Default: the limiter's default cost, else 1."""
+    tenant: Optional[TenantSpec]
+    shadow: Optional[bool]
+    """None follows the limiter; True observes without denying; False always enforces."""
+
+
+class RuleOptions(MessageOptions, total=False):
+    """A rule's options besides its rate, declared once: the keywords of
+    ``limiter.limit()``, ``limiter.dependency()``, the decorator, the
+    dependency and RateLimitMiddleware (whose ``scope`` defaults to "app"),
+    forwarded to LimitRule."""
+
+    exempt_when: Optional[ExemptWhen]
+    """A predicate of the request: True skips the rule (nothing is charged)."""
 
 
 class LimitRule:

@@ -16,15 +16,17 @@ the client address, as for HTTP.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocket
 
 from ..results import CheckResult
-from .rule import CostSpec, KeySpec, LimitRule, RateSpec, TenantSpec
+from .rule import LimitRule, MessageOptions, RateSpec
 from .scope import WEBSOCKET_METHOD, route_scope
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..limiter import RateLimiter
 
 MESSAGE_SCOPE_PREFIX = "WS-MESSAGE:"
@@ -34,27 +36,9 @@ class MessageLimit:
     """A per-message limit for use inside a websocket handler; see the module docstring."""
 
     def __init__(
-        self,
-        limiter: RateLimiter,
-        rate: RateSpec,
-        *,
-        key: Optional[KeySpec] = None,
-        algorithm: Optional[str] = None,
-        scope: Optional[str] = None,
-        cost: Optional[CostSpec] = None,
-        tenant: Optional[TenantSpec] = None,
-        shadow: Optional[bool] = None,
+        self, limiter: RateLimiter, rate: RateSpec, **options: Unpack[MessageOptions]
     ) -> None:
-        self.rule = LimitRule(
-            limiter,
-            rate,
-            key=key,
-            algorithm=algorithm,
-            scope=scope,
-            cost=cost,
-            tenant=tenant,
-            shadow=shadow,
-        )
+        self.rule = LimitRule(limiter, rate, **options)
 
     async def check(self, websocket: WebSocket) -> CheckResult:
         """Charge one message for this socket's identity; the decision, admitted or denied."""

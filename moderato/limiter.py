@@ -151,7 +151,9 @@ class RateLimiter:
         self._identity_secret = identity_secret
         try:
             # Building one key validates the prefix and the secret up front.
-            _accel.build_keys(key_prefix, "fw", "", "", "", (1,), identity_secret)
+            _accel.build_keys(
+                key_prefix, self._default_algorithm.key_tag, "", "", "", (1,), identity_secret
+            )
         except (TypeError, ValueError) as error:
             raise RateLimitConfigError(str(error)) from None
         self._plans = Plans(self._default_algorithm)

@@ -7,18 +7,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from .algorithms import ALGORITHMS
 from .errors import BackendError
 
 _INCLUDE = b"--#include "
-SCRIPT_NAMES = (
-    "fixed_window",
-    "token_bucket",
-    "sliding_window",
-    "gcra",
-    "sliding_log",
-    "leaky_bucket",
-    "reset",
-)
+RESET_SCRIPT = "reset"
+# The registry's scripts, and reset.
+SCRIPT_NAMES = (*(algorithm.script for algorithm in ALGORITHMS.values()), RESET_SCRIPT)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # The scripts live inside the package (moderato/lua/), so the source tree, the

@@ -18,6 +18,7 @@ import reference_model as model
 from lua_harness import CLOCK_KEY, TIME_LINE, LuaHarness, open_harness, shipped_source
 from redis_servers import RedisServer
 
+from moderato.algorithms import RESET_SUFFIXES
 from moderato.errors import RedisReplyError
 from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir
 
@@ -609,7 +610,8 @@ async def test_algorithms_on_one_identity_use_separate_keys(lua: LuaHarness) -> 
     keys = await lua.keys()
     assert len(keys) == 3
     assert sorted(key.split(":")[1] for key in keys) == ["fw", "sw", "tb"]
-    deleted = await lua.run("reset", [policy(a, 10, 60).key for a in ALGORITHMS], ["60"] * 3)
+    keys = [policy(a, 10, 60).key for a in ALGORITHMS]
+    deleted = await lua.run("reset", keys, ["60"] * 3 + list(RESET_SUFFIXES))
     assert deleted == 3
     assert await lua.keys() == []
 
@@ -631,7 +633,7 @@ async def test_reset_deletes_every_derived_key_of_the_given_bases(lua: LuaHarnes
     await lua.execute("SET", alice[0], "x")
     bob_before = {k: v for k, v in (await lua.snapshot()).items() if "bob" in k}
     alice_count = len([k for k in await lua.keys() if "alice" in k])
-    windows = ["1", "60"] * 3
+    windows = ["1", "60"] * 3 + list(RESET_SUFFIXES)
     assert await lua.run("reset", alice, windows) == alice_count
     remaining = await lua.snapshot()
     assert remaining == bob_before
@@ -828,12 +830,16 @@ async def test_a_long_bad_argument_is_shown_shortened(lua: LuaHarness) -> None:
     ("keys", "args", "message"),
     [
         ([], [], "expected 1..256 keys"),
-        ([f"k{i}" for i in range(257)], ["60"] * 257, "expected 1..256 keys"),
-        (["k"], [], "expected one window_s argument per key (1), got 0"),
-        (["k"], ["0"], "ARGV[1] (window_s of KEYS[1])"),
-        (["k"], ["311040001"], "ARGV[1] (window_s of KEYS[1])"),
-        (["k"], ["0311040001"], "ARGV[1] (window_s of KEYS[1])"),
-        (["k", "j"], ["60", "1m"], "ARGV[2] (window_s of KEYS[2])"),
+        ([f"k{i}" for i in range(257)], ["60"] * 258, "expected 1..256 keys"),
+        (["k"], [], "expected one window_s argument per key (1) and then at least one"),
+        (["k"], ["60"], "at least one state suffix, got 1 arguments"),
+        (["k"], ["60", "bucket"], 'ARGV[2] (a state suffix) must be ":" and up to 31'),
+        (["k"], ["60", ":" + "x" * 32], "ARGV[2] (a state suffix)"),
+        (["k"], ["60", ":a b"], "ARGV[2] (a state suffix)"),
+        (["k"], ["0", ":log"], "ARGV[1] (window_s of KEYS[1])"),
+        (["k"], ["311040001", ":log"], "ARGV[1] (window_s of KEYS[1])"),
+        (["k"], ["0311040001", ":log"], "ARGV[1] (window_s of KEYS[1])"),
+        (["k", "j"], ["60", "1m", ":log"], "ARGV[2] (window_s of KEYS[2])"),
     ],
 )
 async def test_reset_refuses_bad_arguments(
@@ -1047,5 +1053,7 @@ async def test_shipped_script_runs_on_redis_time(lua: LuaHarness, algorithm: str
     else:
         window_ends = {(t // MINUTE_MS + 1) * MINUTE_MS for t in (real_before_ms, real_after_ms)}
         assert reply[4] in window_ends
-    deleted = await lua.client.evalsha(load_script("reset"), [ten_per_minute[0].key], ["60"])
+    deleted = await lua.client.evalsha(
+        load_script("reset"), [ten_per_minute[0].key], ["60", *RESET_SUFFIXES]
+    )
     assert deleted == 1

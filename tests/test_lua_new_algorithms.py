@@ -17,6 +17,7 @@ from lua_harness import LuaHarness, open_harness
 from redis_servers import RedisServer
 from test_lua_algorithms import BAD_CALLS
 
+from moderato.algorithms import RESET_SUFFIXES
 from moderato.errors import RedisReplyError
 from moderato.scripts import load_script
 
@@ -592,7 +593,9 @@ async def test_algorithms_on_one_identity_use_separate_keys(lua: LuaHarness) -> 
         reply = await decide(lua, algorithm, [policy(algorithm, 10, 60)], 4000)
         assert reply[:4] == [1, 0, 6000, 0]
     assert await lua.keys() == sorted(state_key(a, policy(a, 10, 60)) for a in ALGORITHMS)
-    deleted = await lua.run("reset", [policy(a, 10, 60).key for a in ALGORITHMS], ["60"] * 3)
+    deleted = await lua.run(
+        "reset", [policy(a, 10, 60).key for a in ALGORITHMS], ["60"] * 3 + list(RESET_SUFFIXES)
+    )
     assert deleted == 3
     assert await lua.keys() == []
 
@@ -607,9 +610,9 @@ async def test_reset_deletes_the_new_keys_of_the_given_bases(lua: LuaHarness) ->
                 )
     alice = [policy(a, 10, w, "alice").key for a in ALGORITHMS for w in (1, 60)]
     bob_before = {k: v for k, v in (await lua.dump()).items() if "bob" in k}
-    assert await lua.run("reset", alice, ["1", "60"] * 3) == 6
+    assert await lua.run("reset", alice, ["1", "60"] * 3 + list(RESET_SUFFIXES)) == 6
     assert await lua.dump() == bob_before
-    assert await lua.run("reset", alice, ["1", "60"] * 3) == 0
+    assert await lua.run("reset", alice, ["1", "60"] * 3 + list(RESET_SUFFIXES)) == 0
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -626,7 +629,9 @@ async def test_shipped_script_runs_on_redis_time(lua: LuaHarness, algorithm: str
     assert reply[:4] == [1, 0, 9000, 0]
     recovery_ms = MINUTE_MS if algorithm == "sliding_log" else 6000
     assert real_before_ms + recovery_ms <= reply[4] <= real_after_ms + recovery_ms
-    deleted = await lua.client.evalsha(load_script("reset"), [ten_per_minute[0].key], ["60"])
+    deleted = await lua.client.evalsha(
+        load_script("reset"), [ten_per_minute[0].key], ["60", *RESET_SUFFIXES]
+    )
     assert deleted == 1
 
 

@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, Callable, Optional, Union
 
 from .._accel import key_slot
-from ..algorithms import Algorithm, ScriptArg
+from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..errors import BackendError, RedisReplyError
 from ..redis import ClusterClient, RedisClient, SentinelClient
-from ..scripts import load_script
+from ..scripts import RESET_SCRIPT, load_script
 from .base import DecisionReply, script_refusal
 from .redis_py import RedisPyClient
 
@@ -56,9 +56,9 @@ class RedisBackend:
         return self.client.evalsha(load_script(algorithm.script), keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
-        script = load_script("reset")
+        script = load_script(RESET_SCRIPT)
         try:
-            deleted = await self.client.evalsha(script, keys, windows_s)
+            deleted = await self.client.evalsha(script, keys, [*windows_s, *RESET_SUFFIXES])
         except RedisReplyError as error:
             raise script_refusal(script.name, error) from None
         return _as_count(deleted, script.name)

@@ -1,19 +1,22 @@
 --[[ moderato: reset, atomic over 1..256 base keys.
 
-KEYS[i]  base key of policy i (up to 16 policies of up to 16 algorithms at once)
-ARGV[i]  window_s of KEYS[i]: decimal integer 1..311040000
+KEYS[i]      base key of policy i (up to 16 policies of up to 16 algorithms at once)
+ARGV[i]      window_s of KEYS[i]: decimal integer 1..311040000
+ARGV[n+j]    (n = #KEYS) the state suffixes to delete under every base, one
+             or more: ":" and up to 31 of [A-Za-z0-9_:-], or ":#", which
+             stands for the window counters <base>:<index> and
+             <base>:<index - 1> (index = floor(now_ms / window_ms))
 
-Deletes every key any algorithm derives from each base at the current time:
-the fixed/sliding window counters <base>:<index> and <base>:<index - 1>
-(index = floor(now_ms / window_ms)), the token buckets <base>:bucket:v2 and
-the legacy <base>:bucket, the GCRA state <base>:gcra, the sliding log
-<base>:log, the leaky bucket <base>:leaky, and the base itself. Replies with
+The suffixes are the algorithm registry's (moderato/algorithms.py), passed
+in, so a new algorithm's state needs no change here. Deletes each base and
+every key the suffixes derive from it at the current time, and replies with
 the number of keys deleted. A bad argument is "MODERATO_ARG ..." and deletes
 nothing.
 ]]
 
 local MAX_WINDOW_S = 311040000 -- the longest window a rate names: ten 360-day years
 local MAX_KEYS = 256
+local WINDOW_INDEX = ':#'
 
 local function fail(message)
   error({ moderato_error = 'MODERATO_ARG ' .. message }, 0)
@@ -56,8 +59,9 @@ local function reset()
   if policy_count < 1 or policy_count > MAX_KEYS then
     fail('expected 1..' .. MAX_KEYS .. ' keys (one base key per policy), got ' .. policy_count)
   end
-  if #ARGV ~= policy_count then
-    fail('expected one window_s argument per key (' .. policy_count .. '), got ' .. #ARGV)
+  if #ARGV <= policy_count then
+    fail('expected one window_s argument per key (' .. policy_count
+      .. ') and then at least one state suffix, got ' .. #ARGV .. ' arguments')
   end
   local windows_s = {}
   for i = 1, policy_count do
@@ -66,6 +70,18 @@ local function reset()
       fail('ARGV[' .. i .. '] (window_s of KEYS[' .. i .. ']) must be an integer 1..'
         .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[i]))
     end
+  end
+
+  local suffixes = {}
+  for j = policy_count + 1, #ARGV do
+    local suffix = ARGV[j]
+    local valid = suffix == WINDOW_INDEX
+      or (#suffix <= 32 and string.find(suffix, '^:[%w_:-]+$') ~= nil)
+    if not valid then
+      fail('ARGV[' .. j .. '] (a state suffix) must be ":" and up to 31 of [A-Za-z0-9_:-], '
+        .. 'or ":#", got ' .. shown(suffix))
+    end
+    suffixes[#suffixes + 1] = suffix
   end
 
   local time = redis.call('TIME')
@@ -82,13 +98,14 @@ local function reset()
   for i = 1, policy_count do
     local base = KEYS[i]
     local window_index = floor_div(now_ms, windows_s[i] * 1000)
-    add(base .. ':' .. string.format('%d', window_index))
-    add(base .. ':' .. string.format('%d', window_index - 1))
-    add(base .. ':bucket:v2')
-    add(base .. ':bucket')
-    add(base .. ':gcra')
-    add(base .. ':log')
-    add(base .. ':leaky')
+    for _, suffix in ipairs(suffixes) do
+      if suffix == WINDOW_INDEX then
+        add(base .. ':' .. string.format('%d', window_index))
+        add(base .. ':' .. string.format('%d', window_index - 1))
+      else
+        add(base .. suffix)
+      end
+    end
     add(base)
   end
   return redis.call('DEL', unpack(doomed))

@@ -8,12 +8,11 @@ import time
 from collections.abc import Awaitable
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
-from .backends.base import Backend, DecideNow, script_refusal
-from .backends.memory import MemoryBackend
+from .backends.base import Backend, DecideNow, SynchronousBackend, script_refusal
 from .backends.schemes import make_backend
 from .breaker import CLOSED, BreakerSet, CircuitBreaker
 from .denial_cache import DEFAULT_MAX_ENTRIES, DenialCache, announce_reset
@@ -171,7 +170,9 @@ class RateLimiter:
         )
         # An in-process backend decides without waiting: checks call it directly.
         self._decide_now: Optional[DecideNow] = (
-            self._backend.decide_now if isinstance(self._backend, MemoryBackend) else None
+            cast(SynchronousBackend, self._backend).decide_now
+            if self._backend.synchronous
+            else None
         )
         # Denials repeated locally until they expire (denial_cache.py): a single
         # server only; 0 turns it off.
@@ -411,10 +412,11 @@ class RateLimiter:
         self, operation: str, call: Awaitable[T], *, route: Optional[bytes] = None
     ) -> T:
         """Run one backend call through the circuit breaker of the node ``route`` lives on."""
-        breaker = self._breaker_for(route)
-        if not breaker.allow():
+        try:
+            breaker = self._admitted(operation, self._breaker_for(route))
+        except BackendError:
             _discard(call)
-            raise self._short_circuit(operation, breaker)
+            raise
         try:
             result = await call
         except BaseException as error:
@@ -451,10 +453,12 @@ class RateLimiter:
         else:  # cancelled, or a bug: it proved nothing either way
             breaker.abandon()
 
-    def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
-        """The error of a call the open breaker refused (counted here)."""
+    def _admitted(self, operation: str, breaker: CircuitBreaker) -> CircuitBreaker:
+        """``breaker`` if it lets a call through; else the short-circuit's error, counted."""
+        if breaker.allow():
+            return breaker
         self._count_operation(operation, "short_circuited")
-        return BackendError(
+        raise BackendError(
             f"{breaker.describe()} is open after repeated failures; "
             f"next attempt in {breaker.retry_in_s():.2f} s"
         )
@@ -543,8 +547,9 @@ class RateLimiter:
     ) -> CheckResult:
         """One decision (or peek) through the circuit breaker, as a CheckResult.
 
-        _guarded's rules without its coroutine: this is the path of every
-        check, and the in-process backend answers without one of its own.
+        _guarded's steps (_admitted, _failed, _succeeded) without its
+        coroutine: this is the path of every check, and the in-process backend
+        answers without one of its own.
         """
         algorithm = plan.algorithm
         keys = self._keys(algorithm, plan.policy, key, tenant_type, scope)
@@ -565,8 +570,7 @@ class RateLimiter:
             issued_s = denials.clock()
             generation = denials.generation
         # -- end of the hook
-        if not breaker.allow():
-            raise self._short_circuit(operation, breaker)
+        breaker = self._admitted(operation, breaker)
         try:
             decide_now = self._decide_now
             if decide_now is not None:

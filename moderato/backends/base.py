@@ -42,6 +42,10 @@ def script_refusal(script: str, error: RedisReplyError) -> Exception:
 
 
 class Backend(Protocol):
+    synchronous: bool
+    """True when the backend decides without waiting (in process): it then
+    offers ``decide_now``, which the limiter calls directly, with no await."""
+
     async def connect(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -64,4 +68,14 @@ class Backend(Protocol):
 
     async def delete_matching(self, pattern: bytes) -> int:
         """Delete every key matching a glob pattern; returns how many were deleted."""
+        ...
+
+
+class SynchronousBackend(Backend, Protocol):
+    """A backend whose ``synchronous`` is True."""
+
+    def decide_now(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
+        """``decide``, answered at once."""
         ...

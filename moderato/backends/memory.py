@@ -74,6 +74,9 @@ class MemoryBackend:
     under the GIL.
     """
 
+    synchronous = True
+    """Decides without waiting: the limiter calls ``decide_now``."""
+
     def __init__(
         self, max_entries: int = DEFAULT_MAX_ENTRIES, clock: Optional[Clock] = None
     ) -> None:

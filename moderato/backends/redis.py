@@ -31,6 +31,9 @@ class RedisBackend:
     literal hash tag and walks every primary.
     """
 
+    synchronous = False
+    """Every decision waits for a reply."""
+
     def __init__(
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:

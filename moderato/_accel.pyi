@@ -36,6 +36,7 @@ def encode_evalsha(sha: _Text, keys: Sequence[_Arg], args: Sequence[_Arg], /) ->
 def decode_decision(
     reply: object, policies: int, /
 ) -> tuple[bool, int, tuple[tuple[int, int, int], ...]]: ...
+
 # C records (csrc/results.c) that behave as these frozen dataclasses;
 # moderato.results re-exports them and documents the fields.
 @dataclass(frozen=True)

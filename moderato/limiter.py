@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
-from .backends.base import Backend, DecideNow, SynchronousBackend, script_refusal
+from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.schemes import make_backend
 from .breaker import CLOSED, BreakerSet, CircuitBreaker
 from .denial_cache import DEFAULT_MAX_ENTRIES, DenialCache, announce_reset
-from .errors import BackendError, RateLimitConfigError, RedisReplyError
+from .errors import BackendError, RateLimitConfigError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
+from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, tenant_part
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
-from .policy import Policy, cost_scaled, policy_for, validate_cost
+from .policy import cost_scaled, policy_for, validate_cost
 from .redis import RedisClient
 from .results import CheckResult, PolicyState
 
-Identity = Union[str, bytes]
 T = TypeVar("T")
 
 GLOBAL_SCOPE = "global"
@@ -147,14 +147,7 @@ class RateLimiter:
         if self.metrics is not None:
             self.metrics.set_breaker_state(self.breaker.state)
         self.failure_log = OutageLog(fail_open=self.fail_open, interval_s=failure_log_interval_s)
-        self._identity_secret = identity_secret
-        try:
-            # Building one key validates the prefix and the secret up front.
-            _accel.build_keys(
-                key_prefix, self._default_algorithm.key_tag, "", "", "", (1,), identity_secret
-            )
-        except (TypeError, ValueError) as error:
-            raise RateLimitConfigError(str(error)) from None
+        self._keyspace = KeySpace(key_prefix, identity_secret, self._default_algorithm.key_tag)
         self._plans = Plans(self._default_algorithm)
         self._backend: Backend = make_backend(
             redis_url,
@@ -164,16 +157,19 @@ class RateLimiter:
             ssl_context=ssl_context,
             client_name=client_name,
         )
+        self._backend.bind(self._keyspace)
         # On a cluster: the node owning a key (None until the slot map is loaded).
         self._node_of: Optional[Callable[[bytes], Optional[str]]] = getattr(
             self._backend, "node_of", None
         )
-        # An in-process backend decides without waiting: checks call it directly.
-        self._decide_now: Optional[DecideNow] = (
-            cast(SynchronousBackend, self._backend).decide_now
-            if self._backend.synchronous
-            else None
-        )
+        # An in-process backend decides without waiting: checks call it directly;
+        # a remote one hands over its client's future, awaited here.
+        self._check_now: Optional[Callable[..., CheckResult]] = None
+        self._remote: Optional[AsyncBackend] = None
+        if self._backend.synchronous:
+            self._check_now = cast(SynchronousBackend, self._backend).check_now
+        else:
+            self._remote = cast(AsyncBackend, self._backend)
         # Denials repeated locally until they expire (denial_cache.py): a single
         # server only; 0 turns it off.
         self._denials: Optional[DenialCache] = None
@@ -355,23 +351,26 @@ class RateLimiter:
         whole keyspace (every primary of a cluster when no scope is given):
         fine for an admin action, not for a request path.
         """
-        tenant = _tenant(tenant_type)
-        identity = _identity(key)
+        keyspace = self._keyspace
+        tenant = tenant_part(tenant_type)
+        identity = identity_part(key)
         if rate is not None and scope is not None:
             policy = policy_for(rate)
             chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
             keys: list[bytes] = []
             windows: list[int] = []
             for each in chosen:
-                keys.extend(self._keys(each, policy, identity, tenant_type, scope))
+                keys.extend(
+                    keyspace.decision_keys(each.key_tag, policy, identity, tenant_type, scope)
+                )
                 windows.extend(policy.windows_s)
             deleted: int = await self._guarded(
                 "reset", self._backend.reset(keys, windows), route=keys[0]
             )
             await self._announce_reset()
             return deleted
-        pattern = self._build(
-            _accel.key_pattern, tenant, "" if scope is None else _scope(scope), identity
+        pattern = keyspace.build(
+            _accel.key_pattern, tenant, "" if scope is None else scope_part(scope), identity
         )
         patterns = reset_patterns(
             pattern,
@@ -441,7 +440,9 @@ class RateLimiter:
 
     def _failed(self, operation: str, error: BaseException, breaker: CircuitBreaker) -> None:
         """Tell the breaker how a backend call that raised ended (the caller re-raises)."""
-        if isinstance(error, RateLimitConfigError):
+        if isinstance(error, KeyPartError):
+            breaker.abandon()  # refused before the backend was asked: it proved nothing
+        elif isinstance(error, RateLimitConfigError):
             # The backend answered (it refused an argument): it is healthy.
             breaker.success()
             if self.failure_log.active:
@@ -499,41 +500,6 @@ class RateLimiter:
             return self._default_algorithm
         return get_algorithm(name)
 
-    def _build(self, function: Any, *parts: object) -> Any:
-        try:
-            return function(self.key_prefix, *parts, self._identity_secret)
-        except (TypeError, ValueError) as error:
-            raise RateLimitConfigError(str(error)) from None
-
-    def _keys(
-        self,
-        algorithm: Algorithm,
-        policy: Policy,
-        key: object,
-        tenant_type: Optional[str],
-        scope: object,
-    ) -> list[bytes]:
-        # The common call (no tenant, str scope and key) skips the checks that
-        # only exist to name a wrong type in the error.
-        tenant = "" if tenant_type is None else _tenant(tenant_type)
-        if type(scope) is not str:
-            scope = _scope(scope)
-        if type(key) is not str:
-            key = _identity(key)
-        try:
-            keys: list[bytes] = _accel.build_keys(
-                self.key_prefix,
-                algorithm.key_tag,
-                tenant,
-                scope,
-                key,
-                policy.windows_s,
-                self._identity_secret,
-            )
-        except (TypeError, ValueError) as error:
-            raise RateLimitConfigError(str(error)) from None
-        return keys
-
     async def _decision(
         self,
         operation: str,
@@ -545,15 +511,14 @@ class RateLimiter:
         *,
         apply: bool = True,
     ) -> CheckResult:
-        """One decision (or peek) through the circuit breaker, as a CheckResult.
+        """One decision (or peek) by the backend, through the circuit breaker.
 
         _guarded's steps (_admitted, _failed, _succeeded) without its
-        coroutine: this is the path of every check, and the in-process backend
-        answers without one of its own.
+        coroutine: this is the path of every check; the in-process backend
+        answers at once, and a remote one's client future is awaited here.
         """
-        algorithm = plan.algorithm
-        keys = self._keys(algorithm, plan.policy, key, tenant_type, scope)
-        args = (charged_scaled, 1 if apply else 0, *plan.script_args)
+        backend = self._backend
+        keys = backend.decision_keys(plan, key, tenant_type, scope)  # the backend's keys
         breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
         # -- denial cache hook (denial_cache.py): a denial Redis already gave is
         # repeated without a round trip while it must still hold; only with the
@@ -564,7 +529,7 @@ class RateLimiter:
                 local = denials.lookup((plan, keys[0]), charged_scaled)
                 if local is not None:
                     if self.metrics is not None:
-                        self.metrics.local_denials.labels(algorithm.name).inc()
+                        self.metrics.local_denials.labels(plan.algorithm.name).inc()
                     result_now: CheckResult = _accel.check_result(local, plan.result_shape)
                     return result_now
             issued_s = denials.clock()
@@ -572,20 +537,20 @@ class RateLimiter:
         # -- end of the hook
         breaker = self._admitted(operation, breaker)
         try:
-            decide_now = self._decide_now
-            if decide_now is not None:
-                reply = decide_now(algorithm, keys, args)
+            check_now = self._check_now
+            if check_now is not None:
+                result = check_now(plan, keys, charged_scaled, apply)
             else:
+                remote = cast(AsyncBackend, self._remote)
+                pending = remote.start_check(plan, keys, charged_scaled, apply)
                 try:
-                    reply = await self._backend.decide(algorithm, keys, args)
-                except RedisReplyError as error:
-                    raise script_refusal(algorithm.script, error) from None
-            try:
-                result: CheckResult = _accel.check_result(reply, plan.result_shape)
-            except (TypeError, ValueError) as error:
-                raise BackendError(
-                    f"malformed reply from the {algorithm.script} script: {error}"
-                ) from None
+                    reply = await pending
+                except BackendError as error:
+                    refusal = remote.check_failed(plan, error)
+                    if refusal is error:
+                        raise
+                    raise refusal from None
+                result = remote.finish_check(plan, reply)
         except BaseException as error:
             self._failed(operation, error, breaker)
             raise
@@ -644,30 +609,6 @@ def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
         )
     if cost is not None and not callable(cost):
         validate_cost(cost)
-
-
-def _tenant(tenant_type: object) -> str:
-    if tenant_type is None:
-        return ""
-    if not isinstance(tenant_type, str):
-        raise RateLimitConfigError(
-            f"tenant_type must be a string or None, got {type(tenant_type).__name__}"
-        )
-    return tenant_type
-
-
-def _identity(key: object) -> Identity:
-    if not isinstance(key, (str, bytes)):
-        raise RateLimitConfigError(
-            f"key must be a str or bytes identity, got {type(key).__name__} {key!r:.80}"
-        )
-    return key
-
-
-def _scope(scope: object) -> str:
-    if not isinstance(scope, str):
-        raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")
-    return scope
 
 
 def reset_patterns(

@@ -146,6 +146,31 @@ async def test_breaker_opens_fails_fast_and_closes_after_a_probe(
     await limiter.close()
 
 
+async def test_a_bad_identity_is_a_config_error_even_with_the_breaker_open(
+    own_redis_server: RedisServer,
+) -> None:
+    limiter = RateLimiter(
+        own_redis_server.url,
+        key_prefix="t",
+        fail_open=True,
+        metrics_registry=CollectorRegistry(),
+        breaker_failures=1,
+        breaker_cooldown_s=30,
+    )
+    own_redis_server.stop()
+    assert (await limiter.check_with_info("k", "50/minute")).bypassed
+    assert limiter.breaker.state == "open"
+    # the open breaker short-circuits good checks (bypassed), never a bad key
+    assert (await limiter.check_with_info("k", "50/minute")).bypassed
+    with pytest.raises(RateLimitConfigError, match="key must be a str or bytes identity"):
+        await limiter.check_with_info(42, "50/minute")  # type: ignore[arg-type]
+    with pytest.raises(RateLimitConfigError, match="tenant_type must be a string or None"):
+        await limiter.check_with_info("k", "50/minute", tenant_type=7)  # type: ignore[arg-type]
+    # refused before the backend was asked: the breaker stays as it was
+    assert limiter.breaker.state == "open"
+    await limiter.close()
+
+
 async def test_hung_redis_never_hangs_a_check(own_redis_server: RedisServer) -> None:
     limiter = RateLimiter(own_redis_server.url, key_prefix="t", command_timeout_s=0.2)
     assert await limiter.check("k", "50/minute")

@@ -1,12 +1,32 @@
-"""The interface every backend offers the limiter."""
+"""The interface every backend offers the limiter.
+
+A backend owns a check's work: it builds the keys of the identity's parts
+(key, tenant, scope) from the KeySpace the limiter bound it to
+(``decision_keys``), runs the decision on them for the plan (rate and
+algorithm, worked out once) and the cost, maps its error replies to
+moderato's errors and decodes the reply into a CheckResult. The limiter
+holds the keys only to route (a cluster node's breaker) and to remember a
+denial (denial_cache.py). The limiter keeps what is the same for every backend: the
+circuit breaker, metrics, shadow mode and the failure policy.
+
+An in-process backend (``synchronous``) answers ``check_now`` at once; a
+remote one splits a check in three so the limiter awaits the client's own
+future, with no coroutine of the backend's around it: ``start_check``
+(keys, arguments, send), then ``finish_check`` (decode) or ``check_failed``
+(map the error).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
+from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError, RedisReplyError
+from ..keys import KeySpace
+from ..plans import Plan
+from ..results import CheckResult
 
 # What Redis (7.0) says when a script calls a command its user may not run.
 _SCRIPT_ACL_DENIAL = "can't run this command or subcommand"
@@ -41,10 +61,33 @@ def script_refusal(script: str, error: RedisReplyError) -> Exception:
     return error
 
 
+def decoded(plan: Plan, reply: object) -> CheckResult:
+    """The CheckResult of a decision's reply; a reply of the wrong shape is a BackendError."""
+    try:
+        result: CheckResult = _accel.check_result(reply, plan.result_shape)
+    except (TypeError, ValueError) as error:
+        raise BackendError(
+            f"malformed reply from the {plan.algorithm.script} script: {error}"
+        ) from None
+    return result
+
+
 class Backend(Protocol):
     synchronous: bool
-    """True when the backend decides without waiting (in process): it then
-    offers ``decide_now``, which the limiter calls directly, with no await."""
+    """True for SynchronousBackend (answers at once), False for AsyncBackend."""
+
+    keyspace: KeySpace
+    """Where its keys live; set by ``bind`` before the first check."""
+
+    def bind(self, keyspace: KeySpace) -> None:
+        """Build every key from ``keyspace`` (the limiter's prefix and identity secret)."""
+        ...
+
+    def decision_keys(
+        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
+    ) -> list[bytes]:
+        """The keys of a check, one per policy window (RateLimitConfigError for a bad part)."""
+        ...
 
     async def connect(self) -> None: ...
 
@@ -53,7 +96,7 @@ class Backend(Protocol):
     def decide(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
     ) -> Awaitable[DecisionReply]:
-        """Run one atomic decision (or a read-only peek), one key per policy.
+        """The raw decision on keys already built: the script call, or the store's.
 
         ``args`` is ``(cost_scaled, apply, *per-policy arguments)`` as
         docs/internals.md lays out. A refused argument raises
@@ -72,10 +115,28 @@ class Backend(Protocol):
 
 
 class SynchronousBackend(Backend, Protocol):
-    """A backend whose ``synchronous`` is True."""
+    """A backend that decides in process, without waiting."""
 
-    def decide_now(
-        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> DecisionReply:
-        """``decide``, answered at once."""
+    def check_now(
+        self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
+    ) -> CheckResult:
+        """One decision (``apply``) or peek, decoded; raises moderato's errors only."""
+        ...
+
+
+class AsyncBackend(Backend, Protocol):
+    """A backend whose decisions wait for a reply."""
+
+    def start_check(
+        self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
+    ) -> Awaitable[Any]:
+        """Send the decision on ``decision_keys``' keys; await the result for its raw reply."""
+        ...
+
+    def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
+        """The decoded decision of ``start_check``'s reply."""
+        ...
+
+    def check_failed(self, plan: Plan, error: BackendError) -> BaseException:
+        """What the error ``start_check``'s result raised means (moderato's errors only)."""
         ...

@@ -21,7 +21,10 @@ from urllib.parse import parse_qsl, urlsplit
 from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError
-from .base import DecisionReply
+from ..keys import KeySpace
+from ..plans import Plan
+from ..results import CheckResult
+from .base import DecisionReply, decoded
 
 logger = logging.getLogger("moderato")
 
@@ -75,7 +78,9 @@ class MemoryBackend:
     """
 
     synchronous = True
-    """Decides without waiting: the limiter calls ``decide_now``."""
+    """Decides without waiting: the limiter calls ``check_now``."""
+
+    keyspace: KeySpace
 
     def __init__(
         self, max_entries: int = DEFAULT_MAX_ENTRIES, clock: Optional[Clock] = None
@@ -111,6 +116,24 @@ class MemoryBackend:
             max_entries = int(value)
         return cls(max_entries)
 
+    def bind(self, keyspace: KeySpace) -> None:
+        self.keyspace = keyspace
+
+    def decision_keys(
+        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
+    ) -> list[bytes]:
+        return self.keyspace.decision_keys(
+            plan.algorithm.key_tag, plan.policy, key, tenant_type, scope
+        )
+
+    def check_now(
+        self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
+    ) -> CheckResult:
+        """One decision (or peek) on ``decision_keys``' keys, decoded."""
+        algorithm = plan.algorithm
+        args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        return decoded(plan, self.decide_now(algorithm, keys, args))
+
     async def connect(self) -> None:
         pass
 
@@ -125,7 +148,7 @@ class MemoryBackend:
         # The store reads the wall clock itself (None) unless a test replaced it.
         now_ms = None if clock is wall_clock_ms else clock()
         try:
-            reply: DecisionReply = self.store.decide(algorithm.name, keys, args, now_ms)
+            reply: DecisionReply = self.store.decide(algorithm.in_process, keys, args, now_ms)
         except ValueError as error:
             raise _store_error(algorithm.script, error) from None
         return reply

@@ -8,9 +8,12 @@ from typing import Any, Callable, Optional, Union
 from .._accel import key_slot
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..errors import BackendError, RedisReplyError
+from ..keys import KeySpace
+from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, SentinelClient
+from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
-from .base import DecisionReply, script_refusal
+from .base import DecisionReply, decoded, script_refusal
 from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
@@ -34,6 +37,8 @@ class RedisBackend:
     synchronous = False
     """Every decision waits for a reply."""
 
+    keyspace: KeySpace
+
     def __init__(
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:
@@ -44,6 +49,32 @@ class RedisBackend:
             client.node_for_key if isinstance(client, ClusterClient) else None
         )
 
+    def bind(self, keyspace: KeySpace) -> None:
+        self.keyspace = keyspace
+
+    def decision_keys(
+        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
+    ) -> list[bytes]:
+        return self.keyspace.decision_keys(
+            plan.algorithm.key_tag, plan.policy, key, tenant_type, scope
+        )
+
+    def start_check(
+        self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
+    ) -> Awaitable[Any]:
+        algorithm = plan.algorithm
+        args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        # The client's future itself, no coroutine around it: this is every check's path.
+        return self.client.evalsha(load_script(algorithm.script), keys, args)
+
+    def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
+        return decoded(plan, reply)
+
+    def check_failed(self, plan: Plan, error: BackendError) -> BaseException:
+        if isinstance(error, RedisReplyError):
+            return script_refusal(plan.algorithm.script, error)
+        return error
+
     async def connect(self) -> None:
         await self.client.connect()
 
@@ -53,9 +84,7 @@ class RedisBackend:
     def decide(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
     ) -> Awaitable[DecisionReply]:
-        # The client's future itself, no coroutine around it: this is every
-        # check's path. A refusal arrives as RedisReplyError; the limiter maps
-        # it with script_refusal().
+        # A refusal arrives as RedisReplyError, for script_refusal() to map.
         return self.client.evalsha(load_script(algorithm.script), keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:

@@ -238,8 +238,7 @@ class SentinelClient:
                 return where
             problems.append(f"sentinel {_host_port(at)} replied {reply!r}")
         raise BackendError(
-            f"no sentinel of {self.address} named a primary for {name!r}: "
-            + "; ".join(problems)
+            f"no sentinel of {self.address} named a primary for {name!r}: " + "; ".join(problems)
         )
 
     def _sentinel(self, at: tuple[str, int]) -> RedisClient:

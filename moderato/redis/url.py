@@ -395,7 +395,9 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
 
     hosts = netloc.rpartition("@")[2]
     if not hosts:
-        raise bad("at least one sentinel is required, e.g. redis+sentinel://10.0.0.1:26379/mymaster")
+        raise bad(
+            "at least one sentinel is required, e.g. redis+sentinel://10.0.0.1:26379/mymaster"
+        )
     service, _, db_text = path.partition("/")
     service_name = unquote(service)
     if not service_name:

@@ -1,0 +1,89 @@
+"""Where a limiter's state lives: its key prefix, its identity secret, and the keys they make.
+
+The limiter creates one KeySpace and binds its backend to it; the backend
+builds the keys of every decision from it (``decision_keys``), and reset
+builds its keys and SCAN patterns from it. ``_accel`` does the byte work
+(docs/internals.md lays the keys out); this module only names what was
+wrong when a part is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from . import _accel
+from .errors import RateLimitConfigError
+from .policy import Policy
+
+Identity = Union[str, bytes]
+
+
+class KeyPartError(RateLimitConfigError):
+    """A part of a key was refused before the backend was asked anything."""
+
+
+class KeySpace:
+    """A key prefix and an optional identity secret, validated once."""
+
+    __slots__ = ("identity_secret", "prefix")
+
+    def __init__(self, prefix: str, identity_secret: Optional[bytes], probe_tag: str) -> None:
+        self.prefix = prefix
+        self.identity_secret = identity_secret
+        # Building one key validates the prefix and the secret up front.
+        self.build(_accel.build_keys, probe_tag, "", "", "", (1,))
+
+    def build(self, function: Any, *parts: object) -> Any:
+        """``function(prefix, *parts, secret)``, its refusals as RateLimitConfigError."""
+        try:
+            return function(self.prefix, *parts, self.identity_secret)
+        except (TypeError, ValueError) as error:
+            raise RateLimitConfigError(str(error)) from None
+
+    def decision_keys(
+        self,
+        key_tag: str,
+        policy: Policy,
+        key: object,
+        tenant_type: object,
+        scope: object,
+    ) -> list[bytes]:
+        """One key per policy window of ``policy``, for this identity, tenant and scope."""
+        # The common call (no tenant, str scope and key) skips the checks that
+        # only exist to name a wrong type in the error.
+        tenant = "" if tenant_type is None else tenant_part(tenant_type)
+        if type(scope) is not str:
+            scope = scope_part(scope)
+        if type(key) is not str:
+            key = identity_part(key)
+        try:
+            keys: list[bytes] = _accel.build_keys(
+                self.prefix, key_tag, tenant, scope, key, policy.windows_s, self.identity_secret
+            )
+        except (TypeError, ValueError) as error:
+            raise KeyPartError(str(error)) from None
+        return keys
+
+
+def tenant_part(tenant_type: object) -> str:
+    if tenant_type is None:
+        return ""
+    if not isinstance(tenant_type, str):
+        raise KeyPartError(
+            f"tenant_type must be a string or None, got {type(tenant_type).__name__}"
+        )
+    return tenant_type
+
+
+def identity_part(key: object) -> Identity:
+    if not isinstance(key, (str, bytes)):
+        raise KeyPartError(
+            f"key must be a str or bytes identity, got {type(key).__name__} {key!r:.80}"
+        )
+    return key
+
+
+def scope_part(scope: object) -> str:
+    if not isinstance(scope, str):
+        raise KeyPartError(f"scope must be a string, got {type(scope).__name__}")
+    return scope

@@ -132,7 +132,12 @@ class MemoryBackend:
         """One decision (or peek) on ``decision_keys``' keys, decoded."""
         algorithm = plan.algorithm
         args = (cost_scaled, 1 if apply else 0, *plan.script_args)
-        return decoded(plan, self.decide_now(algorithm, keys, args))
+        reply = self.decide_now(algorithm, keys, args)
+        try:
+            result: CheckResult = _accel.check_result(reply, plan.result_shape)
+        except (TypeError, ValueError):
+            return decoded(plan, reply)  # raises the BackendError that names the script
+        return result
 
     async def connect(self) -> None:
         pass

@@ -160,3 +160,15 @@ def test_key_tags_and_suffixes_are_distinct_and_reset_knows_every_suffix() -> No
     for suffix in RESET_SUFFIXES:  # the C store's reset deletes the same keys
         if suffix != WINDOW_INDEX:
             assert f'"{suffix}"' in c_sources, suffix
+
+
+def test_the_registry_names_tags_and_scripts() -> None:
+    rows = {(a.name, a.key_tag, a.script) for a in ALGORITHMS.values()}
+    assert rows == {
+        ("fixed_window", "fw", "fixed_window"),
+        ("token_bucket", "tb", "token_bucket"),
+        ("sliding_window", "sw", "sliding_window"),
+        ("gcra", "gc", "gcra"),
+        ("sliding_log", "sl", "sliding_log"),
+        ("leaky_bucket", "lb", "leaky_bucket"),
+    }

@@ -18,8 +18,9 @@ from moderato import (
     RateLimitExceeded,
     parse_rate,
 )
+from moderato.algorithms import ALGORITHMS as REGISTRY
 
-ALGORITHMS = ("fixed_window", "token_bucket", "sliding_window")
+ALGORITHMS = tuple(REGISTRY)
 
 
 @pytest.fixture(params=["built-in", "redis-py"])
@@ -133,7 +134,7 @@ async def test_usage_and_reset(limiter: RateLimiter, algorithm: str) -> None:
 async def test_reset_with_rate_deletes_exact_keys(limiter: RateLimiter) -> None:
     for algorithm in ALGORITHMS:
         await limiter.check("user:7", "10/minute;100/day", algorithm=algorithm)
-    assert await limiter.reset("user:7", rate="10/minute;100/day") == 6
+    assert await limiter.reset("user:7", rate="10/minute;100/day") == 2 * len(ALGORITHMS)
     for algorithm in ALGORITHMS:
         usage = await limiter.get_usage("user:7", "10/minute;100/day", algorithm=algorithm)
         assert usage["current"] == 0
@@ -235,6 +236,8 @@ async def test_500_concurrent_checks_admit_exactly_100(
     )
     assert sum(r.allowed for r in results) == 100
     assert sorted(r.remaining for r in results if r.allowed) == list(range(100))
+    denied = [r for r in results if not r.allowed]
+    assert all(r.status_code == 429 and r.retry_after is not None for r in denied)
 
 
 def _process_worker(url: str, algorithm: str, count: int, start_at: float, out) -> None:
@@ -316,11 +319,66 @@ async def test_scripts_reload_after_flush_and_restart(own_redis_server: RedisSer
 
 async def test_reset_leaves_a_longer_prefix_alone(redis_url: str) -> None:
     # "app" and "app:x" share a Redis: resetting under "app" must not reach "app:x".
-    async with RateLimiter(redis_url, key_prefix="app") as short, RateLimiter(
-        redis_url, key_prefix="app:x"
-    ) as longer:
+    async with (
+        RateLimiter(redis_url, key_prefix="app") as short,
+        RateLimiter(redis_url, key_prefix="app:x") as longer,
+    ):
         await short.check("user", "10/minute")
         await longer.check("user", "10/minute")
         assert await short.reset("user") == 1
         assert (await longer.get_usage("user", "10/minute"))["current"] == 1
         assert (await short.get_usage("user", "10/minute"))["current"] == 0
+
+
+# -- per algorithm -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_default_algorithm_selects_it(redis_url: str, algorithm: str) -> None:
+    async with RateLimiter(redis_url, key_prefix="test", default_algorithm=algorithm) as limiter:
+        result = await limiter.check_with_info("user:d", "10/minute", cost=4)
+        assert (result.allowed, result.remaining) == (True, 6)
+        usage = await limiter.get_usage("user:d", "10/minute")
+        assert (usage["algorithm"], usage["current"]) == (algorithm, 4)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "reset_after_s"),
+    # 6 of 60 units: drained again in 6 s (GCRA, leaky); the log recovers in a window.
+    [("gcra", 6), ("leaky_bucket", 6), ("sliding_log", 60)],
+)
+async def test_reset_at(limiter: RateLimiter, algorithm: str, reset_after_s: int) -> None:
+    before = time.time()
+    result = await limiter.check_with_info("user:5", "60/minute", cost=6, algorithm=algorithm)
+    assert result.reset_at is not None
+    assert reset_after_s - 0.1 <= result.reset_at - before <= reset_after_s + 0.1
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_usage_and_reset_by_exact_keys(limiter: RateLimiter, algorithm: str) -> None:
+    for _ in range(3):
+        await limiter.check("user:6", "10/hour", algorithm=algorithm, scope="api")
+    usage = await limiter.get_usage("user:6", "10/hour", algorithm=algorithm, scope="api")
+    assert (usage["limit"], usage["current"], usage["remaining"]) == (10, 3, 7)
+    # by exact keys (the SCAN form is algorithm-blind and tested above)
+    assert await limiter.reset("user:6", rate="10/hour", scope="api", algorithm=algorithm) == 1
+    usage = await limiter.get_usage("user:6", "10/hour", algorithm=algorithm, scope="api")
+    assert (usage["current"], usage["remaining"]) == (0, 10)
+
+
+async def test_reset_with_rate_covers_every_algorithm(limiter: RateLimiter) -> None:
+    """Three policies of six algorithms: 18 base keys in one reset call."""
+    rate = "10/second;100/minute;1000/hour"
+    for algorithm in REGISTRY:
+        await limiter.check("user:7", rate, algorithm=algorithm)
+    # three counters each for the windowed algorithms' current windows, one key per
+    # policy for the others
+    assert await limiter.reset("user:7", rate=rate) == 3 * len(REGISTRY)
+    for algorithm in REGISTRY:
+        usage = await limiter.get_usage("user:7", rate, algorithm=algorithm)
+        assert usage["current"] == 0
+
+
+def test_unknown_algorithm_lists_every_algorithm() -> None:
+    with pytest.raises(RateLimitConfigError, match="'gcra', 'sliding_log', 'leaky_bucket'"):
+        RateLimiter("redis://localhost:1", default_algorithm="gcra2")

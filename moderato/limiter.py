@@ -411,11 +411,10 @@ class RateLimiter:
         self, operation: str, call: Awaitable[T], *, route: Optional[bytes] = None
     ) -> T:
         """Run one backend call through the circuit breaker of the node ``route`` lives on."""
-        try:
-            breaker = self._admitted(operation, self._breaker_for(route))
-        except BackendError:
+        breaker = self._breaker_for(route)
+        if not breaker.allow():
             _discard(call)
-            raise
+            raise self._short_circuit(operation, breaker)
         try:
             result = await call
         except BaseException as error:
@@ -454,12 +453,10 @@ class RateLimiter:
         else:  # cancelled, or a bug: it proved nothing either way
             breaker.abandon()
 
-    def _admitted(self, operation: str, breaker: CircuitBreaker) -> CircuitBreaker:
-        """``breaker`` if it lets a call through; else the short-circuit's error, counted."""
-        if breaker.allow():
-            return breaker
+    def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
+        """The error of a call the open breaker refused (counted here)."""
         self._count_operation(operation, "short_circuited")
-        raise BackendError(
+        return BackendError(
             f"{breaker.describe()} is open after repeated failures; "
             f"next attempt in {breaker.retry_in_s():.2f} s"
         )
@@ -513,7 +510,7 @@ class RateLimiter:
     ) -> CheckResult:
         """One decision (or peek) by the backend, through the circuit breaker.
 
-        _guarded's steps (_admitted, _failed, _succeeded) without its
+        _guarded's steps (allow, _short_circuit, _failed, _succeeded) without its
         coroutine: this is the path of every check; the in-process backend
         answers at once, and a remote one's client future is awaited here.
         """
@@ -535,7 +532,8 @@ class RateLimiter:
             issued_s = denials.clock()
             generation = denials.generation
         # -- end of the hook
-        breaker = self._admitted(operation, breaker)
+        if not breaker.allow():
+            raise self._short_circuit(operation, breaker)
         try:
             check_now = self._check_now
             if check_now is not None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+# The client's error reply, re-exported: the backends translate it before a
+# limiter's caller sees it (a script's refusal, or a BackendError).
+from .redis.errors import RedisReplyError as RedisReplyError
+
 if TYPE_CHECKING:  # results.py needs nothing from here; only the annotation does
     from .results import CheckResult
 
@@ -18,14 +22,6 @@ class RateLimitConfigError(ModeratoError, ValueError):
 
 class BackendError(ModeratoError):
     """The backend could not give a decision (connection, timeout, error reply, bad reply)."""
-
-
-class RedisReplyError(BackendError):
-    """Redis answered with an error reply; ``message`` is Redis's own text."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class RateLimitCallbackError(ModeratoError):

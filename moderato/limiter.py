@@ -24,7 +24,7 @@ from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
 from .policy import cost_scaled, policy_for, validate_cost
-from .redis import RedisClient
+from .redis import RedisClient, RedisClientError
 from .results import CheckResult, PolicyState
 
 T = TypeVar("T")
@@ -394,7 +394,7 @@ class RateLimiter:
             return
         try:
             await announce_reset(self._announce_to, self.key_prefix)
-        except BackendError as error:
+        except RedisClientError as error:
             # The keys are gone; a limiter that misses the message holds its
             # entries no longer than denial_cache.MAX_HOLD_S.
             logger.warning("moderato: reset done, but announcing it failed: %s", error)
@@ -543,7 +543,7 @@ class RateLimiter:
                 pending = remote.start_check(plan, keys, charged_scaled, apply)
                 try:
                     reply = await pending
-                except BackendError as error:
+                except Exception as error:  # the client's own errors, translated here
                     refusal = remote.check_failed(plan, error)
                     if refusal is error:
                         raise

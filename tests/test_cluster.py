@@ -29,6 +29,7 @@ from moderato.backends.redis import RedisBackend
 from moderato.errors import RedisReplyError
 from moderato.redis import ClusterClient
 from moderato.redis.cluster import _command_slot, _parse_shards, _parse_slots
+from moderato.redis.errors import RedisClientError
 
 pytestmark = pytest.mark.slow
 
@@ -100,10 +101,10 @@ async def test_a_dead_seed_is_skipped(cluster: RedisCluster) -> None:
 async def test_unreachable_cluster_fails_within_the_timeout() -> None:
     client = ClusterClient.from_url("redis+cluster://127.0.0.1:1", command_timeout_s=0.2)
     started = time.perf_counter()
-    with pytest.raises(BackendError, match="cannot load the Redis Cluster slot map"):
+    with pytest.raises(RedisClientError, match="cannot load the Redis Cluster slot map"):
         await client.execute("GET", "k")
     assert time.perf_counter() - started < 0.4
-    with pytest.raises(BackendError, match=r"127\.0\.0\.1:1\b"):
+    with pytest.raises(RedisClientError, match=r"127\.0\.0\.1:1\b"):
         await client.connect()
     await client.close()
 
@@ -137,7 +138,7 @@ def test_command_routing() -> None:
         (("SCAN", 0, "MATCH", "p:*"), "no {hash tag}"),
         (("SCAN", 0, "MATCH", "p:{t*}"), "not literal"),
     ]:
-        with pytest.raises(BackendError, match=problem):
+        with pytest.raises(RedisClientError, match=problem):
             _command_slot(args)
 
 

@@ -23,8 +23,8 @@ from typing import Any, Callable
 import pytest
 from redis_servers import RedisServer, free_port, make_tls_files, skip_without_tls
 
-from moderato.errors import BackendError, RedisReplyError
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
+from moderato.redis.errors import RedisClientError, RedisReplyError
 
 # -- helpers -------------------------------------------------------------------
 
@@ -66,12 +66,12 @@ def record_writes(connection: RedisConnection, monkeypatch: pytest.MonkeyPatch) 
 
 
 async def until_ok(call: Callable[[], Awaitable[Any]], within_s: float) -> tuple[Any, float]:
-    """Retry ``call`` on BackendError until it succeeds; returns (result, seconds taken)."""
+    """Retry ``call`` on RedisClientError until it succeeds; returns (result, seconds taken)."""
     started = time.monotonic()
     while True:
         try:
             return await call(), time.monotonic() - started
-        except BackendError:
+        except RedisClientError:
             if time.monotonic() - started > within_s:
                 raise
             await asyncio.sleep(0.01)
@@ -107,7 +107,7 @@ async def test_error_reply_raises_redis_reply_error(client: RedisClient) -> None
     with pytest.raises(RedisReplyError) as caught:
         await client.execute("INCR", "s")
     assert caught.value.message == "ERR value is not an integer or out of range"
-    assert isinstance(caught.value, BackendError)
+    assert isinstance(caught.value, RedisClientError)
     assert await client.execute("PING") == b"PONG"  # the stream is still in step
 
 
@@ -223,7 +223,7 @@ async def test_timed_out_caller_keeps_the_stream_in_step(redis_url: str) -> None
     try:
         await client.connect()
         started = time.monotonic()
-        with pytest.raises(BackendError, match=r"did not reply within 0\.25 s"):
+        with pytest.raises(RedisClientError, match=r"did not reply within 0\.25 s"):
             await client.execute("BLPOP", "empty-list", "0.4")
         assert 0.24 <= time.monotonic() - started < 0.35
         # Queued behind the BLPOP on the same connection; answered when it ends.
@@ -245,7 +245,7 @@ async def test_timeout_on_a_paused_server_then_recovery(own_redis_server: RedisS
         )
         elapsed = time.monotonic() - started
         assert 0.29 <= elapsed < 0.3 + 0.1
-        assert all(isinstance(r, BackendError) for r in results)
+        assert all(isinstance(r, RedisClientError) for r in results)
         assert "did not reply within 0.3 s" in str(results[0])
 
         own_redis_server.resume()
@@ -267,7 +267,7 @@ async def test_each_batch_times_out_on_its_own_deadline(own_redis_server: RedisS
         pending_at_failure: dict[int, int] = {}
 
         async def call(batch: int) -> None:
-            with pytest.raises(BackendError, match=r"did not reply within 0\.3 s"):
+            with pytest.raises(RedisClientError, match=r"did not reply within 0\.3 s"):
                 await client.execute("PING")
             failed_after[batch] = time.monotonic() - started
             pending_at_failure[batch] = connection.pending_count
@@ -294,7 +294,7 @@ async def test_long_pause_drops_the_connection_then_reconnects(
         await client.connect()
         first = only_connection(client)
         own_redis_server.pause()
-        with pytest.raises(BackendError, match=r"did not reply within 0\.2 s"):
+        with pytest.raises(RedisClientError, match=r"did not reply within 0\.2 s"):
             await client.execute("PING")
         # Unanswered for 2 x the timeout: presumed dead and dropped.
         await asyncio.sleep(0.25)
@@ -321,7 +321,7 @@ async def test_no_command_outlives_its_timeout_on_a_hung_server(
         own_redis_server.pause()
         for _ in range(5):
             started = time.monotonic()
-            with pytest.raises(BackendError):
+            with pytest.raises(RedisClientError):
                 await client.execute("PING")
             assert time.monotonic() - started < 0.2 + 0.1
     finally:
@@ -338,7 +338,7 @@ async def test_commands_time_out_while_connecting_and_the_connect_goes_on(
     own_redis_server.pause()
     try:
         started = time.monotonic()
-        with pytest.raises(BackendError, match=r"was still connecting after 0\.2 s"):
+        with pytest.raises(RedisClientError, match=r"was still connecting after 0\.2 s"):
             await client.execute("INCR", "queued")
         assert 0.19 <= time.monotonic() - started < 0.3
         connecting = client.connections()
@@ -365,7 +365,7 @@ async def test_connect_timeout_on_a_paused_server(
     own_redis_server.pause()
     try:
         started = time.monotonic()
-        with pytest.raises(BackendError, match=r"no answer within 0\.3 s \(connect timeout\)"):
+        with pytest.raises(RedisClientError, match=r"no answer within 0\.3 s \(connect timeout\)"):
             await client.connect()
         assert 0.29 <= time.monotonic() - started < 0.4
     finally:
@@ -389,10 +389,10 @@ async def test_killed_server_fails_pending_calls_then_client_recovers(
         outcomes = await asyncio.gather(*pending, return_exceptions=True)
         assert time.monotonic() - started < 0.5
         for outcome in outcomes:
-            assert isinstance(outcome, BackendError)
+            assert isinstance(outcome, RedisClientError)
             assert str(outcome).startswith(f"connection to {own_redis_server.url} lost: ")
 
-        with pytest.raises(BackendError, match="cannot connect to"):
+        with pytest.raises(RedisClientError, match="cannot connect to"):
             await client.execute("PING")
 
         own_redis_server.start()
@@ -407,10 +407,10 @@ async def test_backoff_fails_fast_and_says_when_it_retries(own_redis_server: Red
     client = RedisClient.from_url(own_redis_server.url)
     own_redis_server.stop()
     try:
-        with pytest.raises(BackendError, match=r"Connect call failed|Connection refused"):
+        with pytest.raises(RedisClientError, match=r"Connect call failed|Connection refused"):
             await client.execute("PING")
         started = time.monotonic()
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RedisClientError) as caught:
             await client.execute("PING")
         assert time.monotonic() - started < 0.01
         message = str(caught.value)
@@ -420,12 +420,12 @@ async def test_backoff_fails_fast_and_says_when_it_retries(own_redis_server: Red
         # Each failed attempt doubles the delay (25 ms first), up to the cap.
         delays_ms = []
         for _ in range(7):
-            with pytest.raises(BackendError) as caught:
+            with pytest.raises(RedisClientError) as caught:
                 await client.execute("PING")
             delay_ms = int(str(caught.value).rsplit("next connect attempt in ", 1)[1].split()[0])
             delays_ms.append(delay_ms)
             await asyncio.sleep(delay_ms / 1000 + 0.005)
-            with pytest.raises(BackendError, match="cannot connect"):
+            with pytest.raises(RedisClientError, match="cannot connect"):
                 await client.execute("PING")  # the attempt, refused
         expected_ms = [25, 50, 100, 200, 400, 500, 500]
         for delay_ms, expected in zip(delays_ms, expected_ms):
@@ -444,10 +444,10 @@ async def test_errors_surface_when_awaited_not_when_called(own_redis_server: Red
     client = RedisClient.from_url(own_redis_server.url)
     own_redis_server.stop()
     first = client.execute("PING")  # starts connecting; does not raise
-    with pytest.raises(BackendError, match="cannot connect"):
+    with pytest.raises(RedisClientError, match="cannot connect"):
         await first
     during_backoff = client.evalsha(DOUBLE, ["k"], [1])  # does not raise either
-    with pytest.raises(BackendError, match="next connect attempt in"):
+    with pytest.raises(RedisClientError, match="next connect attempt in"):
         await during_backoff
     with pytest.raises(TypeError):
         client.execute("SET", "k", None)  # type: ignore[arg-type]
@@ -456,7 +456,7 @@ async def test_errors_surface_when_awaited_not_when_called(own_redis_server: Red
 
 async def test_connect_raises_when_nothing_listens() -> None:
     client = RedisClient.from_url(f"redis://127.0.0.1:{free_port()}")
-    with pytest.raises(BackendError, match=r"cannot connect to redis://127\.0\.0\.1:"):
+    with pytest.raises(RedisClientError, match=r"cannot connect to redis://127\.0\.0\.1:"):
         await client.connect()
     await client.close()
 
@@ -466,7 +466,7 @@ async def test_close_fails_pending_and_client_stays_usable(client: RedisClient) 
     blocked = asyncio.ensure_future(client.execute("BLPOP", "never", "1"))
     await asyncio.sleep(0.02)
     await client.close()
-    with pytest.raises(BackendError, match="closed by the client"):
+    with pytest.raises(RedisClientError, match="closed by the client"):
         await blocked
     assert client.connections() == []
     assert await client.execute("PING") == b"PONG"
@@ -717,7 +717,7 @@ async def test_a_slot_in_backoff_is_passed_over(own_redis_server: RedisServer) -
             client.execute("PING"), client.execute("PING"), return_exceptions=True
         )
         assert first == b"PONG"
-        assert isinstance(second, BackendError)  # Redis refuses it and hangs up
+        assert isinstance(second, RedisClientError)  # Redis refuses it and hangs up
         # While the second slot waits out its backoff, every command takes the first.
         for _ in range(5):
             replies = await asyncio.gather(*(client.execute("ECHO", str(i)) for i in range(10)))
@@ -741,12 +741,12 @@ async def test_password_auth(own_redis_server: RedisServer) -> None:
     await good.close()
 
     no_password = RedisClient.from_url(f"redis://127.0.0.1:{port}")
-    with pytest.raises(BackendError, match="PING was refused: NOAUTH Authentication required"):
+    with pytest.raises(RedisClientError, match="PING was refused: NOAUTH Authentication required"):
         await no_password.connect()
     await no_password.close()
 
     wrong = RedisClient.from_url(f"redis://:wrong-password@127.0.0.1:{port}")
-    with pytest.raises(BackendError) as caught:
+    with pytest.raises(RedisClientError) as caught:
         await wrong.execute("GET", "k")
     message = str(caught.value)
     assert message.startswith(f"redis://:***@127.0.0.1:{port}: AUTH was refused: WRONGPASS")
@@ -778,7 +778,9 @@ async def test_db_selection(redis_url: str) -> None:
 
 async def test_failed_select_never_runs_commands_elsewhere(redis_url: str) -> None:
     client = RedisClient.from_url(redis_url + "/99")  # the server has 16 databases
-    with pytest.raises(BackendError, match=r"SELECT 99 was refused: ERR DB index is out of range"):
+    with pytest.raises(
+        RedisClientError, match=r"SELECT 99 was refused: ERR DB index is out of range"
+    ):
         await client.execute("SET", "stray", 1)
     await client.close()
     check = RedisClient.from_url(redis_url)
@@ -851,7 +853,7 @@ async def test_rediss_with_a_trusted_ca(tls_server: TlsServer) -> None:
 
 async def test_rediss_verifies_the_certificate_by_default(tls_server: TlsServer) -> None:
     client = RedisClient.from_url(f"rediss://localhost:{tls_server.tls_port}")
-    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(RedisClientError, match="CERTIFICATE_VERIFY_FAILED"):
         await client.execute("PING")
     await client.close()
 
@@ -860,7 +862,7 @@ async def test_rediss_checks_the_host_name(tls_server: TlsServer) -> None:
     context = ssl.create_default_context(cafile=str(tls_server.ca_file))
     # The certificate names localhost and 127.0.0.1, not 127.0.0.2.
     client = RedisClient.from_url(f"rediss://127.0.0.2:{tls_server.tls_port}", ssl_context=context)
-    with pytest.raises(BackendError, match=r"CERTIFICATE_VERIFY_FAILED|cannot connect"):
+    with pytest.raises(RedisClientError, match=r"CERTIFICATE_VERIFY_FAILED|cannot connect"):
         await client.execute("PING")
     await client.close()
 
@@ -891,3 +893,12 @@ def test_explicit_client_name_wins_over_the_url() -> None:
     assert RedisClient.from_url("redis://h?client_name=a", client_name="b").client_name == "b"
     assert RedisClient.from_url("redis://h?client_name=a", client_name=None).client_name == "a"
     assert RedisClient(parse_url("redis://h")).address == parse_url("redis://h")
+
+
+def test_the_client_imports_nothing_of_the_limiter() -> None:
+    """moderato/redis/ stands alone: its own errors, and of the package only the C helpers."""
+    package = Path(__file__).resolve().parent.parent / "moderato" / "redis"
+    for path in sorted(package.glob("*.py")):
+        for line in path.read_text().splitlines():
+            if line.startswith(("from ..", "import moderato", "from moderato")):
+                assert line.startswith("from .._accel import"), (path.name, line)

@@ -29,6 +29,7 @@ from moderato.redis import (
     parse_sentinel_url,
     parse_url,
 )
+from moderato.redis.errors import RedisClientError
 from moderato.redis.url_options import ConnectOptions
 
 
@@ -434,7 +435,7 @@ async def test_socket_connect_timeout_fires(own_redis_server: RedisServer) -> No
     own_redis_server.pause()  # the kernel still accepts; nobody answers the handshake
     client = RedisClient.from_url(f"{own_redis_server.url}?socket_connect_timeout=0.15")
     try:
-        with pytest.raises(BackendError, match=r"no answer within 0\.15 s \(connect timeout\)"):
+        with pytest.raises(RedisClientError, match=r"no answer within 0\.15 s \(connect timeout\)"):
             await client.connect()
     finally:
         own_redis_server.resume()
@@ -505,17 +506,18 @@ async def test_tls_options_change_verification(tls_files: tuple[Path, int]) -> N
     # The CA verifies the server; the client certificate satisfies the server.
     assert await _pings(f"rediss://localhost:{port}?{ca}&{cert}")
     # Without a client certificate the server refuses the handshake.
-    with pytest.raises(BackendError, match=r"CERTIFICATE_REQUIRED|cannot connect|reset by peer"):
+    refused = r"CERTIFICATE_REQUIRED|cannot connect|reset by peer"
+    with pytest.raises(RedisClientError, match=refused):
         await _pings(f"rediss://localhost:{port}?{ca}")
     # Without the CA the server's certificate fails verification...
-    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(RedisClientError, match="CERTIFICATE_VERIFY_FAILED"):
         await _pings(f"rediss://localhost:{port}?{cert}")
-    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(RedisClientError, match="CERTIFICATE_VERIFY_FAILED"):
         await _pings(f"rediss://localhost:{port}?ssl_cert_reqs=optional&{cert}")
     # ...unless verification is switched off.
     assert await _pings(f"rediss://localhost:{port}?ssl_cert_reqs=none&{cert}")
     # The certificate names localhost, not 127.0.0.1: the host name check fails...
-    with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(RedisClientError, match="CERTIFICATE_VERIFY_FAILED"):
         await _pings(f"rediss://127.0.0.1:{port}?{ca}&{cert}")
     # ...unless it is switched off (the chain is still verified).
     assert await _pings(f"rediss://127.0.0.1:{port}?{ca}&{cert}&ssl_check_hostname=false")

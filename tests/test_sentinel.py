@@ -19,6 +19,7 @@ from redis_servers import SentinelDeployment, free_port
 from moderato import RateLimiter
 from moderato.errors import BackendError
 from moderato.redis import RedisClient, SentinelClient
+from moderato.redis.errors import RedisClientError
 
 RATE = "100/hour"
 LOAD_RATE = "100000/hour"
@@ -111,7 +112,7 @@ async def test_a_demoted_primary_is_never_decided_on(own_deployment: SentinelDep
         own_deployment.primary.command(
             "REPLICAOF", "127.0.0.1", str(own_deployment.replica.port)
         )
-        with pytest.raises(BackendError) as raised:
+        with pytest.raises(RedisClientError) as raised:
             await client.execute("SET", limiter_keys[0], "2")
         # The write was refused (READONLY), the client asked the sentinels again,
         # and the server they name answered ROLE "slave": nothing ran anywhere.

@@ -23,9 +23,10 @@ from typing import Any, Callable, Optional, Protocol
 
 from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
-from ..errors import BackendError, RateLimitConfigError, RedisReplyError
+from ..errors import BackendError, RateLimitConfigError
 from ..keys import KeySpace
 from ..plans import Plan
+from ..redis.errors import RedisClientError, RedisReplyError
 from ..results import CheckResult
 
 # What Redis (7.0) says when a script calls a command its user may not run.
@@ -46,7 +47,7 @@ def script_refusal(script: str, error: RedisReplyError) -> Exception:
 
     The scripts prefix their own refusals, so a bad argument from a direct
     caller reads as a configuration error rather than an outage; any other
-    error reply stays a BackendError.
+    error reply is a BackendError with Redis's text.
     """
     message = error.message
     if message.startswith("MODERATO_ARG"):
@@ -58,6 +59,17 @@ def script_refusal(script: str, error: RedisReplyError) -> Exception:
             f"NOPERM: the Redis user may not run a command the {script} script needs "
             f"(Redis said: {message}); see the ACL in docs/operations.md"
         )
+    return BackendError(message)
+
+
+def translated(error: BaseException, script: Optional[str] = None) -> BaseException:
+    """The client's error as moderato's: an error reply (of ``script``, if one
+    ran) as script_refusal() reads it, anything else the client raised as a
+    BackendError with its text; any other exception unchanged."""
+    if isinstance(error, RedisReplyError):
+        return script_refusal(script, error) if script else BackendError(error.message)
+    if isinstance(error, RedisClientError):
+        return BackendError(str(error))
     return error
 
 
@@ -137,6 +149,6 @@ class AsyncBackend(Backend, Protocol):
         """The decoded decision of ``start_check``'s reply."""
         ...
 
-    def check_failed(self, plan: Plan, error: BackendError) -> BaseException:
+    def check_failed(self, plan: Plan, error: Exception) -> BaseException:
         """What the error ``start_check``'s result raised means (moderato's errors only)."""
         ...

@@ -7,13 +7,13 @@ from typing import Any, Callable, Optional, Union
 
 from .._accel import key_slot
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
-from ..errors import BackendError, RedisReplyError
+from ..errors import BackendError
 from ..keys import KeySpace
 from ..plans import Plan
-from ..redis import ClusterClient, RedisClient, SentinelClient
+from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
-from .base import DecisionReply, decoded, script_refusal
+from .base import DecisionReply, decoded, translated
 from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
@@ -70,32 +70,43 @@ class RedisBackend:
     def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
         return decoded(plan, reply)
 
-    def check_failed(self, plan: Plan, error: BackendError) -> BaseException:
-        if isinstance(error, RedisReplyError):
-            return script_refusal(plan.algorithm.script, error)
-        return error
+    def check_failed(self, plan: Plan, error: Exception) -> BaseException:
+        return translated(error, plan.algorithm.script)
 
     async def connect(self) -> None:
-        await self.client.connect()
+        try:
+            await self.client.connect()
+        except RedisClientError as error:
+            raise translated(error) from None
 
     async def close(self) -> None:
-        await self.client.close()
+        try:
+            await self.client.close()
+        except RedisClientError as error:
+            raise translated(error) from None
 
     def decide(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
     ) -> Awaitable[DecisionReply]:
-        # A refusal arrives as RedisReplyError, for script_refusal() to map.
+        # The raw call: the client's own errors (RedisReplyError, for
+        # script_refusal() to map; RedisConnectionError).
         return self.client.evalsha(load_script(algorithm.script), keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)
         try:
             deleted = await self.client.evalsha(script, keys, [*windows_s, *RESET_SUFFIXES])
-        except RedisReplyError as error:
-            raise script_refusal(script.name, error) from None
+        except RedisClientError as error:
+            raise translated(error, script.name) from None
         return _as_count(deleted, script.name)
 
     async def delete_matching(self, pattern: bytes) -> int:
+        try:
+            return await self._delete_matching(pattern)
+        except RedisClientError as error:
+            raise translated(error) from None
+
+    async def _delete_matching(self, pattern: bytes) -> int:
         client = self.client
         cluster = isinstance(client, ClusterClient) or (
             isinstance(client, RedisPyClient) and client.is_cluster

@@ -10,7 +10,7 @@ The adapter offers what RedisBackend calls (execute, evalsha, connect, close)
 and turns redis-py's exceptions into moderato's: an error reply becomes
 RedisReplyError (so a script's MODERATO_ARG refusal still reads as a
 configuration error), anything that kept the command from being answered
-(connection, timeout, cluster down) BackendError.
+(connection, timeout, cluster down) RedisConnectionError.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import functools
 from collections.abc import Awaitable, Sequence
 from typing import Any, Callable
 
-from ..errors import BackendError, RedisReplyError
 from ..redis import Arg, ScriptLike
+from ..redis.errors import RedisConnectionError, RedisReplyError
 
 __all__ = ["RedisPyClient", "is_redis_py_client"]
 
@@ -106,7 +106,7 @@ class RedisPyClient:
             raise RedisReplyError(_message(error)) from None
         except self._failures as error:
             reason = str(error) or type(error).__name__
-            raise BackendError(f"{self._label}: {reason}") from None
+            raise RedisConnectionError(f"{self._label}: {reason}") from None
 
     @property
     def is_cluster(self) -> bool:
@@ -128,7 +128,9 @@ class RedisPyClient:
         """The node a SCAN goes to: the owner of its MATCH pattern's hash tag."""
         names = [_word(arg) for arg in args]
         if "MATCH" not in names:
-            raise BackendError("SCAN on a Redis Cluster needs a MATCH pattern with a {hash tag}")
+            raise RedisConnectionError(
+                "SCAN on a Redis Cluster needs a MATCH pattern with a {hash tag}"
+            )
         pattern = args[names.index("MATCH") + 1]
         return self.client.get_node_from_key(pattern)
 

@@ -9,6 +9,7 @@ from ._encoding import Arg
 from .client import BACKOFF_CAP_S, BACKOFF_START_S, RedisClient, ScriptLike
 from .cluster import ClusterClient, ClusterCounters
 from .connection import RedisConnection
+from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .sentinel import SentinelClient
 from .url import (
     ClusterAddress,
@@ -31,7 +32,10 @@ __all__ = [
     "ClusterCounters",
     "RedisAddress",
     "RedisClient",
+    "RedisClientError",
     "RedisConnection",
+    "RedisConnectionError",
+    "RedisReplyError",
     "ScriptLike",
     "SentinelAddress",
     "SentinelClient",

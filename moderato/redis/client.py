@@ -24,11 +24,11 @@ first; a parked one closes the pool then, see _Pool.arm_shutdown_hook); loops
 closed without that step are swept out whenever another loop registers and on
 close(). Finished loops do not pile up, and their connections are closed.
 
-Reconnect: a lost connection fails its pending commands with BackendError; the
+Reconnect: a lost connection fails its pending commands with RedisConnectionError; the
 next command opens a new connection at once. A connect that fails (refused,
 timed out, handshake refused or unanswered) starts a backoff (BACKOFF_START_S,
 doubling, capped at BACKOFF_CAP_S) during which commands fail fast with a
-BackendError saying when the next attempt is due: callers are not held up by a
+RedisConnectionError saying when the next attempt is due: callers are not held up by a
 dead server, and the client is back within BACKOFF_CAP_S of Redis returning.
 """
 
@@ -44,9 +44,9 @@ from collections.abc import AsyncGenerator, Iterable, Sequence
 from threading import get_ident
 from typing import Any
 
-from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command, encode_evalsha
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
+from .errors import RedisClientError, RedisReplyError
 from .url import RedisAddress, client_name_problem, parse_url
 from .url_options import apply_connect_options
 
@@ -68,7 +68,7 @@ class _Slot:
         self.failures = 0
         # loop.time() before which no new connect is attempted.
         self.retry_at = 0.0
-        self.last_error: BackendError | None = None
+        self.last_error: RedisClientError | None = None
 
     @property
     def connection(self) -> RedisConnection | None:
@@ -81,7 +81,7 @@ class _Slot:
             self.pool.only = connection
 
     def connection_closed(
-        self, connection: RedisConnection, error: BackendError | None, healthy: bool
+        self, connection: RedisConnection, error: RedisClientError | None, healthy: bool
     ) -> None:
         if connection is not self._connection or error is None:
             return  # a stale connection, or closed on purpose: no backoff
@@ -128,7 +128,7 @@ class _Pool:
         spread over all of them, so Redis works on one batch while this
         process reads another's replies. A slot waiting out a reconnect
         backoff is passed over while another can take the command;
-        BackendError when none can.
+        RedisConnectionError when none can.
         """
         slots = self.slots
         slot = slots[0]
@@ -308,7 +308,7 @@ class RedisClient:
     def execute(self, *args: Arg) -> asyncio.Future[Any]:
         """Run one command; the future resolves to its reply (bytes, int, list or None).
 
-        It raises RedisReplyError for an error reply and BackendError when the
+        It raises RedisReplyError for an error reply and RedisConnectionError when the
         server cannot be reached or does not reply within ``command_timeout_s``.
         """
         payload = encode_command(*args)  # first: a TypeError is raised whatever else
@@ -320,7 +320,7 @@ class RedisClient:
         if connection is None or not connection.usable:
             try:
                 connection = pool.pick()
-            except BackendError as error:
+            except RedisClientError as error:
                 return pool.failed(error)
         return connection.send(payload)
 
@@ -344,7 +344,7 @@ class RedisClient:
         if connection is None or not connection.usable:
             try:
                 connection = pool.pick()
-            except BackendError as error:
+            except RedisClientError as error:
                 return pool.failed(error)
         return connection.send_script(payload, script, keys, args)
 
@@ -355,7 +355,7 @@ class RedisClient:
 
         With ``raise_on_error`` the first error reply is raised once every reply
         is in; without it, error replies are returned in place as RedisReplyError.
-        A BackendError (timeout, lost connection) is always raised.
+        A RedisConnectionError (timeout, lost connection) is always raised.
         """
         payloads = [encode_command(*command) for command in commands]
         if not payloads:
@@ -388,7 +388,7 @@ class RedisClient:
     # -- lifecycle ---------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Open this loop's connections now; raise BackendError if any cannot be opened.
+        """Open this loop's connections now; raise RedisConnectionError if any cannot be opened.
 
         Unlike a command, this tries even while a reconnect backoff is running.
         """
@@ -403,7 +403,7 @@ class RedisClient:
             await connection.wait_ready()
 
     async def close(self) -> None:
-        """Close every connection (of every loop); pending commands fail with BackendError.
+        """Close every connection (of every loop); pending commands fail with RedisConnectionError.
 
         The client stays usable: the next command connects again.
         """

@@ -42,7 +42,7 @@ call (the first attempt included), so no call waits longer than that timeout
   so only if it was never written (CommandNotSentError: refused connect,
   reconnect backoff, held back while connecting): one that was written and
   lost its reply (connection dropped, timeout, malformed reply) may have
-  charged, so its BackendError is raised instead. Plain commands (the
+  charged, so its RedisConnectionError is raised instead. Plain commands (the
   limiter's are reads, SCAN and UNLINK) are retried either way.
 - Any other error reply (CROSSSLOT included) is raised as RedisReplyError.
 
@@ -61,10 +61,10 @@ from time import monotonic
 from typing import Any
 
 from .._accel import key_slot
-from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command
 from .client import RedisClient, _positive_seconds
 from .connection import CommandNotSentError, ScriptLike
+from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import ClusterAddress, parse_cluster_url
 from .url_options import apply_connect_options
 
@@ -257,7 +257,7 @@ class ClusterClient:
         """Run one command on the node that owns its first key; returns its reply.
 
         Raises RedisReplyError for an error reply (after following redirections)
-        and BackendError when no node could answer within ``command_timeout_s``.
+        and RedisConnectionError when no node could answer within ``command_timeout_s``.
         """
         slot = _command_slot(args)
         table = self._table
@@ -266,7 +266,7 @@ class ClusterClient:
         if node is not None:
             try:
                 return await node.client.execute(*args)
-            except BackendError as error:
+            except RedisClientError as error:
                 return await self._recover(_Request(slot, started, args), node, error)
         return await self._recover(_Request(slot, started, args), None, None)
 
@@ -283,7 +283,7 @@ class ClusterClient:
         if node is not None:
             try:
                 return await node.client.evalsha(script, keys, args)
-            except BackendError as error:
+            except RedisClientError as error:
                 request = _Request(slot, started, args, script, keys)
                 return await self._recover(request, node, error)
         return await self._recover(_Request(slot, started, args, script, keys), None, None)
@@ -303,11 +303,11 @@ class ClusterClient:
     # -- lifecycle ---------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Load the slot map and connect to every primary; raise BackendError on failure."""
+        """Load the slot map and connect to every primary; raise RedisConnectionError on failure."""
         task = self._start_refresh(force=True)
         assert task is not None
         if not await asyncio.shield(task):
-            raise BackendError(
+            raise RedisConnectionError(
                 f"cannot load the Redis Cluster slot map of {self.address}: {self._refresh_error}"
             )
         outcomes = await asyncio.gather(
@@ -355,7 +355,7 @@ class ClusterClient:
     # -- recovery ----------------------------------------------------------------
 
     async def _recover(
-        self, request: _Request, node: _Node | None, error: BackendError | None
+        self, request: _Request, node: _Node | None, error: RedisClientError | None
     ) -> Any:
         """Follow redirections and retry what is safe until an answer, or the deadline."""
         deadline = request.started + self.command_timeout_s
@@ -370,7 +370,7 @@ class ClusterClient:
                     if kind in ("MOVED", "ASK"):
                         redirects += 1
                         if redirects > self.max_redirects:
-                            raise BackendError(
+                            raise RedisConnectionError(
                                 f"Redis Cluster: more than {self.max_redirects} redirections "
                                 f"for one command (last: {message})"
                             )
@@ -387,7 +387,7 @@ class ClusterClient:
                             # The source may still hold the script's state: wait.
                             self.counters.ask_deferred += 1
                             redirects -= 1  # a wait, bounded by the deadline instead
-                            waiting = BackendError(
+                            waiting = RedisConnectionError(
                                 f"Redis Cluster: slot {slot} is migrating from {node.name} to "
                                 f"{target.name} and {node.name} still holds keys of it; "
                                 f"no answer within {self.command_timeout_s:g} s"
@@ -428,7 +428,7 @@ class ClusterClient:
                 await self._ensure_map(deadline)
                 node = self._owner(request)
                 if node is None:
-                    error = BackendError(
+                    error = RedisConnectionError(
                         f"Redis Cluster {self.address}: no node serves slot {request.slot}"
                     )
                     pause = await self._pause(pause, deadline, error)
@@ -440,7 +440,7 @@ class ClusterClient:
                 future = request.send(node.client)
             try:
                 return await self._bounded(future, deadline)
-            except BackendError as failure:
+            except RedisClientError as failure:
                 error = failure
                 if asking_reply is not None:
                     refusal = _asking_refusal(asking_reply, node)
@@ -464,7 +464,7 @@ class ClusterClient:
         self._rotation = index = (self._rotation + 1) % len(primaries)
         return primaries[index]
 
-    async def _pause(self, pause: float, deadline: float, error: BackendError) -> float:
+    async def _pause(self, pause: float, deadline: float, error: RedisClientError) -> float:
         """Sleep ``pause`` (or what is left before the deadline); raise ``error`` if none is."""
         remaining = deadline - monotonic()
         if remaining <= 0:
@@ -484,8 +484,8 @@ class ClusterClient:
         except asyncio.TimeoutError:
             raise self._timeout_error() from None
 
-    def _timeout_error(self) -> BackendError:
-        return BackendError(
+    def _timeout_error(self) -> RedisClientError:
+        return RedisConnectionError(
             f"Redis Cluster {self.address}: no answer within {self.command_timeout_s:g} s "
             "(command timeout, retries included)"
         )
@@ -500,7 +500,7 @@ class ClusterClient:
         pool = node.client._current_pool()
         try:
             connection = pool.pick()
-        except BackendError as error:
+        except RedisClientError as error:
             return None, pool.failed(error)
         asking, reply = connection.send_many([_ASKING, request.asking_payload()])
         asking.add_done_callback(_consume)
@@ -520,12 +520,12 @@ class ClusterClient:
         except RedisReplyError as error:
             if error.message.startswith("NOPERM"):
                 # Waiting could never end: say why instead of timing out.
-                raise BackendError(
+                raise RedisConnectionError(
                     f"{source.name}: {error.message} (needed to follow ASK for a script "
                     f"while slot {slot} migrates; see the ACL in docs/operations.md)"
                 ) from None
             return False
-        except BackendError:
+        except RedisClientError:
             return False
         if count == 0:
             self._drained[slot] = pair
@@ -542,12 +542,16 @@ class ClusterClient:
             if not 0 <= slot < SLOTS or not 0 < port < 65536:
                 raise ValueError
         except (IndexError, ValueError):
-            raise BackendError(f"Redis Cluster sent a malformed redirection: {message!r}") from None
+            raise RedisConnectionError(
+                f"Redis Cluster sent a malformed redirection: {message!r}"
+            ) from None
         host = host.strip("[]")
         if not host:
             # An unknown endpoint: the node that replied is reached the same way.
             if node is None:
-                raise BackendError(f"Redis Cluster sent a redirection without a host: {message!r}")
+                raise RedisConnectionError(
+                    f"Redis Cluster sent a redirection without a host: {message!r}"
+                )
             host = node.host
         return slot, self._node(host, port)
 
@@ -586,7 +590,7 @@ class ClusterClient:
             await asyncio.wait({task}, timeout=remaining)
 
     async def _ensure_map(self, deadline: float) -> None:
-        """Load the map if there is none yet; BackendError if it cannot be loaded in time."""
+        """Load the map if there is none yet (RedisConnectionError if not in time)."""
         if self._table is not None:
             return
         task = self._start_refresh(force=True)
@@ -595,7 +599,7 @@ class ClusterClient:
         if remaining > 0:
             await asyncio.wait({task}, timeout=remaining)
         if self._table is None:
-            raise BackendError(
+            raise RedisConnectionError(
                 f"cannot load the Redis Cluster slot map of {self.address}: {self._refresh_error}"
             )
 
@@ -648,7 +652,7 @@ class ClusterClient:
         except RedisReplyError as error:
             text = error.message.lower()
             if "cluster support disabled" in text:
-                raise BackendError(f"{node.name} is not a Redis Cluster node") from None
+                raise RedisConnectionError(f"{node.name} is not a Redis Cluster node") from None
             if "unknown" not in text:
                 raise
             # Before Redis 7.0.
@@ -658,7 +662,7 @@ class ClusterClient:
             topology = _parse_shards(reply, node.host, self.address.tls)
         ranges = topology[0]
         if not ranges:
-            raise BackendError(f"{node.name} knows no slot owner (cluster not formed yet?)")
+            raise RedisConnectionError(f"{node.name} knows no slot owner (cluster not formed yet?)")
         return topology
 
     def _install(self, ranges: _SlotRanges, every: list[tuple[str, int]]) -> None:
@@ -743,7 +747,7 @@ def _scan_slot(args: Sequence[Arg]) -> int:
             problem = f"the hash tag of {pattern[:80]!r} is not literal"
         else:
             return key_slot(pattern.encode("latin-1"))
-    raise BackendError(
+    raise RedisConnectionError(
         f"SCAN on a Redis Cluster needs a MATCH pattern whose {{hash tag}} fixes the slot "
         f"(one node holds all its keys); {problem}"
     )
@@ -760,14 +764,14 @@ def _text(value: Any) -> str:
 
 def _fields(flat: Any) -> dict[str, Any]:
     if not isinstance(flat, list) or len(flat) % 2:
-        raise BackendError(f"malformed CLUSTER SHARDS entry: {flat!r:.200}")
+        raise RedisConnectionError(f"malformed CLUSTER SHARDS entry: {flat!r:.200}")
     return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
 
 
 def _parse_shards(reply: Any, asked_host: str, tls: bool) -> _Topology:
     """(primary slot ranges, every node) from a CLUSTER SHARDS reply (RESP2)."""
     if not isinstance(reply, list):
-        raise BackendError(f"malformed CLUSTER SHARDS reply: {reply!r:.200}")
+        raise RedisConnectionError(f"malformed CLUSTER SHARDS reply: {reply!r:.200}")
     ranges: _SlotRanges = []
     every: list[tuple[str, int]] = []
     for shard in reply:
@@ -789,11 +793,13 @@ def _parse_shards(reply: Any, asked_host: str, tls: bool) -> _Topology:
         if primary is None or not slots:
             continue
         if len(slots) % 2:
-            raise BackendError(f"malformed slot list in CLUSTER SHARDS: {slots!r:.200}")
+            raise RedisConnectionError(f"malformed slot list in CLUSTER SHARDS: {slots!r:.200}")
         for i in range(0, len(slots), 2):
             start, end = int(slots[i]), int(slots[i + 1])
             if not 0 <= start <= end < SLOTS:
-                raise BackendError(f"slot range {start}-{end} out of range in CLUSTER SHARDS")
+                raise RedisConnectionError(
+                    f"slot range {start}-{end} out of range in CLUSTER SHARDS"
+                )
             ranges.append((start, end, *primary))
     return ranges, every
 
@@ -814,15 +820,15 @@ def _endpoint(node: dict[str, Any], asked_host: str) -> str | None:
 def _parse_slots(reply: Any, asked_host: str) -> _Topology:
     """(primary slot ranges, every node) from a CLUSTER SLOTS reply."""
     if not isinstance(reply, list):
-        raise BackendError(f"malformed CLUSTER SLOTS reply: {reply!r:.200}")
+        raise RedisConnectionError(f"malformed CLUSTER SLOTS reply: {reply!r:.200}")
     ranges: _SlotRanges = []
     every: list[tuple[str, int]] = []
     for entry in reply:
         if not isinstance(entry, list) or len(entry) < 3:
-            raise BackendError(f"malformed CLUSTER SLOTS entry: {entry!r:.200}")
+            raise RedisConnectionError(f"malformed CLUSTER SLOTS entry: {entry!r:.200}")
         start, end = int(entry[0]), int(entry[1])
         if not 0 <= start <= end < SLOTS:
-            raise BackendError(f"slot range {start}-{end} out of range in CLUSTER SLOTS")
+            raise RedisConnectionError(f"slot range {start}-{end} out of range in CLUSTER SLOTS")
         nodes: list[tuple[str, int]] = []
         for node in entry[2:]:
             if not isinstance(node, list) or len(node) < 2:
@@ -837,13 +843,13 @@ def _parse_slots(reply: Any, asked_host: str) -> _Topology:
     return ranges, every
 
 
-def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> BackendError | None:
+def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> RedisClientError | None:
     """The error to raise if ``node`` refused ASKING for lack of permission, else None."""
     if not asking.done() or asking.cancelled():
         return None
     error = asking.exception()
     if isinstance(error, RedisReplyError) and error.message.startswith("NOPERM"):
-        return BackendError(
+        return RedisConnectionError(
             f"{node.name}: {error.message} (needed to follow ASK during a slot migration; "
             "see the ACL in docs/operations.md)"
         )

@@ -16,7 +16,7 @@ How a command travels:
   flush records one ``(deadline, last sequence number)`` pair per batch; all
   commands share one timeout, so deadlines grow along the deque and one
   ``loop.call_at`` timer per connection, armed for the oldest unanswered batch,
-  is enough. When it fires it fails the overdue futures with BackendError
+  is enough. When it fires it fails the overdue futures with RedisConnectionError
   (their slots stay) and re-arms itself. If the oldest command stays unanswered
   for ``STALL_FACTOR`` times the timeout the server is presumed gone (paused,
   partitioned): the connection is dropped so the client reconnects instead of
@@ -27,7 +27,7 @@ How a command travels:
   timed as usual but held back until every handshake reply is OK, so a failed
   SELECT can never let a command run in the wrong database, and a slow connect
   never holds a command past its own timeout.
-- Losing the connection fails every pending future with BackendError naming the
+- Losing the connection fails every pending future with RedisConnectionError naming the
   server and the reason; the connection is then dead for good (the client opens
   a new one). A command that never left this process (still in the write
   buffer, or held back while connecting) fails with CommandNotSentError
@@ -48,8 +48,8 @@ from typing import Any, Callable, Optional, Protocol, cast
 
 import hiredis
 
-from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg, encode_command
+from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import RedisAddress
 
 __all__ = ["STALL_FACTOR", "CommandNotSentError", "RedisConnection", "ScriptLike"]
@@ -77,10 +77,10 @@ _READY = 1
 _CLOSED = 2
 
 
-class CommandNotSentError(BackendError):
+class CommandNotSentError(RedisConnectionError):
     """The command was never written to the server, so it certainly did not run.
 
-    Retrying it cannot apply it twice; any other BackendError of a command
+    Retrying it cannot apply it twice; any other RedisConnectionError of a command
     (a timeout, a lost connection, a malformed reply) leaves that unknown.
     """
 
@@ -97,7 +97,7 @@ class ScriptLike(Protocol):
 
 # Called once when the connection closes: (connection, error or None if closed
 # by the client, healthy = it had connected: handshake done).
-CloseCallback = Callable[["RedisConnection", Optional[BackendError], bool], None]
+CloseCallback = Callable[["RedisConnection", Optional[RedisClientError], bool], None]
 
 
 class RedisConnection(asyncio.BufferedProtocol):
@@ -169,7 +169,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._ready_waiters: list[asyncio.Future[None]] = []
-        self.error: BackendError | None = None
+        self.error: RedisClientError | None = None
 
     def __repr__(self) -> str:
         state = ("connecting", "ready", "closed")[self._state]
@@ -191,7 +191,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         """Queue one encoded command; the future resolves to its reply.
 
         An error reply resolves it with RedisReplyError; a timeout or a lost
-        connection with BackendError.
+        connection with RedisConnectionError.
         """
         if not self.usable:
             raise self._closed_error(sent=False)
@@ -317,9 +317,9 @@ class RedisConnection(asyncio.BufferedProtocol):
                         future.set_exception(reply)
                 reply = reader.gets()
         except IndexError:
-            self._abort(BackendError(f"{self._label} sent a reply nobody asked for"))
+            self._abort(RedisConnectionError(f"{self._label} sent a reply nobody asked for"))
         except hiredis.ProtocolError as error:
-            self._abort(BackendError(f"{self._label} sent malformed RESP: {error}"))
+            self._abort(RedisConnectionError(f"{self._label} sent malformed RESP: {error}"))
 
     def _resend_as_eval(self, future: asyncio.Future[Any]) -> bool:
         """Re-send the EVALSHA just answered NOSCRIPT as an EVAL for the same future.
@@ -364,7 +364,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if state == _READY and now >= stall_at:
             waited_s = self._command_timeout_s * STALL_FACTOR
             self._abort(
-                BackendError(
+                RedisConnectionError(
                     f"{self._label} sent no reply for {waited_s:g} s; "
                     "connection dropped (server paused, overloaded or unreachable?)"
                 )
@@ -391,13 +391,13 @@ class RedisConnection(asyncio.BufferedProtocol):
         if when is not None:
             self._timer = self._loop.call_at(when, self._on_timer)
 
-    def _timeout_error(self) -> BackendError:
+    def _timeout_error(self) -> RedisClientError:
         if self._state == _CONNECTING:
-            return BackendError(
+            return RedisConnectionError(
                 f"{self._label} was still connecting after {self._command_timeout_s:g} s "
                 "(command timeout)"
             )
-        return BackendError(
+        return RedisConnectionError(
             f"{self._label} did not reply within {self._command_timeout_s:g} s (command timeout)"
         )
 
@@ -409,7 +409,7 @@ class RedisConnection(asyncio.BufferedProtocol):
             self._connect_task = self._loop.create_task(self._connect(connect_timeout_s))
 
     async def wait_ready(self) -> None:
-        """Return once the handshake succeeded; raise BackendError if connecting failed."""
+        """Return once the handshake succeeded; raise RedisConnectionError if connecting failed."""
         if self._state == _READY:
             return
         if self._state == _CLOSED:
@@ -423,20 +423,20 @@ class RedisConnection(asyncio.BufferedProtocol):
             await asyncio.wait_for(self._open_and_greet(), connect_timeout_s)
         except asyncio.CancelledError:
             # Only close() cancels this task; it has already failed everything.
-            self._abort(BackendError(f"connecting to {self._label} was cancelled"))
+            self._abort(RedisConnectionError(f"connecting to {self._label} was cancelled"))
             raise
         except asyncio.TimeoutError:
             self._abort(
-                BackendError(
+                RedisConnectionError(
                     f"cannot connect to {self._label}: no answer within "
                     f"{connect_timeout_s:g} s (connect timeout)"
                 )
             )
-        except BackendError as error:
+        except RedisClientError as error:
             self._abort(error)
         except (OSError, ssl.SSLError, EOFError) as error:
             reason = str(error) or type(error).__name__
-            self._abort(BackendError(f"cannot connect to {self._label}: {reason}"))
+            self._abort(RedisConnectionError(f"cannot connect to {self._label}: {reason}"))
         else:
             self._become_ready()
         finally:
@@ -476,7 +476,7 @@ class RedisConnection(asyncio.BufferedProtocol):
             elif isinstance(outcome, BaseException):
                 raise outcome
         if failures:
-            raise BackendError(f"{self._label}: {'; '.join(failures)}")
+            raise RedisConnectionError(f"{self._label}: {'; '.join(failures)}")
 
     def _handshake(self) -> tuple[list[str], list[bytes]]:
         """The RESP2 greeting for this address: (step names, encoded commands)."""
@@ -534,7 +534,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if self._state == _CLOSED:
             return
         reason = "closed by the server" if exc is None else str(exc) or type(exc).__name__
-        self._fail(BackendError(f"connection to {self._label} lost: {reason}"))
+        self._fail(RedisConnectionError(f"connection to {self._label} lost: {reason}"))
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost fails what is pending
@@ -542,7 +542,7 @@ class RedisConnection(asyncio.BufferedProtocol):
     # -- closing -----------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the connection; whatever is still pending fails with BackendError."""
+        """Close the connection; whatever is still pending fails with RedisConnectionError."""
         self.close_nowait()
 
     def close_nowait(self) -> None:
@@ -577,7 +577,7 @@ class RedisConnection(asyncio.BufferedProtocol):
                 with contextlib.suppress(OSError):  # already disconnected
                     sock.shutdown(socket.SHUT_RDWR)
 
-    def _abort(self, error: BackendError) -> None:
+    def _abort(self, error: RedisClientError) -> None:
         if self._state == _CLOSED:
             return
         transport = self._transport
@@ -585,7 +585,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if transport is not None:
             transport.abort()
 
-    def _fail(self, error: BackendError | None) -> None:
+    def _fail(self, error: RedisClientError | None) -> None:
         """Mark closed and fail everything pending; ``error`` None means closed by us."""
         self._state = _CLOSED
         self.usable = False
@@ -619,9 +619,9 @@ class RedisConnection(asyncio.BufferedProtocol):
         if self._on_close is not None:
             self._on_close(self, error, self._healthy)
 
-    def _closed_error(self, *, sent: bool = True) -> BackendError:
+    def _closed_error(self, *, sent: bool = True) -> RedisClientError:
         """The error of a command failed by the closing; ``sent``: it was written out."""
-        kind = BackendError if sent else CommandNotSentError
+        kind = RedisConnectionError if sent else CommandNotSentError
         if self.error is not None:
             return kind(str(self.error))
         return kind(f"connection to {self._label} was closed by the client")

@@ -10,7 +10,7 @@ Following a failover. Whatever suggests the primary moved makes the next
 command ask again before it is sent:
 
 - the primary stopped answering (a lost connection, a refused connect, a
-  command timeout: any BackendError); the failed command is not retried, as it
+  command timeout: any RedisConnectionError); the failed command is not retried, as it
   may have run;
 - a ``-READONLY`` reply: the server was demoted to a replica and refused the
   write, so nothing ran there and the command is sent once more to the primary
@@ -36,10 +36,10 @@ from collections.abc import Awaitable, Sequence
 from time import monotonic
 from typing import Any, Callable
 
-from ..errors import BackendError, RedisReplyError
 from ._encoding import Arg
 from .client import RedisClient
 from .connection import ScriptLike
+from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import SentinelAddress, parse_sentinel_url
 from .url_options import apply_connect_options
 
@@ -94,7 +94,7 @@ class SentinelClient:
         self._stale = True
         self._finding: dict[asyncio.AbstractEventLoop, asyncio.Task[RedisClient]] = {}
         self._retry_at = 0.0
-        self._last_error: BackendError | None = None
+        self._last_error: RedisClientError | None = None
         self.failovers = 0
         """How many times the primary changed under this client (for diagnostics)."""
 
@@ -134,14 +134,14 @@ class SentinelClient:
             self._suspect(client)
             client = await self._current()
             return await send(client)
-        except BackendError:
+        except RedisClientError:
             self._suspect(client)
             raise
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Find the primary and open this loop's connections to it; BackendError if not."""
+        """Find the primary and open this loop's connections to it; RedisConnectionError if not."""
         client = await self._current()
         await client.connect()
 
@@ -183,7 +183,7 @@ class SentinelClient:
     async def _find(self) -> RedisClient:
         wait_s = self._retry_at - monotonic()
         if wait_s > 0 and self._last_error is not None:
-            raise BackendError(
+            raise RedisConnectionError(
                 f"{self._last_error}; next sentinel query in {math.ceil(wait_s * 1000)} ms"
             )
         candidate: RedisClient | None = None
@@ -196,11 +196,11 @@ class SentinelClient:
             role = await candidate.execute("ROLE")
             if not (isinstance(role, list) and role and role[0] == b"master"):
                 shown = role[0].decode() if isinstance(role, list) and role else repr(role)
-                raise BackendError(
+                raise RedisConnectionError(
                     f"{_host_port(where)}, named primary of {self.address.service_name!r} "
                     f"by the sentinels, is a {shown} (a failover in progress?)"
                 )
-        except BackendError as error:
+        except RedisClientError as error:
             self._retry_at = monotonic() + RETRY_INTERVAL_S
             self._last_error = error
             if candidate is not None and candidate is not self._primary:
@@ -224,7 +224,7 @@ class SentinelClient:
                 reply = await self._sentinel(at).execute(
                     "SENTINEL", "GET-MASTER-ADDR-BY-NAME", name
                 )
-            except BackendError as error:
+            except RedisClientError as error:
                 problems.append(f"sentinel {_host_port(at)}: {error}")
                 continue
             if reply is None:
@@ -237,7 +237,7 @@ class SentinelClient:
                 self._sentinel_order.insert(0, at)
                 return where
             problems.append(f"sentinel {_host_port(at)} replied {reply!r}")
-        raise BackendError(
+        raise RedisConnectionError(
             f"no sentinel of {self.address} named a primary for {name!r}: " + "; ".join(problems)
         )
 

@@ -1,0 +1,25 @@
+"""The client's own errors: it knows nothing of rate limits.
+
+A backend built on the client translates them (moderato.backends.redis maps
+an error reply from a script to RateLimitConfigError or BackendError, and
+everything else to BackendError).
+"""
+
+from __future__ import annotations
+
+
+class RedisClientError(Exception):
+    """Base class of every error the client raises."""
+
+
+class RedisConnectionError(RedisClientError):
+    """No reply: the server could not be reached, did not answer in time, the
+    connection was lost, or what it sent could not be read."""
+
+
+class RedisReplyError(RedisClientError):
+    """Redis answered with an error reply; ``message`` is Redis's own text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import re
 import shutil
 import ssl
 import tempfile
@@ -653,7 +654,6 @@ def test_one_thread_running_loops_one_after_another(redis_server: RedisServer) -
     assert len({id(connection) for connection in used}) == 3
     assert not any(connection.usable for connection in used)
     assert client._pools == {}
-    assert client._pools_by_thread == {}
 
 
 def test_loop_closed_without_shutdown_is_swept(redis_server: RedisServer) -> None:
@@ -902,3 +902,13 @@ def test_the_client_imports_nothing_of_the_limiter() -> None:
         for line in path.read_text().splitlines():
             if line.startswith(("from ..", "import moderato", "from moderato")):
                 assert line.startswith("from .._accel import"), (path.name, line)
+
+
+def test_the_client_reads_no_private_asyncio_attribute() -> None:
+    """Per-loop pools are found through get_running_loop(), not a loop's private state."""
+    package = Path(__file__).resolve().parent.parent / "moderato" / "redis"
+    private = re.compile(r"\b(?:loop|asyncio|base_loop)\._[a-z]")
+    for path in sorted(package.glob("*.py")):
+        text = path.read_text()
+        assert "_thread_id" not in text, path.name
+        assert private.search(text) is None, (path.name, private.search(text))

@@ -7,18 +7,14 @@ pool of ``connections_per_loop`` connections, each one multiplexing the
 commands of that loop (see connection.py); each command goes to the
 connection with the fewest commands in flight (see _Pool.pick).
 
-Finding the caller's pool. ``asyncio.get_running_loop()`` costs a getpid()
-system call on Python 3.9 to 3.11 (a fork check), about 0.25 us here: a tenth
-of the client's whole CPU cost per command. So the hot path looks the pool up
-by thread id instead and checks that its loop is running in this very thread
-(``BaseEventLoop._thread_id``, set by run_forever() for exactly that span; a
-thread runs one loop at a time). Anything else (first use, another loop in the
-same thread, a loop that is not a BaseEventLoop) takes the slow path through
-get_running_loop().
+Finding the caller's pool: ``asyncio.get_running_loop()``, then a dict
+lookup. On Python 3.9 to 3.11 that call costs a getpid() system call (a fork
+check), about 0.25 us; asyncio offers no public, cheaper way to know which
+loop is running in this thread, and the client uses no private attribute.
 
-The mappings (loop -> pool, thread id -> pool) are plain dicts replaced
+The mapping (loop -> pool) is a plain dict replaced
 wholesale (copy on write) under a threading.Lock when a loop registers or
-leaves, so the hot path reads them with no lock at all. A loop leaves when it
+leaves, so the hot path reads it with no lock at all. A loop leaves when it
 shuts down (asyncio.run() and asyncio.Runner close the loop's async generators
 first; a parked one closes the pool then, see _Pool.arm_shutdown_hook); loops
 closed without that step are swept out whenever another loop registers and on
@@ -41,7 +37,6 @@ import ssl
 import threading
 from asyncio import get_running_loop
 from collections.abc import AsyncGenerator, Iterable, Sequence
-from threading import get_ident
 from typing import Any
 
 from ._encoding import Arg, encode_command, encode_evalsha
@@ -101,7 +96,6 @@ class _Pool:
 
     __slots__ = (
         "_shutdown_hook",
-        "base_loop",
         "client",
         "loop",
         "only",
@@ -111,8 +105,6 @@ class _Pool:
     def __init__(self, client: RedisClient, loop: asyncio.AbstractEventLoop, size: int) -> None:
         self.client = client
         self.loop = loop
-        # The loop again when it is a BaseEventLoop (it has _thread_id), else None.
-        self.base_loop: Any = loop if isinstance(loop, asyncio.BaseEventLoop) else None
         self.slots = [_Slot(self) for _ in range(size)]
         # With one connection per loop, that connection while it is open: the hot
         # path reads this and skips pick().
@@ -279,8 +271,6 @@ class RedisClient:
         self.client_name = client_name if client_name is not None else address.client_name
 
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
-        # The hot path's shortcut; holds only pools of BaseEventLoops (see the module doc).
-        self._pools_by_thread: dict[int, _Pool] = {}
         self._pools_lock = threading.Lock()
 
     @classmethod
@@ -312,10 +302,7 @@ class RedisClient:
         server cannot be reached or does not reply within ``command_timeout_s``.
         """
         payload = encode_command(*args)  # first: a TypeError is raised whatever else
-        thread = get_ident()
-        pool = self._pools_by_thread.get(thread)
-        if pool is None or pool.base_loop._thread_id != thread:
-            pool = self._current_pool()
+        pool = self._pools.get(get_running_loop()) or self._current_pool()
         connection = pool.only
         if connection is None or not connection.usable:
             try:
@@ -336,10 +323,7 @@ class RedisClient:
         may take up to twice ``command_timeout_s``.
         """
         payload = encode_evalsha(script.sha, keys, args)
-        thread = get_ident()
-        pool = self._pools_by_thread.get(thread)
-        if pool is None or pool.base_loop._thread_id != thread:
-            pool = self._current_pool()
+        pool = self._pools.get(get_running_loop()) or self._current_pool()
         connection = pool.only
         if connection is None or not connection.usable:
             try:
@@ -409,7 +393,6 @@ class RedisClient:
         """
         with self._pools_lock:
             pools, self._pools = self._pools, {}
-            self._pools_by_thread = {}
         current = get_running_loop()
         for loop, pool in pools.items():
             if loop is current:
@@ -437,19 +420,9 @@ class RedisClient:
     # -- internals ---------------------------------------------------------------
 
     def _current_pool(self) -> _Pool:
-        """The running loop's pool (the slow path): registered and shortcut if new."""
+        """The running loop's pool, registered if new."""
         loop = get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            pool = self._register(loop)
-        thread = get_ident()
-        if pool.base_loop is not None and self._pools_by_thread.get(thread) is not pool:
-            with self._pools_lock:
-                if self._pools.get(loop) is pool:  # not closed meanwhile
-                    by_thread = dict(self._pools_by_thread)
-                    by_thread[thread] = pool
-                    self._pools_by_thread = by_thread
-        return pool
+        return self._pools.get(loop) or self._register(loop)
 
     def _register(self, loop: asyncio.AbstractEventLoop) -> _Pool:
         """Add a pool for ``loop`` (the running loop), forgetting closed loops."""
@@ -468,12 +441,6 @@ class RedisClient:
             pools[loop] = pool
             # Readers on other threads see the old dict or the new one, never a half-built one.
             self._pools = pools
-            if dead:
-                self._pools_by_thread = {
-                    thread: alive
-                    for thread, alive in self._pools_by_thread.items()
-                    if alive not in dead
-                }
         pool.arm_shutdown_hook()
         for dead_pool in dead:
             dead_pool.discard()
@@ -486,12 +453,6 @@ class RedisClient:
                 pools = dict(self._pools)
                 del pools[pool.loop]
                 self._pools = pools
-            if any(other is pool for other in self._pools_by_thread.values()):
-                self._pools_by_thread = {
-                    thread: other
-                    for thread, other in self._pools_by_thread.items()
-                    if other is not pool
-                }
 
     def _open(self, slot: _Slot) -> RedisConnection:
         if self.address.tls and self._ssl_context is None:

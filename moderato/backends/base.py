@@ -84,6 +84,23 @@ def decoded(plan: Plan, reply: object) -> CheckResult:
     return result
 
 
+class KeySpaceBound:
+    """``bind`` and ``decision_keys`` as every backend does them: the keys come
+    from the bound KeySpace with the algorithm's key tag, whatever the store."""
+
+    keyspace: KeySpace
+
+    def bind(self, keyspace: KeySpace) -> None:
+        self.keyspace = keyspace
+
+    def decision_keys(
+        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
+    ) -> list[bytes]:
+        return self.keyspace.decision_keys(
+            plan.algorithm.key_tag, plan.policy, key, tenant_type, scope
+        )
+
+
 class Backend(Protocol):
     synchronous: bool
     """True for SynchronousBackend (answers at once), False for AsyncBackend."""

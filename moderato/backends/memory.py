@@ -21,10 +21,9 @@ from urllib.parse import parse_qsl, urlsplit
 from .. import _accel
 from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError
-from ..keys import KeySpace
 from ..plans import Plan
 from ..results import CheckResult
-from .base import DecisionReply, decoded
+from .base import DecisionReply, KeySpaceBound, decoded
 
 logger = logging.getLogger("moderato")
 
@@ -68,7 +67,7 @@ def _store_error(script: str, error: ValueError) -> Exception:
     return BackendError(f"memory:// {script}: {message}")
 
 
-class MemoryBackend:
+class MemoryBackend(KeySpaceBound):
     """The Backend protocol over one in-process ``MemoryStore``.
 
     ``max_entries`` caps the table (least recently used entries are evicted
@@ -79,8 +78,6 @@ class MemoryBackend:
 
     synchronous = True
     """Decides without waiting: the limiter calls ``check_now``."""
-
-    keyspace: KeySpace
 
     def __init__(
         self, max_entries: int = DEFAULT_MAX_ENTRIES, clock: Optional[Clock] = None
@@ -115,16 +112,6 @@ class MemoryBackend:
                 )
             max_entries = int(value)
         return cls(max_entries)
-
-    def bind(self, keyspace: KeySpace) -> None:
-        self.keyspace = keyspace
-
-    def decision_keys(
-        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
-    ) -> list[bytes]:
-        return self.keyspace.decision_keys(
-            plan.algorithm.key_tag, plan.policy, key, tenant_type, scope
-        )
 
     def check_now(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool

@@ -8,12 +8,11 @@ from typing import Any, Callable, Optional, Union
 from .._accel import key_slot
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..errors import BackendError
-from ..keys import KeySpace
 from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
-from .base import DecisionReply, decoded, translated
+from .base import DecisionReply, KeySpaceBound, decoded, translated
 from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
@@ -22,7 +21,7 @@ Execute = Callable[..., Awaitable[Any]]
 """A client's (or one node's) ``execute``."""
 
 
-class RedisBackend:
+class RedisBackend(KeySpaceBound):
     """Runs the scripts through a RedisClient (one server), a ClusterClient (a cluster),
     a SentinelClient (the primary the sentinels name) or a RedisPyClient (a user's
     own redis-py client).
@@ -37,8 +36,6 @@ class RedisBackend:
     synchronous = False
     """Every decision waits for a reply."""
 
-    keyspace: KeySpace
-
     def __init__(
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:
@@ -47,16 +44,6 @@ class RedisBackend:
         # breaker per node, so one failing primary does not stop the others.
         self.node_of: Optional[Callable[[bytes], Optional[str]]] = (
             client.node_for_key if isinstance(client, ClusterClient) else None
-        )
-
-    def bind(self, keyspace: KeySpace) -> None:
-        self.keyspace = keyspace
-
-    def decision_keys(
-        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
-    ) -> list[bytes]:
-        return self.keyspace.decision_keys(
-            plan.algorithm.key_tag, plan.policy, key, tenant_type, scope
         )
 
     def start_check(

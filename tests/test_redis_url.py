@@ -521,3 +521,32 @@ async def test_tls_options_change_verification(tls_files: tuple[Path, int]) -> N
         await _pings(f"rediss://127.0.0.1:{port}?{ca}&{cert}")
     # ...unless it is switched off (the chain is still verified).
     assert await _pings(f"rediss://127.0.0.1:{port}?{ca}&{cert}&ssl_check_hostname=false")
+
+
+def test_each_client_takes_its_address_or_a_url_and_names_both_otherwise() -> None:
+    # A URL str is parsed into the client's own address type.
+    assert RedisClient("redis://h:7000/2").address == parse_url("redis://h:7000/2")
+    assert SentinelClient("redis+sentinel://s:26380/svc").address == parse_sentinel_url(
+        "redis+sentinel://s:26380/svc"
+    )
+    assert ClusterClient("redis+cluster://a:7000").address == parse_cluster_url(
+        "redis+cluster://a:7000"
+    )
+    # An address of the right type is kept as given.
+    address = parse_url("redis://h:7000")
+    assert RedisClient(address).address is address
+    # Anything else (another client's address too) is a TypeError naming both forms.
+    with pytest.raises(TypeError) as raised:
+        RedisClient(6379)  # type: ignore[arg-type]
+    assert str(raised.value) == "address must be a RedisAddress or a URL str, got int"
+    with pytest.raises(TypeError) as raised:
+        SentinelClient(address)  # type: ignore[arg-type]
+    assert str(raised.value) == ("address must be a SentinelAddress or a URL str, got RedisAddress")
+    with pytest.raises(TypeError) as raised:
+        ClusterClient(None)  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "address must be a ClusterAddress or a cluster URL str, got NoneType"
+    )
+    # A bad URL is still parse_url's ValueError.
+    with pytest.raises(ValueError, match="unsupported scheme http://"):
+        RedisClient("http://h")

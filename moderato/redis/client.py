@@ -42,7 +42,7 @@ from typing import Any
 from ._encoding import Arg, encode_command, encode_evalsha
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .errors import RedisClientError, RedisReplyError
-from .url import RedisAddress, client_name_problem, parse_url
+from .url import RedisAddress, address_of, client_name_problem, parse_url
 from .url_options import apply_connect_options
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "RedisClient", "ScriptLike"]
@@ -232,12 +232,7 @@ class RedisClient:
         ssl_context: ssl.SSLContext | None = None,
         client_name: str | None = None,
     ) -> None:
-        if isinstance(address, str):
-            address = parse_url(address)
-        elif not isinstance(address, RedisAddress):
-            raise TypeError(
-                f"address must be a RedisAddress or a URL str, got {type(address).__name__}"
-            )
+        address = address_of(address, RedisAddress, parse_url)
         self.address = address
         self.connect_timeout_s = _positive_seconds("connect_timeout_s", connect_timeout_s)
         self.command_timeout_s = _positive_seconds("command_timeout_s", command_timeout_s)

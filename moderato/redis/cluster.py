@@ -65,7 +65,7 @@ from ._encoding import Arg, encode_command
 from .client import RedisClient, _positive_seconds
 from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
-from .url import ClusterAddress, parse_cluster_url
+from .url import ClusterAddress, address_of, parse_cluster_url
 from .url_options import apply_connect_options
 
 __all__ = [
@@ -198,13 +198,7 @@ class ClusterClient:
         client_name: str | None = None,
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
     ) -> None:
-        if isinstance(address, str):
-            address = parse_cluster_url(address)
-        elif not isinstance(address, ClusterAddress):
-            raise TypeError(
-                f"address must be a ClusterAddress or a cluster URL str, "
-                f"got {type(address).__name__}"
-            )
+        address = address_of(address, ClusterAddress, parse_cluster_url, "a cluster URL str")
         if ssl_context is not None and not address.tls:
             raise ValueError(
                 f"ssl_context was given but {address} is not a TLS address; use rediss+cluster://"

@@ -40,7 +40,7 @@ from ._encoding import Arg
 from .client import RedisClient
 from .connection import ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
-from .url import SentinelAddress, parse_sentinel_url
+from .url import SentinelAddress, address_of, parse_sentinel_url
 from .url_options import apply_connect_options
 
 __all__ = ["RETRY_INTERVAL_S", "SentinelClient"]
@@ -65,12 +65,7 @@ class SentinelClient:
         ssl_context: ssl.SSLContext | None = None,
         client_name: str | None = None,
     ) -> None:
-        if isinstance(address, str):
-            address = parse_sentinel_url(address)
-        elif not isinstance(address, SentinelAddress):
-            raise TypeError(
-                f"address must be a SentinelAddress or a URL str, got {type(address).__name__}"
-            )
+        address = address_of(address, SentinelAddress, parse_sentinel_url)
         self.address = address
         self._options: dict[str, Any] = {
             "connect_timeout_s": connect_timeout_s,

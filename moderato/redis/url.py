@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from .url_options import CONNECT_OPTIONS, REFUSED_OPTIONS, ConnectOptions, parse_connect_options
@@ -42,6 +42,7 @@ __all__ = [
     "ClusterAddress",
     "RedisAddress",
     "SentinelAddress",
+    "address_of",
     "client_name_problem",
     "is_cluster_url",
     "is_sentinel_url",
@@ -240,6 +241,26 @@ def mask_url(url: str) -> str:
         # "redis://secret@host": some tools put a bare password there.
         return f"{url[:start]}***{url[at:]}"
     return f"{url[:start]}{userinfo[: colon + 1]}***{url[at:]}"
+
+
+_Address = TypeVar("_Address", RedisAddress, ClusterAddress, SentinelAddress)
+
+
+def address_of(
+    address: object,
+    kind: type[_Address],
+    parse: Callable[[str], _Address],
+    url_kind: str = "a URL str",
+) -> _Address:
+    """A client constructor's ``address``: a ``kind`` as is, a str parsed with ``parse``,
+    anything else a TypeError naming both forms it takes."""
+    if isinstance(address, str):
+        return parse(address)
+    if not isinstance(address, kind):
+        raise TypeError(
+            f"address must be a {kind.__name__} or {url_kind}, got {type(address).__name__}"
+        )
+    return address
 
 
 def parse_url(url: str) -> RedisAddress:

@@ -254,13 +254,13 @@ def address_of(
 ) -> _Address:
     """A client constructor's ``address``: a ``kind`` as is, a str parsed with ``parse``,
     anything else a TypeError naming both forms it takes."""
+    if isinstance(address, kind):
+        return address
     if isinstance(address, str):
         return parse(address)
-    if not isinstance(address, kind):
-        raise TypeError(
-            f"address must be a {kind.__name__} or {url_kind}, got {type(address).__name__}"
-        )
-    return address
+    raise TypeError(
+        f"address must be a {kind.__name__} or {url_kind}, got {type(address).__name__}"
+    )
 
 
 def parse_url(url: str) -> RedisAddress:

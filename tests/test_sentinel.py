@@ -215,8 +215,11 @@ async def test_failover_under_load(own_deployment: SentinelDeployment) -> None:
         assert errors, "the kill went unnoticed"
         first_back = min(t for t, o in after_kill if o == "allowed" and t > errors[0])
         assert first_back > promoted_at, "a decision was made before any primary existed"
-        # Fail closed: every check between the kill and recovery raised BackendError.
-        assert all(o == "error" for t, o in after_kill if t < errors[-1])
+        # Fail closed: every check between the first error and recovery raised
+        # BackendError (a check answered just before the kill may be recorded
+        # after it, and a loaded machine may time out a check after recovery,
+        # so the span is from the first error to the first decision back).
+        assert all(o == "error" for t, o in after_kill if errors[0] <= t < first_back)
         # Fail open: the same outage was bypassed, never raised.
         bypassed = sum(1 for t, o in open_outcomes.records if o == "bypassed")
         assert bypassed > 0

@@ -346,7 +346,7 @@ async def test_sliding_window_retry_may_lie_beyond_the_next_boundary(lua: LuaHar
 # -- permanent denial ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS + NEWER)
 async def test_cost_above_capacity_is_a_permanent_denial(lua: LuaHarness, algorithm: str) -> None:
     ten_per_minute = [policy(algorithm, 10, 60)]
     reply = await decide(lua, algorithm, ten_per_minute, 11_000, at_ms=lua.now_ms + 5000)
@@ -398,6 +398,9 @@ async def test_permanent_denial_decides_over_any_wait(
         ("token_bucket", (1500, 500 + 864_000), (100, 600, 500 + 864_000)),
         # the 1 s window's next second still weighs this one fully: the one after
         ("sliding_window", (1000, DAY_MS), (1500, 2000, DAY_MS)),
+        ("gcra", (1500, 500 + 864_000), (100, 600, 500 + 864_000)),
+        ("leaky_bucket", (1500, 500 + 864_000), (100, 600, 500 + 864_000)),
+        ("sliding_log", (1500, 500 + DAY_MS), (1000, 1500, 500 + DAY_MS)),
     ],
 )
 async def test_one_denying_policy_charges_none(
@@ -1350,23 +1353,6 @@ async def test_gcra_and_leaky_bucket_give_the_same_replies(lua: LuaHarness) -> N
 
 
 @pytest.mark.parametrize("algorithm", NEWER)
-async def test_cost_above_capacity_is_a_permanent_denial_gcra_log_leaky(
-    lua: LuaHarness, algorithm: str
-) -> None:
-    ten_per_minute = [policy(algorithm, 10, 60)]
-    reply = await decide(lua, algorithm, ten_per_minute, 11_000, at_ms=lua.now_ms + 5000)
-    assert reply == [0, 0, 10_000, -1, -1]
-    assert await lua.keys() == []
-    await decide(lua, algorithm, ten_per_minute, 3000)
-    before = await lua.dump()
-    reply = await decide(lua, algorithm, ten_per_minute, 10_001)
-    assert reply == [0, 0, 7000, -1, -1]
-    assert await lua.dump() == before
-    reply = await decide(lua, algorithm, ten_per_minute, 7000)
-    assert reply[:4] == [1, 0, 0, 0]
-
-
-@pytest.mark.parametrize("algorithm", NEWER)
 async def test_largest_cost_against_largest_capacity_gcra_log_leaky(
     lua: LuaHarness, algorithm: str
 ) -> None:
@@ -1375,35 +1361,6 @@ async def test_largest_cost_against_largest_capacity_gcra_log_leaky(
     assert reply == [0, 0, MAX_CAPACITY, -1, -1]
     reply = await decide(lua, algorithm, largest, MAX_CAPACITY)
     assert reply[:4] == [1, 0, 0, 0]
-
-
-@pytest.mark.parametrize(
-    ("algorithm", "resets", "denied"),
-    [
-        # 10 units at 10 per s are drained in 1 s; 10 of 1000 per day in 864 s
-        ("gcra", (1500, 500 + 864_000), (100, 600, 500 + 864_000)),
-        ("leaky_bucket", (1500, 500 + 864_000), (100, 600, 500 + 864_000)),
-        # the log recovers when its newest entry leaves; the denial waits for the first
-        ("sliding_log", (1500, 500 + DAY_MS), (1000, 1500, 500 + DAY_MS)),
-    ],
-)
-async def test_one_denying_policy_charges_none_gcra_log_leaky(
-    lua: LuaHarness, algorithm: str, resets: tuple[int, int], denied: tuple[int, int, int]
-) -> None:
-    """10/second;1000/day: the 11th request in a second is denied and the day not charged."""
-    t0 = lua.now_ms
-    policies = [policy(algorithm, 10, 1), policy(algorithm, 1000, 86_400)]
-    await lua.set_clock(t0 + 500)
-    first = await decide(lua, algorithm, policies, 1000)
-    assert first[:3] == [1, 0, 9000] and first[5] == 999_000
-    for _ in range(9):
-        reply = await decide(lua, algorithm, policies, 1000)
-    assert reply == [1, 0, 0, 0, t0 + resets[0], 990_000, 0, t0 + resets[1]]
-    before = await lua.dump()
-    retry_ms, reset_0, reset_1 = denied
-    reply = await decide(lua, algorithm, policies, 1000)
-    assert reply == [0, 0, 0, retry_ms, t0 + reset_0, 990_000, 0, t0 + reset_1]
-    assert await lua.dump() == before
 
 
 @pytest.mark.parametrize("algorithm", NEWER)

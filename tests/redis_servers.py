@@ -137,17 +137,22 @@ class RedisServer:
             "--protected-mode", "no",
             *self.extra_args,
         ]
+        self._launch(args, "redis-server", timeout_s)
+        return self
+
+    def _launch(self, args: list[str], what: str, timeout_s: float) -> None:
+        """Start ``args`` and wait until it answers PING (its log in the error if it dies)."""
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log_path = self.dir / "redis.log"
                 log = log_path.read_text() if log_path.exists() else ""
-                raise RuntimeError(f"redis-server on port {self.port} exited on start:\n{log}")
+                raise RuntimeError(f"{what} on port {self.port} exited on start:\n{log}")
             if self.ping():
-                return self
+                return
             time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout_s} s")
+        raise RuntimeError(f"{what} on port {self.port} did not answer within {timeout_s} s")
 
     def ping(self) -> bool:
         try:
@@ -225,17 +230,8 @@ class SentinelServer(RedisServer):
             "--logfile", str(self.dir / "redis.log"),
             "--protected-mode", "no",
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                log_path = self.dir / "redis.log"
-                log = log_path.read_text() if log_path.exists() else ""
-                raise RuntimeError(f"sentinel on port {self.port} exited on start:\n{log}")
-            if self.ping():
-                return self
-            time.sleep(0.02)
-        raise RuntimeError(f"sentinel on port {self.port} did not answer within {timeout_s} s")
+        self._launch(args, "sentinel", timeout_s)
+        return self
 
     def primary_port(self) -> int | None:
         """The port of the primary this sentinel names now (None if it names none)."""

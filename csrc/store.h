@@ -116,14 +116,30 @@ typedef struct memory_algorithm {
     void (*apply)(MemoryStore *store, memory_call *call, memory_policy *policy);
 } memory_algorithm;
 
-extern const memory_algorithm store_fixed_window;
-extern const memory_algorithm store_token_bucket;
-extern const memory_algorithm store_sliding_window;
-extern const memory_algorithm store_gcra;
-extern const memory_algorithm store_sliding_log;
-extern const memory_algorithm store_leaky_bucket;
+/* Every algorithm, in MEMORY_ALGORITHMS' order: X(name) once each. The one
+ * list the declarations below and store_decide.c's table are built from. */
+#define STORE_ALGORITHM_NAMES(X)                                                       \
+    X(fixed_window) X(token_bucket) X(sliding_window) X(gcra) X(sliding_log) X(leaky_bucket)
 
-/* Every algorithm, in MEMORY_ALGORITHMS' order (store_decide.c). */
+#define STORE_ALGORITHM_DECLARE(algo) extern const memory_algorithm store_##algo;
+STORE_ALGORITHM_NAMES(STORE_ALGORITHM_DECLARE)
+#undef STORE_ALGORITHM_DECLARE
+
+/* An algorithm's registry entry, the last line of its store_<algo>.c: the
+ * name is the registry's in_process name, and <algo>_evaluate and
+ * <algo>_apply are the steps every algorithm has. parse_extra and prepare
+ * are optional (NULL). */
+#define STORE_ALGORITHM(algo, extra_fields_, parse_extra_, prepare_)                   \
+    const memory_algorithm store_##algo = {                                            \
+        .name = #algo,                                                                 \
+        .extra_fields = (extra_fields_),                                               \
+        .parse_extra = (parse_extra_),                                                 \
+        .evaluate = algo##_evaluate,                                                   \
+        .prepare = (prepare_),                                                         \
+        .apply = algo##_apply,                                                         \
+    }
+
+/* Every algorithm, in STORE_ALGORITHM_NAMES' order (store_decide.c). */
 extern const memory_algorithm *const store_algorithms[];
 extern const int store_algorithm_count;
 

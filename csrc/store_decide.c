@@ -117,10 +117,9 @@ add_index_target(MemoryStore *store, memory_call *call, memory_policy *policy, i
 
 /* ---- the algorithms --------------------------------------------------------- */
 
-const memory_algorithm *const store_algorithms[] = {
-    &store_fixed_window, &store_token_bucket, &store_sliding_window,
-    &store_gcra,         &store_sliding_log,  &store_leaky_bucket,
-};
+#define STORE_ALGORITHM_ADDRESS(algo) &store_##algo,
+const memory_algorithm *const store_algorithms[] = {STORE_ALGORITHM_NAMES(STORE_ALGORITHM_ADDRESS)};
+#undef STORE_ALGORITHM_ADDRESS
 
 const int store_algorithm_count =
     (int)(sizeof(store_algorithms) / sizeof(store_algorithms[0]));

@@ -34,11 +34,4 @@ fixed_window_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-const memory_algorithm store_fixed_window = {
-    .name = "fixed_window",
-    .extra_fields = 0,
-    .parse_extra = NULL,
-    .evaluate = fixed_window_evaluate,
-    .prepare = NULL,
-    .apply = fixed_window_apply,
-};
+STORE_ALGORITHM(fixed_window, 0, NULL, NULL);

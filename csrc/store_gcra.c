@@ -116,11 +116,4 @@ gcra_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-const memory_algorithm store_gcra = {
-    .name = "gcra",
-    .extra_fields = 0,
-    .parse_extra = gcra_parse_extra,
-    .evaluate = gcra_evaluate,
-    .prepare = NULL,
-    .apply = gcra_apply,
-};
+STORE_ALGORITHM(gcra, 0, gcra_parse_extra, NULL);

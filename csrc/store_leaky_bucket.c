@@ -54,11 +54,4 @@ leaky_bucket_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-const memory_algorithm store_leaky_bucket = {
-    .name = "leaky_bucket",
-    .extra_fields = 0,
-    .parse_extra = leaky_bucket_parse_extra,
-    .evaluate = leaky_bucket_evaluate,
-    .prepare = NULL,
-    .apply = leaky_bucket_apply,
-};
+STORE_ALGORITHM(leaky_bucket, 0, leaky_bucket_parse_extra, NULL);

@@ -342,11 +342,4 @@ sliding_log_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-const memory_algorithm store_sliding_log = {
-    .name = "sliding_log",
-    .extra_fields = 0,
-    .parse_extra = NULL,
-    .evaluate = sliding_log_evaluate,
-    .prepare = sliding_log_prepare,
-    .apply = sliding_log_apply,
-};
+STORE_ALGORITHM(sliding_log, 0, NULL, sliding_log_prepare);

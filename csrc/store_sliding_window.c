@@ -109,11 +109,4 @@ sliding_window_apply(MemoryStore *store, memory_call *call, memory_policy *polic
     }
 }
 
-const memory_algorithm store_sliding_window = {
-    .name = "sliding_window",
-    .extra_fields = 0,
-    .parse_extra = NULL,
-    .evaluate = sliding_window_evaluate,
-    .prepare = NULL,
-    .apply = sliding_window_apply,
-};
+STORE_ALGORITHM(sliding_window, 0, NULL, NULL);

@@ -41,11 +41,4 @@ token_bucket_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-const memory_algorithm store_token_bucket = {
-    .name = "token_bucket",
-    .extra_fields = 1,
-    .parse_extra = token_bucket_parse_extra,
-    .evaluate = token_bucket_evaluate,
-    .prepare = NULL,
-    .apply = token_bucket_apply,
-};
+STORE_ALGORITHM(token_bucket, 1, token_bucket_parse_extra, NULL);

@@ -134,8 +134,12 @@ def test_every_algorithm_has_a_c_implementation(name: str) -> None:
     store = _accel.MemoryStore(16)
     reply = store.decide(algorithm.in_process, [b"k:60"], (1000, 1, *plan.script_args), NOW_MS)
     assert reply[:3] == [1, 0, 4000]
-    c_sources = "".join(path.read_text() for path in CSRC.glob("*.c"))
-    assert f'"{algorithm.in_process}"' in c_sources
+    # its own file, ending in its registry entry, and named on store.h's list
+    in_process = algorithm.in_process
+    last_line = (CSRC / f"store_{in_process}.c").read_text().rstrip().splitlines()[-1]
+    assert last_line.startswith(f"STORE_ALGORITHM({in_process}, ")
+    names = re.search(r"STORE_ALGORITHM_NAMES\(X\)\s*\\\n(.*)\n", (CSRC / "store.h").read_text())
+    assert names is not None and f"X({in_process})" in names.group(1).split()
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)

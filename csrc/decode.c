@@ -15,6 +15,7 @@
 #include "decode.h"
 #include "errors.h"
 #include "results.h"
+#include "sequence.h"
 
 #define DECODE_HEADER_INTS 2    /* allowed, deciding */
 #define DECODE_POLICY_INTS 3    /* remaining_scaled, retry_ms, reset_ms */
@@ -205,22 +206,21 @@ read_reply(const char *function, PyObject *reply, int policies, long long *value
     return check_deciding(function, values, policies);
 }
 
+/* Policy i's state as decode_decision returns it: (remaining_scaled, retry_ms, reset_ms). */
 static PyObject *
-build_result(const long long *values, int policies)
+policy_state(void *values, Py_ssize_t i)
 {
-    PyObject *states = PyTuple_New(policies);
+    const long long *policy =
+        (const long long *)values + DECODE_HEADER_INTS + DECODE_POLICY_INTS * i;
+    return Py_BuildValue("(LLL)", policy[REMAINING_SCALED], policy[RETRY_MS], policy[RESET_MS]);
+}
+
+static PyObject *
+build_result(long long *values, int policies)
+{
+    PyObject *states = accel_build_sequence(1, policies, policy_state, values);
     if (states == NULL) {
         return NULL;
-    }
-    for (int i = 0; i < policies; i++) {
-        const long long *policy = values + DECODE_HEADER_INTS + DECODE_POLICY_INTS * i;
-        PyObject *state = Py_BuildValue("(LLL)", policy[REMAINING_SCALED], policy[RETRY_MS],
-                                        policy[RESET_MS]);
-        if (state == NULL) {
-            Py_DECREF(states);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(states, i, state);
     }
     return Py_BuildValue("(NLN)", PyBool_FromLong((long)values[0]), values[1], states);
 }
@@ -230,11 +230,7 @@ decode_decision(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
 {
     long long values[DECODE_MAX_INTS];
 
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "decode_decision() takes exactly 2 arguments (reply, policies) "
-                     "(%zd given)",
-                     nargs);
+    if (accel_check_arity("decode_decision", "reply, policies", 2, 2, nargs) < 0) {
         return NULL;
     }
     /* policies first: a wrong one is the caller's bug, not the reply's. */
@@ -327,9 +323,7 @@ decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long long values[DECODE_MAX_INTS];
     int policies;
 
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "check_result() takes exactly 2 arguments (reply, plan) (%zd given)", nargs);
+    if (accel_check_arity("check_result", "reply, plan", 2, 2, nargs) < 0) {
         return NULL;
     }
     accel_state *state = PyModule_GetState(module);

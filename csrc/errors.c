@@ -107,3 +107,21 @@ done:
     Py_DECREF(cause);
     return NULL;
 }
+
+int
+accel_arity_error(const char *function, const char *parameters, Py_ssize_t least,
+                  Py_ssize_t most, Py_ssize_t given)
+{
+    const char *open = parameters == NULL ? "" : " (";
+    const char *names = parameters == NULL ? "" : parameters;
+    const char *close = parameters == NULL ? "" : ")";
+    if (least == most) {
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd argument%s%s%s%s (%zd given)",
+                     function, least, least == 1 ? "" : "s", open, names, close, given);
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd or %zd arguments%s%s%s (%zd given)",
+                     function, least, most, open, names, close, given);
+    }
+    return -1;
+}

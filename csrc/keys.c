@@ -17,6 +17,7 @@
 #include "contract.h"
 #include "errors.h"
 #include "keys.h"
+#include "sequence.h"
 #include "sha256.h"
 
 #define KEYS_MAX_PREFIX_BYTES 128
@@ -179,9 +180,7 @@ static int
 find_secret(const char *function, Py_ssize_t positional, PyObject *const *args,
             Py_ssize_t nargs, PyObject *kwnames, PyObject **secret)
 {
-    if (nargs < positional || nargs > positional + 1) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %zd or %zd positional arguments (%zd given)",
-                     function, positional, positional + 1, nargs);
+    if (accel_check_arity(function, NULL, positional, positional + 1, nargs) < 0) {
         return -1;
     }
     *secret = nargs > positional ? args[positional] : NULL;
@@ -333,6 +332,36 @@ write_decimal(char *out, long long value)
     return out;
 }
 
+/* The keys of one check: a shared head, then each policy's window. */
+typedef struct {
+    char *key;  /* the head, with room for a window's digits after it */
+    char *tail; /* where a window's digits go */
+    const long long *windows_s;
+} window_keys;
+
+static PyObject *
+window_key(void *context, Py_ssize_t i)
+{
+    window_keys *keys = context;
+    char *end = write_decimal(keys->tail, keys->windows_s[i]);
+    return PyBytes_FromStringAndSize(keys->key, end - keys->key);
+}
+
+/* What build_keys and key_pattern check first (arguments are checked in
+ * order, so the first bad one is reported): the call's arguments and secret
+ * (find_secret), then the prefix, args[0]. The prefix's bytes, or NULL. */
+static const unsigned char *
+secret_and_prefix(const char *function, Py_ssize_t positional, PyObject *const *args,
+                  Py_ssize_t nargs, PyObject *kwnames, PyObject **secret,
+                  Py_ssize_t *prefix_size)
+{
+    if (find_secret(function, positional, args, nargs, kwnames, secret) < 0) {
+        return NULL;
+    }
+    return token_bytes(function, "prefix", args[0], KEYS_MAX_PREFIX_BYTES, is_prefix_byte,
+                       KEYS_PREFIX_ALPHABET, prefix_size);
+}
+
 PyObject *
 keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
            PyObject *kwnames)
@@ -344,13 +373,8 @@ keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
     PyObject *secret;
     keys_tag tag;
 
-    /* Arguments are checked in order, so the first bad one is reported. */
-    if (find_secret(function, 6, args, nargs, kwnames, &secret) < 0) {
-        return NULL;
-    }
     const unsigned char *prefix =
-        token_bytes(function, "prefix", args[0], KEYS_MAX_PREFIX_BYTES, is_prefix_byte,
-                    KEYS_PREFIX_ALPHABET, &prefix_size);
+        secret_and_prefix(function, 6, args, nargs, kwnames, &secret, &prefix_size);
     if (prefix == NULL) {
         return NULL;
     }
@@ -374,20 +398,8 @@ keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
     *out++ = ':';
     assert(out - key <= KEYS_MAX_BYTES - KEYS_MAX_WINDOW_DIGITS);
 
-    PyObject *keys = PyList_New(window_count);
-    if (keys == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < window_count; i++) {
-        char *end = write_decimal(out, windows_s[i]);
-        PyObject *one_key = PyBytes_FromStringAndSize(key, end - key);
-        if (one_key == NULL) {
-            Py_DECREF(keys);
-            return NULL;
-        }
-        PyList_SET_ITEM(keys, i, one_key);
-    }
-    return keys;
+    window_keys keys = {key, out, windows_s};
+    return accel_build_sequence(0, window_count, window_key, &keys);
 }
 
 PyObject *
@@ -400,12 +412,8 @@ keys_pattern(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     PyObject *secret;
     keys_tag tag;
 
-    if (find_secret(function, 4, args, nargs, kwnames, &secret) < 0) {
-        return NULL;
-    }
     const unsigned char *prefix =
-        token_bytes(function, "prefix", args[0], KEYS_MAX_PREFIX_BYTES, is_prefix_byte,
-                    KEYS_PREFIX_ALPHABET, &prefix_size);
+        secret_and_prefix(function, 4, args, nargs, kwnames, &secret, &prefix_size);
     if (prefix == NULL || parse_tag(function, args + 1, secret, &tag) < 0 ||
         (secret != NULL && check_secret(function, secret) < 0)) {
         return NULL;
@@ -442,8 +450,7 @@ PyObject *
 keys_slot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t size;
-    if (nargs != 1) {
-        PyErr_Format(PyExc_TypeError, "key_slot() takes exactly 1 argument (%zd given)", nargs);
+    if (accel_check_arity("key_slot", NULL, 1, 1, nargs) < 0) {
         return NULL;
     }
     const unsigned char *key = text_bytes("key_slot", "key", args[0], 1, &size);

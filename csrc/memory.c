@@ -67,11 +67,7 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const char *bases[MAX_RESET_KEYS];
     Py_ssize_t base_sizes[MAX_RESET_KEYS];
 
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError,
-                     "MemoryStore.reset() takes exactly 3 arguments (keys, windows_s, now_ms) "
-                     "(%zd given)",
-                     nargs);
+    if (accel_check_arity("MemoryStore.reset", "keys, windows_s, now_ms", 3, 3, nargs) < 0) {
         return NULL;
     }
     call->key_space = NULL;
@@ -79,13 +75,9 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (parse_now("reset", args[2], &now_ms) < 0) {
         return NULL;
     }
-    keys = PySequence_Fast(args[0], "MemoryStore.reset() keys must be a sequence");
-    if (keys == NULL) {
+    if (fast_sequences(args[0], "MemoryStore.reset() keys must be a sequence", &keys, args[1],
+                       "MemoryStore.reset() windows_s must be a sequence", &windows) < 0) {
         return NULL;
-    }
-    windows = PySequence_Fast(args[1], "MemoryStore.reset() windows_s must be a sequence");
-    if (windows == NULL) {
-        goto done;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(keys);
     if (refuse_reset_key_count(count, PySequence_Fast_GET_SIZE(windows)) < 0 ||
@@ -152,11 +144,7 @@ store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     MemoryStore *store = (MemoryStore *)self;
     int64_t now_ms;
     Py_ssize_t max_slots = -1;
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "MemoryStore.sweep() takes 1 or 2 arguments (now_ms, max_slots) "
-                     "(%zd given)",
-                     nargs);
+    if (accel_check_arity("MemoryStore.sweep", "now_ms, max_slots", 1, 2, nargs) < 0) {
         return NULL;
     }
     if (parse_now("sweep", args[0], &now_ms) < 0) {
@@ -237,34 +225,19 @@ store_length(PyObject *self)
 }
 
 static PyObject *
-store_get_max_entries(PyObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSize_t(((MemoryStore *)self)->max_entries);
-}
-
-static PyObject *
 store_get_evictions(PyObject *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromUnsignedLongLong(((MemoryStore *)self)->evictions);
 }
 
+/* A size_t field of the store; the closure is its offset (FIELD_AT). */
 static PyObject *
-store_get_sweep_every(PyObject *self, void *Py_UNUSED(closure))
+store_get_size(PyObject *self, void *offset)
 {
-    return PyLong_FromSize_t(((MemoryStore *)self)->sweep_every);
+    return PyLong_FromSize_t(*(const size_t *)((const char *)self + (size_t)offset));
 }
 
-static PyObject *
-store_get_sweep_slots(PyObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSize_t(((MemoryStore *)self)->sweep_slots);
-}
-
-static PyObject *
-store_get_slot_count(PyObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSize_t(((MemoryStore *)self)->slot_count);
-}
+#define FIELD_AT(name) ((void *)offsetof(MemoryStore, name))
 
 static PyObject *
 store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -348,15 +321,15 @@ static PyMethodDef store_methods[] = {
 };
 
 static PyGetSetDef store_getset[] = {
-    {"max_entries", store_get_max_entries, NULL, "The hard cap on entries.", NULL},
+    {"max_entries", store_get_size, NULL, "The hard cap on entries.", FIELD_AT(max_entries)},
     {"evictions", store_get_evictions, NULL,
      "Entries evicted so far because the table was at its cap.", NULL},
-    {"sweep_every", store_get_sweep_every, NULL,
-     "decide() sweeps every this many decisions (0: never).", NULL},
-    {"sweep_slots", store_get_sweep_slots, NULL, "Slots each of decide()'s sweeps walks.",
-     NULL},
-    {"slot_count", store_get_slot_count, NULL, "Slots of the hash table (a power of two).",
-     NULL},
+    {"sweep_every", store_get_size, NULL,
+     "decide() sweeps every this many decisions (0: never).", FIELD_AT(sweep_every)},
+    {"sweep_slots", store_get_size, NULL, "Slots each of decide()'s sweeps walks.",
+     FIELD_AT(sweep_slots)},
+    {"slot_count", store_get_size, NULL, "Slots of the hash table (a power of two).",
+     FIELD_AT(slot_count)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

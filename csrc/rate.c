@@ -16,6 +16,7 @@
 #include "contract.h"
 #include "errors.h"
 #include "rate.h"
+#include "sequence.h"
 
 #define RATE_GRAMMAR                                                                 \
     "expected '<count>/<unit>', '<count> per <unit>' or '<count>/<n> <units>' with " \
@@ -361,22 +362,12 @@ check_ascii(PyObject *text, rate_parser *parser)
     return result;
 }
 
+/* One policy as parse_rate returns it: (limit, window_s). */
 static PyObject *
-policies_tuple(const rate_policy *policies, int count)
+policy_pair(void *policies, Py_ssize_t i)
 {
-    PyObject *result = PyTuple_New(count);
-    if (result == NULL) {
-        return NULL;
-    }
-    for (int i = 0; i < count; i++) {
-        PyObject *pair = Py_BuildValue("(LL)", policies[i].limit, policies[i].window_s);
-        if (pair == NULL) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(result, i, pair);
-    }
-    return result;
+    const rate_policy *policy = (const rate_policy *)policies + i;
+    return Py_BuildValue("(LL)", policy->limit, policy->window_s);
 }
 
 PyObject *
@@ -385,9 +376,7 @@ rate_parse(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     rate_policy policies[ACCEL_MAX_POLICIES];
     rate_parser parser = {0};
 
-    if (nargs != 1) {
-        PyErr_Format(PyExc_TypeError, "parse_rate() takes exactly 1 argument (%zd given)",
-                     nargs);
+    if (accel_check_arity("parse_rate", NULL, 1, 1, nargs) < 0) {
         return NULL;
     }
     PyObject *text = args[0];
@@ -431,7 +420,7 @@ rate_parse(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             }
         }
         if (parser.pos == parser.length) {
-            return policies_tuple(policies, count + 1);
+            return accel_build_sequence(1, count + 1, policy_pair, policies);
         }
         parser.pos++; /* the separator */
         parser.policy++;

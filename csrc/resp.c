@@ -387,10 +387,7 @@ resp_encode_evalsha(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize
     PyObject *keys = NULL, *script_args = NULL, *encoded = NULL;
     Py_ssize_t sha_size;
 
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError,
-                     "encode_evalsha() takes exactly 3 arguments (sha, keys, args) (%zd given)",
-                     nargs);
+    if (accel_check_arity("encode_evalsha", "sha, keys, args", 3, 3, nargs) < 0) {
         return NULL;
     }
     const char *sha = checked_sha(args[0], &sha_size);

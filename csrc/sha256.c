@@ -168,14 +168,28 @@ sha256(const unsigned char *data, size_t size, unsigned char digest[SHA256_DIGES
     sha256_final(&context, digest);
 }
 
+/* One of HMAC's two passes: SHA-256 over the block key XOR pad_byte, then data. */
+static void
+hmac_pass(const unsigned char block_key[SHA256_BLOCK_BYTES], unsigned char pad_byte,
+          const unsigned char *data, size_t size, unsigned char digest[SHA256_DIGEST_BYTES])
+{
+    unsigned char pad[SHA256_BLOCK_BYTES];
+    sha256_context context;
+    for (int i = 0; i < SHA256_BLOCK_BYTES; i++) {
+        pad[i] = block_key[i] ^ pad_byte;
+    }
+    sha256_init(&context);
+    sha256_update(&context, pad, SHA256_BLOCK_BYTES);
+    sha256_update(&context, data, size);
+    sha256_final(&context, digest);
+}
+
 void
 hmac_sha256(const unsigned char *key, size_t key_size, const unsigned char *data, size_t size,
             unsigned char digest[SHA256_DIGEST_BYTES])
 {
     unsigned char block_key[SHA256_BLOCK_BYTES] = {0};
-    unsigned char pad[SHA256_BLOCK_BYTES];
     unsigned char inner_digest[SHA256_DIGEST_BYTES];
-    sha256_context context;
 
     /* A key longer than a block is replaced by its hash; shorter ones are
      * padded with zeros. */
@@ -186,19 +200,6 @@ hmac_sha256(const unsigned char *key, size_t key_size, const unsigned char *data
         memcpy(block_key, key, key_size);
     }
 
-    for (int i = 0; i < SHA256_BLOCK_BYTES; i++) {
-        pad[i] = block_key[i] ^ HMAC_INNER_PAD;
-    }
-    sha256_init(&context);
-    sha256_update(&context, pad, SHA256_BLOCK_BYTES);
-    sha256_update(&context, data, size);
-    sha256_final(&context, inner_digest);
-
-    for (int i = 0; i < SHA256_BLOCK_BYTES; i++) {
-        pad[i] = block_key[i] ^ HMAC_OUTER_PAD;
-    }
-    sha256_init(&context);
-    sha256_update(&context, pad, SHA256_BLOCK_BYTES);
-    sha256_update(&context, inner_digest, SHA256_DIGEST_BYTES);
-    sha256_final(&context, digest);
+    hmac_pass(block_key, HMAC_INNER_PAD, data, size, inner_digest);
+    hmac_pass(block_key, HMAC_OUTER_PAD, inner_digest, SHA256_DIGEST_BYTES, digest);
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "contract.h"
+#include "errors.h"
 #include "store_table.h"
 
 #define MAX_SAFE_INTEGER ACCEL_MAX_SCALED                   /* 2^53 */
@@ -138,6 +139,25 @@ STORE_ALGORITHM_NAMES(STORE_ALGORITHM_DECLARE)
         .prepare = (prepare_),                                                         \
         .apply = algo##_apply,                                                         \
     }
+
+/* A call's keys and its other sequence (reset's windows_s, decide's args)
+ * as PySequence_Fast: both and 0, or neither and -1 (the TypeError of the
+ * first that is not a sequence). */
+static inline int
+fast_sequences(PyObject *keys_arg, const char *keys_message, PyObject **keys,
+               PyObject *other_arg, const char *other_message, PyObject **other)
+{
+    *keys = PySequence_Fast(keys_arg, keys_message);
+    if (*keys == NULL) {
+        return -1;
+    }
+    *other = PySequence_Fast(other_arg, other_message);
+    if (*other == NULL) {
+        Py_CLEAR(*keys);
+        return -1;
+    }
+    return 0;
+}
 
 /* Every algorithm, in STORE_ALGORITHM_NAMES' order (store_decide.c). */
 extern const memory_algorithm *const store_algorithms[];
@@ -267,8 +287,12 @@ typedef struct {
 
 void bucket_public_rate(memory_policy *policy);
 double bucket_ttl_ms(const memory_policy *policy);
-int bucket_verdict(memory_call *call, memory_policy *policy, const memory_target *target,
-                   const stored_bucket *stored, refilled_bucket *bucket);
+/* A bucket's evaluate step, up to the level or tokens written: its key
+ * (base + suffix, of kind KIND_BUCKET or KIND_LEAKY) read as tokens (the leaky
+ * bucket's level as capacity - level), the verdict, the refilled bucket, and
+ * the writes of its base (write_value[1]) and credit (write_value[2]). */
+int bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy,
+                    const char *suffix, size_t suffix_size, int kind, refilled_bucket *bucket);
 int bucket_idle_full(const memory_entry *entry, int64_t now_ms);
 
 /* ---- store_sliding_log.c: the log as a sorted set ------------------------------- */

@@ -193,7 +193,7 @@ bucket_ttl_ms(const memory_policy *policy)
 /* ---- the token bucket's verdict (token_bucket, leaky_bucket) ---------------- */
 
 /* The verdict of a bucket; the refilled bucket, for the write. */
-int
+static int
 bucket_verdict(memory_call *call, memory_policy *policy, const memory_target *target,
                const stored_bucket *stored, refilled_bucket *bucket)
 {
@@ -230,6 +230,34 @@ bucket_verdict(memory_call *call, memory_policy *policy, const memory_target *ta
         verdict->reset_denied_ms = lua_integer(reset_ms);
         verdict->retry_ms = lua_integer(reset_ms - (double)now_ms);
     }
+    return 0;
+}
+
+int
+bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy,
+                const char *suffix, size_t suffix_size, int kind, refilled_bucket *bucket)
+{
+    memory_target *target = add_target(store, call, policy, suffix, suffix_size, kind);
+    int64_t fields[3];
+    int present;
+    if (read_hash(target, kind, bucket_highs, fields, &present) < 0) {
+        return -1;
+    }
+    /* Both layouts: tokens (level), base, credited (drained), in that order. */
+    stored_bucket stored = {fields[BUCKET_TOKENS], fields[BUCKET_BASE], fields[BUCKET_CREDITED]};
+    if (kind == KIND_LEAKY) {
+        /* tokens = capacity - level; a level above capacity (capacity lowered
+         * on a live key) reads as full. */
+        int64_t capacity_scaled = policy->capacity_scaled;
+        int64_t level_scaled =
+            fields[LEAKY_LEVEL] < capacity_scaled ? fields[LEAKY_LEVEL] : capacity_scaled;
+        stored.tokens_scaled = capacity_scaled - level_scaled;
+    }
+    if (bucket_verdict(call, policy, target, present ? &stored : NULL, bucket) < 0) {
+        return -1;
+    }
+    policy->write_value[1] = bucket->base_ms;
+    policy->write_value[2] = bucket->credited_scaled;
     return 0;
 }
 

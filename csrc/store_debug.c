@@ -82,9 +82,7 @@ store_dump(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     MemoryStore *store = (MemoryStore *)self;
     int64_t now_ms;
-    if (nargs != 1) {
-        PyErr_Format(PyExc_TypeError,
-                     "MemoryStore.dump() takes exactly 1 argument (now_ms) (%zd given)", nargs);
+    if (accel_check_arity("MemoryStore.dump", "now_ms", 1, 1, nargs) < 0) {
         return NULL;
     }
     if (parse_now("dump", args[0], &now_ms) < 0) {
@@ -243,11 +241,7 @@ store_load(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     MemoryStore *store = (MemoryStore *)self;
     const char *key;
     Py_ssize_t key_size;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError,
-                     "MemoryStore.load() takes exactly 3 arguments (key, value, expire_at_ms) "
-                     "(%zd given)",
-                     nargs);
+    if (accel_check_arity("MemoryStore.load", "key, value, expire_at_ms", 3, 3, nargs) < 0) {
         return NULL;
     }
     if (view_key("load", "key", -1, args[0], &key, &key_size) < 0) {

@@ -9,6 +9,7 @@
  * atomic with respect to every other thread and event loop. */
 #include <string.h>
 
+#include "sequence.h"
 #include "store.h"
 
 int
@@ -288,22 +289,11 @@ prepare_writes(MemoryStore *store, memory_call *call)
 
 /* ---- MemoryStore methods ---------------------------------------------------------- */
 
+/* Item i of the reply, a flat list of integers as the scripts answer. */
 static PyObject *
-build_reply(const long long *values, Py_ssize_t size)
+reply_integer(void *values, Py_ssize_t i)
 {
-    PyObject *reply = PyList_New(size);
-    if (reply == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < size; i++) {
-        PyObject *number = PyLong_FromLongLong(values[i]);
-        if (number == NULL) {
-            Py_DECREF(reply);
-            return NULL;
-        }
-        PyList_SET_ITEM(reply, i, number);
-    }
-    return reply;
+    return PyLong_FromLongLong(((const long long *)values)[i]);
 }
 
 PyObject *
@@ -317,11 +307,8 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
     call->policy_count = 0;
     call->key_space = NULL;
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError,
-                     "MemoryStore.decide() takes exactly 4 arguments (algorithm, keys, args, "
-                     "now_ms) (%zd given)",
-                     nargs);
+    if (accel_check_arity("MemoryStore.decide", "algorithm, keys, args, now_ms", 4, 4, nargs) <
+        0) {
         return NULL;
     }
     const memory_algorithm *algorithm = find_algorithm(args[0]);
@@ -332,13 +319,9 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (parse_now_or_clock("decide", args[3], &now_ms) < 0) {
         return NULL;
     }
-    keys = PySequence_Fast(args[1], "MemoryStore.decide() keys must be a sequence");
-    if (keys == NULL) {
+    if (fast_sequences(args[1], "MemoryStore.decide() keys must be a sequence", &keys, args[2],
+                       "MemoryStore.decide() args must be a sequence", &argv) < 0) {
         return NULL;
-    }
-    argv = PySequence_Fast(args[2], "MemoryStore.decide() args must be a sequence");
-    if (argv == NULL) {
-        goto done;
     }
     call->algorithm = algorithm;
     call->argv = PySequence_Fast_ITEMS(argv);
@@ -380,7 +363,7 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
      * reply's allocation may run a garbage collection, hence any code. */
     release_fresh(call);
     release_key_space(call);
-    reply = build_reply(values, 2 + 3 * (Py_ssize_t)call->policy_count);
+    reply = accel_build_sequence(0, 2 + 3 * (Py_ssize_t)call->policy_count, reply_integer, values);
 done:
     release_fresh(call);
     release_key_space(call);

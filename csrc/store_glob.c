@@ -102,11 +102,7 @@ store_delete_matching(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const char *pattern;
     Py_ssize_t pattern_size;
     int64_t now_ms = -1;
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "MemoryStore.delete_matching() takes 1 or 2 arguments (pattern, now_ms) "
-                     "(%zd given)",
-                     nargs);
+    if (accel_check_arity("MemoryStore.delete_matching", "pattern, now_ms", 1, 2, nargs) < 0) {
         return NULL;
     }
     if (view_key("delete_matching", "pattern", -1, args[0], &pattern, &pattern_size) < 0) {

@@ -19,26 +19,12 @@ leaky_bucket_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy,
 static int
 leaky_bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
-    int64_t capacity_scaled = policy->capacity_scaled;
-    memory_target *target =
-        add_target(store, call, policy, leaky_suffix, sizeof(leaky_suffix) - 1, KIND_LEAKY);
-    int64_t fields[3];
-    int present;
     refilled_bucket bucket;
-    if (read_hash(target, KIND_LEAKY, bucket_highs, fields, &present) < 0) {
+    if (bucket_evaluate(store, call, policy, leaky_suffix, sizeof(leaky_suffix) - 1, KIND_LEAKY,
+                        &bucket) < 0) {
         return -1;
     }
-    /* A level above capacity (capacity lowered on a live key) reads as full. */
-    int64_t level_scaled =
-        fields[LEAKY_LEVEL] < capacity_scaled ? fields[LEAKY_LEVEL] : capacity_scaled;
-    stored_bucket stored = {capacity_scaled - level_scaled, fields[LEAKY_BASE],
-                            fields[LEAKY_DRAINED]};
-    if (bucket_verdict(call, policy, target, present ? &stored : NULL, &bucket) < 0) {
-        return -1;
-    }
-    policy->write_value[0] = capacity_scaled - bucket.tokens_scaled + call->cost_scaled;
-    policy->write_value[1] = bucket.base_ms;
-    policy->write_value[2] = bucket.credited_scaled;
+    policy->write_value[0] = policy->capacity_scaled - bucket.tokens_scaled + call->cost_scaled;
     /* Allowed: reset_charged_ms is when the level has drained to zero. */
     policy->write_expire_at_ms = policy->verdict.reset_charged_ms + DRAINED_EXPIRY_MARGIN_MS;
     return 0;

@@ -7,21 +7,12 @@ static const char bucket_suffix[] = ":bucket:v2";
 static int
 token_bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
-    memory_target *target =
-        add_target(store, call, policy, bucket_suffix, sizeof(bucket_suffix) - 1, KIND_BUCKET);
-    int64_t fields[3];
-    int present;
     refilled_bucket bucket;
-    if (read_hash(target, KIND_BUCKET, bucket_highs, fields, &present) < 0) {
-        return -1;
-    }
-    stored_bucket stored = {fields[BUCKET_TOKENS], fields[BUCKET_BASE], fields[BUCKET_CREDITED]};
-    if (bucket_verdict(call, policy, target, present ? &stored : NULL, &bucket) < 0) {
+    if (bucket_evaluate(store, call, policy, bucket_suffix, sizeof(bucket_suffix) - 1,
+                        KIND_BUCKET, &bucket) < 0) {
         return -1;
     }
     policy->write_value[0] = bucket.tokens_scaled - call->cost_scaled;
-    policy->write_value[1] = bucket.base_ms;
-    policy->write_value[2] = bucket.credited_scaled;
     policy->write_expire_at_ms = lua_integer((double)call->now_ms + bucket_ttl_ms(policy));
     return 0;
 }

@@ -43,9 +43,11 @@ class Metrics:
     def __init__(self, namespace: str, registry: Any) -> None:
         prometheus = _prometheus()
         options = {"namespace": namespace, "registry": registry}
-        self.checks = prometheus.Counter(
-            "checks", "Rate limit checks by outcome", ["algorithm", "result"], **options
-        )
+
+        def counter(name: str, documentation: str, *labels: str) -> Any:
+            return prometheus.Counter(name, documentation, labels, **options)
+
+        self.checks = counter("checks", "Rate limit checks by outcome", "algorithm", "result")
         self.check_duration = prometheus.Histogram(
             "check_duration_seconds",
             "Time to decide one check, backend round trip included",
@@ -67,28 +69,21 @@ class Metrics:
             ),
             **options,
         )
-        self.limit_exceeded = prometheus.Counter(
-            "limit_exceeded", "Checks denied because a limit was exceeded", ["algorithm"], **options
+        self.limit_exceeded = counter(
+            "limit_exceeded", "Checks denied because a limit was exceeded", "algorithm"
         )
         # Also counted in checks{result="denied"} and limit_exceeded: this only
         # says which of those the denial cache answered without Redis.
-        self.local_denials = prometheus.Counter(
+        self.local_denials = counter(
             "local_denials",
             "Denied checks answered by the denial cache, without a backend call",
-            ["algorithm"],
-            **options,
+            "algorithm",
         )
-        self.backend_operations = prometheus.Counter(
-            "backend_operations",
-            "Backend calls by operation and status",
-            ["operation", "status"],
-            **options,
+        self.backend_operations = counter(
+            "backend_operations", "Backend calls by operation and status", "operation", "status"
         )
-        self.fail_open = prometheus.Counter(
-            "fail_open",
-            "Checks let through because the backend could not decide",
-            ["algorithm"],
-            **options,
+        self.fail_open = counter(
+            "fail_open", "Checks let through because the backend could not decide", "algorithm"
         )
         self.breaker_state = prometheus.Gauge(
             "circuit_breaker_state",

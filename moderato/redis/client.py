@@ -37,15 +37,15 @@ import ssl
 import threading
 from asyncio import get_running_loop
 from collections.abc import AsyncGenerator, Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from ._encoding import Arg, encode_command, encode_evalsha
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .errors import RedisClientError, RedisReplyError
 from .url import RedisAddress, address_of, client_name_problem, parse_url
-from .url_options import apply_connect_options
+from .url_options import client_from_url
 
-__all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "RedisClient", "ScriptLike"]
+__all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "ClientOptions", "RedisClient", "ScriptLike"]
 
 BACKOFF_START_S = 0.025
 BACKOFF_CAP_S = 0.5
@@ -207,6 +207,18 @@ async def _close_at_loop_shutdown(pool: _Pool) -> AsyncGenerator[None, None]:
         pool.shutdown()
 
 
+class ClientOptions(TypedDict, total=False):
+    """RedisClient's options, declared once: SentinelClient and ClusterClient
+    take the same keywords and hand them to each RedisClient they make (which
+    checks them)."""
+
+    connect_timeout_s: float
+    command_timeout_s: float
+    connections_per_loop: int
+    ssl_context: ssl.SSLContext | None
+    client_name: str | None
+
+
 class RedisClient:
     """A minimal asyncio Redis client (RESP2) that pipelines every command of a loop turn.
 
@@ -274,8 +286,7 @@ class RedisClient:
 
         The URL's connection options (``?socket_timeout=``...) win over ``options``.
         """
-        address = parse_url(url)
-        return cls(address, **apply_connect_options(address.options, options))
+        return client_from_url(cls, parse_url, url, options)
 
     def __repr__(self) -> str:
         return f"<RedisClient {self.address} loops={len(self._pools)}>"

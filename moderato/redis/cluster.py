@@ -53,20 +53,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._accel import key_slot
 from ._encoding import Arg, encode_command
-from .client import RedisClient, _positive_seconds
+from .client import ClientOptions, RedisClient
 from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import ClusterAddress, address_of, parse_cluster_url
-from .url_options import apply_connect_options
+from .url_options import client_from_url
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "DEFAULT_MAX_REDIRECTS",
@@ -137,24 +139,14 @@ class _Node:
         return f"<node {self.name}>"
 
 
-class _Request:
+class _Request(NamedTuple):
     """One call being recovered: how to send it normally, and after ASK."""
 
-    __slots__ = ("args", "keys", "script", "slot", "started")
-
-    def __init__(
-        self,
-        slot: int | None,
-        started: float,
-        args: Sequence[Arg],
-        script: ScriptLike | None = None,
-        keys: Sequence[Arg] = (),
-    ) -> None:
-        self.slot = slot
-        self.started = started
-        self.args = args
-        self.script = script
-        self.keys = keys
+    slot: int | None
+    started: float
+    args: Sequence[Arg]
+    script: ScriptLike | None = None
+    keys: Sequence[Arg] = ()
 
     def send(self, client: RedisClient) -> asyncio.Future[Any]:
         if self.script is not None:
@@ -191,15 +183,11 @@ class ClusterClient:
         self,
         address: ClusterAddress | str,
         *,
-        connect_timeout_s: float = 1.0,
-        command_timeout_s: float = 0.5,
-        connections_per_loop: int = 1,
-        ssl_context: ssl.SSLContext | None = None,
-        client_name: str | None = None,
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
+        **options: Unpack[ClientOptions],
     ) -> None:
         address = address_of(address, ClusterAddress, parse_cluster_url, "a cluster URL str")
-        if ssl_context is not None and not address.tls:
+        if options.get("ssl_context") is not None and not address.tls:
             raise ValueError(
                 f"ssl_context was given but {address} is not a TLS address; use rediss+cluster://"
             )
@@ -208,23 +196,18 @@ class ClusterClient:
         if not 1 <= max_redirects <= 100:
             raise ValueError(f"max_redirects must be 1..100, got {max_redirects}")
         self.address = address
-        self.connect_timeout_s = _positive_seconds("connect_timeout_s", connect_timeout_s)
-        self.command_timeout_s = _positive_seconds("command_timeout_s", command_timeout_s)
         self.max_redirects = max_redirects
-        self._client_options: dict[str, Any] = {
-            "connect_timeout_s": self.connect_timeout_s,
-            "command_timeout_s": self.command_timeout_s,
-            "connections_per_loop": connections_per_loop,
-            "ssl_context": ssl_context,
-            "client_name": client_name,
-        }
+        self._client_options = options
         self.counters = ClusterCounters()
 
         self._lock = threading.Lock()
         # Copy on write under _lock: readers never lock.
         self._nodes: dict[str, _Node] = {}
-        # The first seed's client is built now: it validates the options.
+        # The seeds' clients are built now: they check the options, and their
+        # timeouts are the cluster's.
         self._seeds = tuple(self._node(host, port) for host, port in address.seeds)
+        self.connect_timeout_s = self._seeds[0].client.connect_timeout_s
+        self.command_timeout_s = self._seeds[0].client.command_timeout_s
         self._table: list[_Node | None] | None = None
         self._primaries: tuple[_Node, ...] = ()
         self._known: tuple[_Node, ...] = ()
@@ -239,8 +222,7 @@ class ClusterClient:
     @classmethod
     def from_url(cls, url: str, **options: Any) -> ClusterClient:
         """``ClusterClient(parse_cluster_url(url), **options)``; a bad URL is a ValueError."""
-        address = parse_cluster_url(url)
-        return cls(address, **apply_connect_options(address.options, options))
+        return client_from_url(cls, parse_cluster_url, url, options)
 
     def __repr__(self) -> str:
         return f"<ClusterClient {self.address} primaries={len(self._primaries)}>"

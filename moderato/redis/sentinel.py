@@ -30,18 +30,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import ssl
 from asyncio import get_running_loop
 from collections.abc import Awaitable, Sequence
 from time import monotonic
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ._encoding import Arg
-from .client import RedisClient
+from .client import ClientOptions, RedisClient
 from .connection import ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import SentinelAddress, address_of, parse_sentinel_url
-from .url_options import apply_connect_options
+from .url_options import client_from_url
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RETRY_INTERVAL_S", "SentinelClient"]
 
@@ -55,30 +57,16 @@ class SentinelClient:
     asked with the same timeouts over one connection each.
     """
 
-    def __init__(
-        self,
-        address: SentinelAddress | str,
-        *,
-        connect_timeout_s: float = 1.0,
-        command_timeout_s: float = 0.5,
-        connections_per_loop: int = 1,
-        ssl_context: ssl.SSLContext | None = None,
-        client_name: str | None = None,
-    ) -> None:
+    def __init__(self, address: SentinelAddress | str, **options: Unpack[ClientOptions]) -> None:
         address = address_of(address, SentinelAddress, parse_sentinel_url)
         self.address = address
-        self._options: dict[str, Any] = {
-            "connect_timeout_s": connect_timeout_s,
-            "command_timeout_s": command_timeout_s,
-            "connections_per_loop": connections_per_loop,
-            "ssl_context": ssl_context,
-            "client_name": client_name,
-        }
+        self._options = options
         # Validates every option now (a RedisClient connects nothing until used).
-        RedisClient(address.primary(*address.sentinels[0]), **self._options)
-        self._sentinel_options: dict[str, Any] = {
-            "connect_timeout_s": connect_timeout_s,
-            "command_timeout_s": command_timeout_s,
+        primary = RedisClient(address.primary(*address.sentinels[0]), **options)
+        ssl_context = options.get("ssl_context")
+        self._sentinel_options: ClientOptions = {
+            "connect_timeout_s": primary.connect_timeout_s,
+            "command_timeout_s": primary.command_timeout_s,
             "ssl_context": ssl_context if address.sentinel_tls == address.tls else None,
         }
         self._sentinel_order = list(address.sentinels)
@@ -96,8 +84,7 @@ class SentinelClient:
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SentinelClient:
         """``SentinelClient(parse_sentinel_url(url), **options)``; URL options win."""
-        address = parse_sentinel_url(url)
-        return cls(address, **apply_connect_options(address.options, options))
+        return client_from_url(cls, parse_sentinel_url, url, options)
 
     def __repr__(self) -> str:
         return f"<SentinelClient {self.address} primary={self.primary_address}>"

@@ -119,15 +119,7 @@ class ClusterAddress:
 
     def node(self, host: str, port: int) -> RedisAddress:
         """The address of one node of this cluster (database 0, the cluster's credentials)."""
-        return RedisAddress(
-            host=host,
-            port=port,
-            username=self.username,
-            password=self.password,
-            tls=self.tls,
-            client_name=self.client_name,
-            options=self.options,
-        )
+        return _data_node(self, host, port, 0)
 
     def __str__(self) -> str:
         """The address as a URL with the password masked, for messages and logs."""
@@ -160,16 +152,7 @@ class SentinelAddress:
 
     def primary(self, host: str, port: int) -> RedisAddress:
         """The address of the primary the sentinels named (the data nodes' settings)."""
-        return RedisAddress(
-            host=host,
-            port=port,
-            db=self.db,
-            username=self.username,
-            password=self.password,
-            tls=self.tls,
-            client_name=self.client_name,
-            options=self.options,
-        )
+        return _data_node(self, host, port, self.db)
 
     def sentinel(self, host: str, port: int) -> RedisAddress:
         """The address of one sentinel (the sentinels' own credentials and TLS)."""
@@ -188,6 +171,23 @@ class SentinelAddress:
         scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
         where = f"{scheme}://{user}{_hosts_text(self.sentinels)}/{quote(self.service_name)}"
         return where if self.db == 0 else f"{where}/{self.db}"
+
+
+def _data_node(
+    address: ClusterAddress | SentinelAddress, host: str, port: int, db: int
+) -> RedisAddress:
+    """A data node at host:port, greeted as ``address`` greets its data nodes
+    (credentials, TLS, client name, connection options)."""
+    return RedisAddress(
+        host=host,
+        port=port,
+        db=db,
+        username=address.username,
+        password=address.password,
+        tls=address.tls,
+        client_name=address.client_name,
+        options=address.options,
+    )
 
 
 def _masked_user(username: str | None, password: str | None) -> str:
@@ -265,8 +265,7 @@ def address_of(
 
 def parse_url(url: str) -> RedisAddress:
     """Parse a Redis URL; raise ValueError naming the (masked) URL and what is wrong."""
-    if not isinstance(url, str):
-        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
+    _require_str(url)
 
     def bad(reason: str) -> ValueError:
         return ValueError(f"invalid Redis URL {mask_url(url)!r}: {reason}")
@@ -362,8 +361,7 @@ def parse_cluster_url(url: str) -> ClusterAddress:
 
     Raises ValueError naming the (masked) URL and what is wrong.
     """
-    if not isinstance(url, str):
-        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
+    _require_str(url)
 
     def bad(reason: str) -> ValueError:
         return ValueError(f"invalid Redis Cluster URL {mask_url(url)!r}: {reason}")
@@ -402,8 +400,7 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
     (true/false) for the sentinels themselves. Raises ValueError naming the
     (masked) URL and what is wrong.
     """
-    if not isinstance(url, str):
-        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
+    _require_str(url)
 
     def bad(reason: str) -> ValueError:
         return ValueError(f"invalid Redis Sentinel URL {mask_url(_mask_query(url))!r}: {reason}")
@@ -460,6 +457,12 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
         sentinel_tls=sentinel_tls,
         options=parsed.options,
     )
+
+
+def _require_str(url: object) -> None:
+    """The TypeError every parser raises for a URL that is not a str."""
+    if not isinstance(url, str):
+        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
 
 
 def _split_host_list_url(

@@ -27,14 +27,17 @@ from __future__ import annotations
 import math
 import ssl
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 __all__ = [
     "CONNECT_OPTIONS",
     "ConnectOptions",
     "apply_connect_options",
+    "client_from_url",
     "parse_connect_options",
 ]
+
+T = TypeVar("T")
 
 CONNECT_OPTIONS = (
     "socket_timeout",
@@ -147,6 +150,15 @@ def parse_connect_options(
     if options.ssl_cert_reqs == "none" and options.ssl_check_hostname:
         raise bad("ssl_check_hostname=true cannot hold with ssl_cert_reqs=none")
     return options
+
+
+def client_from_url(
+    make: Callable[..., T], parse: Callable[[str], Any], url: str, keywords: dict[str, Any]
+) -> T:
+    """``make(parse(url), **keywords)``, the URL's connection options laid over
+    ``keywords``: every client's ``from_url``. A bad URL is ``parse``'s ValueError."""
+    address = parse(url)
+    return make(address, **apply_connect_options(address.options, keywords))
 
 
 def apply_connect_options(options: ConnectOptions, keywords: dict[str, Any]) -> dict[str, Any]:

@@ -1,16 +1,121 @@
 -- moderato: exact linear accrual, shared by the token bucket (credit) and the leaky
--- bucket (drain), their one-policy paths and their general paths alike. Spliced in (see
--- moderato/scripts.py) after one_policy.lua (the clock, the policy scalars) and before
--- prelude.lua, so it uses nothing of prelude.lua: fmod is exact, so
--- (n - fmod(n, d)) / d is floor(n / d) exactly (floor_div there).
+-- bucket (drain): their one-policy straight-line path, then the functions of their general
+-- paths. Spliced in (see moderato/scripts.py) after one_policy.lua (the clock, the policy
+-- scalars) and the script's bucket constants (below), before prelude.lua, so it uses
+-- nothing of prelude.lua.
+--
+-- The script sets first: BUCKET_SUFFIX (its state key's suffix), AMOUNT_FIELD and
+-- ACCRUED_FIELD (its hash's amount and accrued-since-base fields) and AMOUNT_IS_LEVEL (the
+-- leaky bucket stores the level, the token bucket the tokens = capacity - level).
+--
+-- Accrual at exactly one capacity per window: accrued(elapsed_ms) = floor(elapsed_ms * C / W)
+-- for 0 <= elapsed_ms <= W. The product can pass 2^53, so C = per_ms_whole * W + per_ms_rest
+-- is split: elapsed * per_ms_whole <= C, elapsed * per_ms_rest < W^2 <= 86,400,000^2 < 2^53
+-- (a longer window takes a capacity below 2^53 / W, checked with the arguments: then
+-- per_ms_rest = C). For integers 0 <= n < 2^53 and d >= 1, n % d is exact (Lua's
+-- n - floor(n / d) * d: the quotient rounds across an integer only from n >= 2^53 on), as
+-- math.fmod is, without a function call.
 
--- Accrual at exactly one capacity per window (the token bucket's credit, the leaky
--- bucket's drain): split_per_ms once per policy, then
--- linear_accrual_scaled(elapsed) = floor(elapsed_ms * capacity / window) for
--- 0 <= elapsed_ms <= window. The product can pass 2^53, so capacity =
--- per_ms_whole * window + per_ms_rest is split: elapsed * per_ms_whole <= capacity,
--- elapsed * per_ms_rest < window^2 <= 86,400,000^2 < 2^53 (a longer window takes a
--- capacity below 2^53 / window, checked with the arguments: then per_ms_rest = capacity).
+-- The common case, straight-line (no function is built: Redis would build each one on
+-- every call): one policy, charging, the exact public rate, short decimal arguments
+-- within range, a bucket of the usual shape (or none) within a window of its base (or two
+-- or more windows past it: full), and an admission. Anything else (a denial included)
+-- goes on to the general path, nothing written yet; the integers are the general path's
+-- (the token bucket's refill(), the leaky bucket's drain(), accrued_at_ms()). In level
+-- terms: deficit_scaled is what the accrual makes up (the level; capacity - tokens).
+if cost_scaled and cost_scaled <= capacity_scaled then
+  window_ms = window_s * 1000
+  local per_ms_rest = capacity_scaled % window_ms
+  local per_ms_whole = (capacity_scaled - per_ms_rest) / window_ms
+  local key = KEYS[1] .. BUCKET_SUFFIX
+  local fields = redis.pcall('HMGET', key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)
+  local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
+  -- deficit, base and accrued brought up to now; deficit nil: the general path's case.
+  local deficit_scaled, base_ms, accrued_scaled
+  -- Each field a decimal of 1 to 15 digits (below 2^53, base below 2^52): one pattern.
+  if amount_text and base_text and accrued_text
+      and #amount_text < 16 and #base_text < 16 and #accrued_text < 16
+      and string.find(amount_text .. ' ' .. base_text .. ' ' .. accrued_text, '^%d+ %d+ %d+$') then
+    local amount_scaled = amount_text + 0
+    base_ms, accrued_scaled = base_text + 0, accrued_text + 0
+    -- A lowered capacity caps what is stored.
+    if amount_scaled > capacity_scaled then
+      amount_scaled = capacity_scaled
+    end
+    deficit_scaled = AMOUNT_IS_LEVEL and amount_scaled or capacity_scaled - amount_scaled
+    -- A base ahead of the clock (Redis's clock stepped back): no time has passed yet.
+    local now_eff_ms = now_ms > base_ms and now_ms or base_ms
+    local elapsed_ms = now_eff_ms - base_ms
+    if accrued_scaled >= capacity_scaled or (elapsed_ms >= window_ms and elapsed_ms < 2 * window_ms) then
+      -- State no consistent history leaves, or a rebase by one window: the general path.
+      deficit_scaled = nil
+    elseif elapsed_ms < window_ms then
+      local rest_product = elapsed_ms * per_ms_rest
+      local due_scaled = elapsed_ms * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms
+      if due_scaled < accrued_scaled then
+        deficit_scaled = nil -- accrued above what is due: the general path restarts it
+      elseif due_scaled - accrued_scaled < deficit_scaled then
+        deficit_scaled, accrued_scaled = deficit_scaled - (due_scaled - accrued_scaled), due_scaled
+      else
+        -- Made up in full: the accrual restarts now, idle fractions discarded.
+        deficit_scaled, base_ms, accrued_scaled = 0, now_eff_ms, 0
+      end
+    else
+      deficit_scaled, base_ms, accrued_scaled = 0, now_eff_ms, 0 -- two windows or more: made up
+    end
+  elseif not fields.err and not amount_text and not base_text and not accrued_text
+      and redis.call('EXISTS', key) == 0 then
+    deficit_scaled, base_ms, accrued_scaled = 0, now_ms, 0 -- a missing bucket is full (empty)
+  end
+  if deficit_scaled and cost_scaled <= capacity_scaled - deficit_scaled then
+    -- Reset: when the deficit, this cost included, has been made up (accrued_at_ms()).
+    local need_scaled = deficit_scaled + cost_scaled
+    local left_in_window_scaled = capacity_scaled - accrued_scaled
+    local reset_ms, target_scaled = base_ms, accrued_scaled + need_scaled
+    if need_scaled > left_in_window_scaled then
+      reset_ms, target_scaled = base_ms + window_ms, need_scaled - left_in_window_scaled
+    end
+    -- The smallest elapsed in [0, W] accruing target: ceil(target * W / C). The float
+    -- estimate is within 1e-8 of it (below 2^27), so its ceiling is off by one at most,
+    -- which one exact accrual, at the estimate or just before it, settles.
+    local estimate_ms = target_scaled / capacity_scaled * window_ms
+    local elapsed_ms = estimate_ms - estimate_ms % 1
+    if elapsed_ms < estimate_ms then
+      elapsed_ms = elapsed_ms + 1
+    end
+    if elapsed_ms > window_ms then
+      elapsed_ms = window_ms
+    end
+    local rest_product = elapsed_ms * per_ms_rest
+    if elapsed_ms * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms < target_scaled then
+      elapsed_ms = elapsed_ms + 1
+    elseif elapsed_ms > 0 then
+      rest_product = rest_product - per_ms_rest
+      if (elapsed_ms - 1) * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms
+          >= target_scaled then
+        elapsed_ms = elapsed_ms - 1
+      end
+    end
+    reset_ms = reset_ms + elapsed_ms
+    -- An accrual restarting now stores 0: a literal, which Redis need not format.
+    local accrued_arg = accrued_scaled == 0 and '0' or accrued_scaled
+    local expire_at_ms
+    if AMOUNT_IS_LEVEL then
+      redis.call('HSET', key, AMOUNT_FIELD, need_scaled, 'base', base_ms, ACCRUED_FIELD, accrued_arg)
+      expire_at_ms = reset_ms + 1000 -- 1 s after the level has drained (leaky_bucket.lua)
+    else
+      redis.call('HSET', key, AMOUNT_FIELD, capacity_scaled - need_scaled, 'base', base_ms,
+        ACCRUED_FIELD, accrued_arg)
+      expire_at_ms = now_ms + 2 * window_ms + 60000 -- a full refill, twice, and a margin
+    end
+    -- Set on every write: this also repairs a bucket that lost its expiry.
+    redis.call('PEXPIREAT', key, expire_at_ms)
+    return { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
+  end
+end
+
+-- The general path's accrual: split_per_ms once per policy, then
+-- linear_accrual_scaled(elapsed) = accrued(elapsed) as above.
 local per_ms_whole, per_ms_rest
 
 local function split_per_ms()
@@ -51,50 +156,4 @@ local function accrued_at_ms(base_ms, accrued_scaled, need_scaled)
     return base_ms + elapsed_for_accrual_ms(accrued_scaled + need_scaled)
   end
   return base_ms + window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
-end
-
--- For the one-policy paths: a bucket's three fields (an amount, base, an amount accrued
--- since base) if each is a decimal of up to 15 digits (so below 2^53, and base below
--- 2^52); false for a missing key; nil for anything else, left to the general path.
--- It also sets up the policy's accrual (window_ms, split_per_ms).
-local function usual_bucket(key, amount_name, accrued_name)
-  window_ms = window_s * 1000
-  split_per_ms()
-  local fields = redis.pcall('HMGET', key, amount_name, 'base', accrued_name)
-  local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
-  if amount_text and base_text and accrued_text
-      and #amount_text < 16 and #base_text < 16 and #accrued_text < 16
-      and string.find(amount_text .. base_text .. accrued_text, '^%d+$') then
-    return tonumber(amount_text), tonumber(base_text), tonumber(accrued_text)
-  end
-  if not fields.err and not amount_text and not base_text and not accrued_text
-      and redis.call('EXISTS', key) == 0 then
-    return false
-  end
-  return nil
-end
-
--- For the one-policy paths: a consistent bucket brought up to now. deficit_scaled is
--- what accrual makes up (the token bucket's capacity - tokens, the leaky bucket's level),
--- 0..capacity. Returns deficit, base, accrued, made up in full (0, now, 0: the accrual
--- restarts now, idle fractions discarded) two windows or more after base, or within the
--- first window; nil one window after base (a rebase) or for state no consistent history
--- leaves (accrued >= capacity, accrued above what is due): the general path's cases.
-local function settled(deficit_scaled, base_ms, accrued_scaled)
-  -- A base ahead of the clock (Redis's clock stepped back): no time has passed yet.
-  local now_eff_ms = now_ms > base_ms and now_ms or base_ms
-  local elapsed_ms = now_eff_ms - base_ms
-  if accrued_scaled >= capacity_scaled or (elapsed_ms >= window_ms and elapsed_ms < 2 * window_ms) then
-    return nil
-  end
-  if elapsed_ms < window_ms then
-    local due_scaled = linear_accrual_scaled(elapsed_ms)
-    if due_scaled < accrued_scaled then
-      return nil
-    end
-    if due_scaled - accrued_scaled < deficit_scaled then
-      return deficit_scaled - (due_scaled - accrued_scaled), base_ms, due_scaled
-    end
-  end
-  return 0, now_eff_ms, 0
 end

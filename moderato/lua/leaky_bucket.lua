@@ -30,37 +30,15 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local FIELDS_PER_POLICY = 2
 --#include one_policy.lua
 
+-- The state the one-policy path in accrual.lua reads and writes.
+local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'level', 'drained', true
 --#include accrual.lua
-
--- One policy, charging, admitted: the token bucket's straight-line path in level terms
--- (see token_bucket.lua); drain() below has the integers it must give.
-if cost_scaled and cost_scaled <= capacity_scaled then
-  local key = KEYS[1] .. ':leaky'
-  local level_scaled, base_ms, drained_scaled = usual_bucket(key, 'level', 'drained')
-  if level_scaled then
-    -- A lowered capacity caps what is stored.
-    level_scaled, base_ms, drained_scaled = settled(
-      level_scaled < capacity_scaled and level_scaled or capacity_scaled, base_ms, drained_scaled)
-  elseif level_scaled == false then
-    level_scaled, base_ms, drained_scaled = 0, now_ms, 0 -- a missing bucket is empty
-  end
-  if level_scaled and cost_scaled <= capacity_scaled - level_scaled then
-    -- Reset: when the level, this cost included, has drained.
-    local reset_ms = accrued_at_ms(base_ms, drained_scaled, level_scaled + cost_scaled)
-    redis.call('HSET', key, 'level', level_scaled + cost_scaled, 'base', base_ms,
-      'drained', drained_scaled)
-    -- Set on every write: this also repairs a bucket that lost its expiry.
-    redis.call('PEXPIREAT', key, reset_ms + 1000)
-    return { 1, 0, capacity_scaled - level_scaled - cost_scaled, 0, reset_ms }
-  end
-end
 
 --#include prelude.lua
 --#include bucket_state.lua
 
 -- Leaky bucket (policing).
 
-local LEAKY_SUFFIX = ':leaky'
 local EXPIRY_MARGIN_MS = 1000
 
 -- Brings a bucket up to now. Returns level_scaled, base_ms, drained_scaled and
@@ -119,7 +97,7 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
   window_ms = window_s * 1000
   split_per_ms()
-  local key = KEYS[i] .. LEAKY_SUFFIX
+  local key = KEYS[i] .. BUCKET_SUFFIX
   local stored_level, stored_base, stored_drained = read_bucket(key, 'level', 'base', 'drained')
   local level_scaled, base_ms, drained_scaled = drain(stored_level, stored_base, stored_drained, now_ms)
   local headroom_scaled = capacity_scaled - level_scaled

@@ -6,7 +6,8 @@
 -- Redis's clock in milliseconds, read once, first: the only time source, so every
 -- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
 local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local time_us = time[2] + 0 -- arithmetic converts: cheaper than tonumber (a C call)
+local now_ms = time[1] * 1000 + (time_us - time_us % 1000) / 1000
 
 -- The policy's scalars: the straight-line path's, then those the general path's
 -- evaluate() sets for its helpers (one scalar per field, not a table per policy).
@@ -15,16 +16,17 @@ local cost_scaled, capacity_scaled, window_s, window_ms
 -- One policy, charging: cost_scaled, capacity_scaled and window_s are set when ARGV[1],
 -- ARGV[3] and ARGV[4] are short decimals within prelude.lua's limits (or tighter ones:
 -- then the general path decides), and left nil otherwise. An algorithm's third field
--- (the token bucket's refill rate) fits when empty. Each is non-empty, and the pattern
--- refuses what tonumber alone would take (" 5", "1e3", "0x10", "nan").
+-- (the token bucket's refill rate) fits when empty. Each is non-empty, and one pattern
+-- over the three refuses what arithmetic alone would take (" 5", "1e3", "0x10", "nan");
+-- then `text + 0` converts, without tonumber's C call (which parses twice).
 if #KEYS == 1 and #ARGV == 2 + FIELDS_PER_POLICY and ARGV[2] == '1'
     and (FIELDS_PER_POLICY == 2 or ARGV[5] == '') then
   local cost_text, capacity_text, window_text = ARGV[1], ARGV[3], ARGV[4]
   local cost_length, capacity_length, window_length = #cost_text, #capacity_text, #window_text
   if cost_length > 0 and cost_length < 16 and capacity_length > 0 and capacity_length < 14
       and window_length > 0 and window_length < 6
-      and string.find(cost_text .. capacity_text .. window_text, '^%d+$') then
-    local cost, capacity, window = tonumber(cost_text), tonumber(capacity_text), tonumber(window_text)
+      and not string.find(cost_text .. capacity_text .. window_text, '%D') then
+    local cost, capacity, window = cost_text + 0, capacity_text + 0, window_text + 0
     if cost >= 1 and capacity >= 1 and capacity <= 9007199254000 and window >= 1 and window <= 86400 then
       cost_scaled, capacity_scaled, window_s = cost, capacity, window
     end

@@ -25,41 +25,15 @@ in both cases nothing has been written. The math is docs/internals.md
 local FIELDS_PER_POLICY = 3
 --#include one_policy.lua
 
+-- The state the one-policy path in accrual.lua reads and writes.
+local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':bucket:v2', 'tokens', 'credited', false
 --#include accrual.lua
-
--- The common case, straight-line but for the accrual's two functions: one policy,
--- charging, the exact public refill, short decimal arguments within range, a bucket of
--- the usual shape (or none) within a window of its base (or two or more windows past
--- it: full), and an admission. Anything else (a denial included) goes on to the general
--- path below, nothing written yet; the integers are the general path's (refill()).
-if cost_scaled and cost_scaled <= capacity_scaled then
-  local key = KEYS[1] .. ':bucket:v2'
-  local tokens_scaled, base_ms, credited_scaled = usual_bucket(key, 'tokens', 'credited')
-  local deficit_scaled = 0 -- a missing bucket is full
-  if tokens_scaled then
-    -- A lowered capacity caps what is stored.
-    deficit_scaled = tokens_scaled < capacity_scaled and capacity_scaled - tokens_scaled or 0
-    deficit_scaled, base_ms, credited_scaled = settled(deficit_scaled, base_ms, credited_scaled)
-  elseif tokens_scaled == false then
-    base_ms, credited_scaled = now_ms, 0
-  end
-  if deficit_scaled and base_ms and cost_scaled <= capacity_scaled - deficit_scaled then
-    local remaining_scaled = capacity_scaled - deficit_scaled - cost_scaled
-    redis.call('HSET', key, 'tokens', remaining_scaled, 'base', base_ms, 'credited', credited_scaled)
-    -- Twice the window (the full refill) plus a margin: see bucket_ttl_ms() below.
-    redis.call('PEXPIREAT', key, now_ms + 2 * window_ms + 60000)
-    -- Reset: when the bucket is full again.
-    return { 1, 0, remaining_scaled, 0,
-      accrued_at_ms(base_ms, credited_scaled, capacity_scaled - remaining_scaled) }
-  end
-end
 
 --#include prelude.lua
 --#include bucket_state.lua
 
 -- Token bucket.
 
-local BUCKET_SUFFIX = ':bucket:v2'
 local EXPIRY_MARGIN_MS = 60000
 local MAX_SEARCH_STEPS = 1000 -- the float estimates below are off by a few ms at most
 

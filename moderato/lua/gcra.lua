@@ -31,26 +31,12 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local FIELDS_PER_POLICY = 2
 --#include one_policy.lua
 
--- The common case, straight-line but for start_of(): one policy, charging,
--- short decimal arguments within range, a stored TAT of the usual shape (or none), every
--- product below 2^53 (then one division is exact: see mul_div_mod below), and an
--- admission. Anything else (a denial included) goes on to the general path below,
--- nothing written yet; the integers are the general path's.
--- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs, for a stored
--- TAT (whole µs, frac). Used by both paths.
-local function start_of(tat_us, tat_frac, now_us, window_us)
-  if tat_us >= now_us + window_us then
-    return now_us + window_us, 0 -- more than a full bucket: the clock stepped back
-  end
-  if tat_frac >= capacity_scaled then
-    tat_us, tat_frac = tat_us + 1, 0 -- a capacity lowered since: one whole µs
-  end
-  if tat_us >= now_us then
-    return tat_us, tat_frac
-  end
-  return now_us, 0
-end
-
+-- The common case, straight-line (no function is built: Redis would build each one on
+-- every call): one policy, charging, short decimal arguments within range, a stored TAT of
+-- the usual shape (or none), every product below 2^53 (then one division is exact, and
+-- so is %: see accrual.lua), and an admission. Anything else (a denial included) goes on
+-- to the general path below, nothing written yet; the integers are the general path's
+-- (start_of(), evaluate()).
 if cost_scaled and cost_scaled <= capacity_scaled then
   local key = KEYS[1] .. ':gcra'
   local window_us = window_s * 1000000
@@ -59,10 +45,20 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local tat_text, frac_text = fields[1], fields[2]
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
   local start_us, start_frac
-  if tat_text and frac_text and #tat_text <= 16 and #frac_text < 16
-      and (#tat_text < 16 or tat_text <= '9007199254740992')
-      and string.find(tat_text .. frac_text, '^%d+$') then
-    start_us, start_frac = start_of(tonumber(tat_text), tonumber(frac_text), now_us, window_us)
+  if tat_text and frac_text and #frac_text < 16
+      and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992'))
+      and string.find(tat_text .. ' ' .. frac_text, '^%d+ %d+$') then
+    start_us, start_frac = tat_text + 0, frac_text + 0
+    if start_us >= now_us + window_us then
+      start_us, start_frac = now_us + window_us, 0 -- more than a full bucket: the clock stepped back
+    else
+      if start_frac >= capacity_scaled then
+        start_us, start_frac = start_us + 1, 0 -- a capacity lowered since: one whole µs
+      end
+      if start_us < now_us then
+        start_us, start_frac = now_us, 0
+      end
+    end
   elseif not fields.err and not tat_text and not frac_text and redis.call('EXISTS', key) == 0 then
     start_us, start_frac = now_us, 0
   end
@@ -70,13 +66,13 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local step_product = cost_scaled * window_us
   if backlog_product and backlog_product < 9007199254740992 and step_product < 9007199254740992 then
     -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
-    local backlog_remainder = math.fmod(backlog_product, window_us)
+    local backlog_remainder = backlog_product % window_us
     local rounded_up = backlog_remainder + start_frac + window_us - 1
     local remaining_scaled = capacity_scaled - (backlog_product - backlog_remainder) / window_us
-      - (rounded_up - math.fmod(rounded_up, window_us)) / window_us
+      - (rounded_up - rounded_up % window_us) / window_us
     if cost_scaled <= remaining_scaled then
       -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
-      local step_frac = math.fmod(step_product, capacity_scaled)
+      local step_frac = step_product % capacity_scaled
       local new_us = start_us + (step_product - step_frac) / capacity_scaled
       local new_frac = start_frac + step_frac
       if new_frac >= capacity_scaled then
@@ -84,8 +80,9 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       end
       -- reset: ceil((new_us + new_frac / C) / 1000), the first whole ms at or after it.
       local reset_us = new_us + (new_frac > 0 and 1 or 0) + 999
-      local reset_ms = (reset_us - math.fmod(reset_us, 1000)) / 1000
-      redis.call('HSET', key, 'tat', new_us, 'frac', new_frac)
+      local reset_ms = (reset_us - reset_us % 1000) / 1000
+      -- A whole-µs TAT stores frac 0: a literal, which Redis need not format.
+      redis.call('HSET', key, 'tat', new_us, 'frac', new_frac == 0 and '0' or new_frac)
       redis.call('PEXPIREAT', key, reset_ms + 1000)
       return { 1, 0, remaining_scaled - cost_scaled, 0, reset_ms }
     end
@@ -99,6 +96,21 @@ end
 local GCRA_SUFFIX = ':gcra'
 local US_PER_MS = 1000
 local EXPIRY_MARGIN_MS = 1000
+
+-- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs, for a stored
+-- TAT (whole µs, frac).
+local function start_of(tat_us, tat_frac, now_us, window_us)
+  if tat_us >= now_us + window_us then
+    return now_us + window_us, 0 -- more than a full bucket: the clock stepped back
+  end
+  if tat_frac >= capacity_scaled then
+    tat_us, tat_frac = tat_us + 1, 0 -- a capacity lowered since: one whole µs
+  end
+  if tat_us >= now_us then
+    return tat_us, tat_frac
+  end
+  return now_us, 0
+end
 
 -- floor(a * b / m) and (a * b) mod m, exactly, for integers 0 <= a <= m < 2^44 and
 -- 0 <= b < 2^53 (the product may pass 2^53). Past 2^53, b is taken in base-256 digits,

@@ -123,7 +123,7 @@ local function mul_div_mod(a, b, m)
   if a * b < MAX_SAFE_INTEGER then
     -- Below 2^53 the product is exact (a rounded one would be 2^53 or more): one division.
     local product = a * b
-    local remainder = math.fmod(product, m)
+    local remainder = product % m -- exact below 2^53 (accrual.lua)
     return (product - remainder) / m, remainder
   end
   local quotient, remainder = 0, 0
@@ -135,7 +135,7 @@ local function mul_div_mod(a, b, m)
     local digit = floor_div(b, scale)
     b = b - digit * scale
     local partial = remainder * 256 + a * digit
-    remainder = math.fmod(partial, m)
+    remainder = partial % m
     quotient = quotient * 256 + (partial - remainder) / m
     scale = scale / 256
   end
@@ -163,7 +163,8 @@ local function ceil_ms(us, frac)
 end
 
 local function evaluate(i, first, cost_scaled, now_ms, many)
-  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  -- Checked digits: arithmetic converts them (tonumber is a C call).
+  capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
   window_ms = window_s * 1000
   local key = KEYS[i] .. GCRA_SUFFIX
   local window_us = window_ms * US_PER_MS
@@ -204,7 +205,8 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
 end
 
 local function write(key, tat_us, tat_frac, reset_ms)
-  redis.call('HSET', key, 'tat', tat_us, 'frac', tat_frac)
+  -- A whole-µs TAT stores frac 0 as a literal, which Redis need not format.
+  redis.call('HSET', key, 'tat', tat_us, 'frac', tat_frac == 0 and '0' or tat_frac)
   -- Set on every write: this also repairs a key that lost its expiry.
   redis.call('PEXPIREAT', key, reset_ms + EXPIRY_MARGIN_MS)
 end

@@ -94,7 +94,8 @@ local function drain(level_scaled, base_ms, drained_scaled, now_ms)
 end
 
 local function evaluate(i, first, cost_scaled, now_ms, many)
-  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  -- Checked digits: arithmetic converts them (tonumber is a C call).
+  capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
   window_ms = window_s * 1000
   split_per_ms()
   local key = KEYS[i] .. BUCKET_SUFFIX
@@ -123,7 +124,9 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
 end
 
 local function write(key, level_scaled, base_ms, drained_scaled, empty_at_ms)
-  redis.call('HSET', key, 'level', level_scaled, 'base', base_ms, 'drained', drained_scaled)
+  -- A restarted drain stores 0 as a literal, which Redis need not format.
+  redis.call('HSET', key, 'level', level_scaled, 'base', base_ms, 'drained',
+    drained_scaled == 0 and '0' or drained_scaled)
   -- Set on every write: this also repairs a bucket that lost its expiry.
   redis.call('PEXPIREAT', key, empty_at_ms + EXPIRY_MARGIN_MS)
 end

@@ -42,13 +42,14 @@ local function remaining_scaled(headroom_scaled, cost_scaled)
   return headroom_scaled > 0 and headroom_scaled or 0, 0
 end
 
--- The value of a stored decimal integer string of 1..16 digits up to 2^53 (tonumber is
--- exact there); nil for anything else, which then takes refusals()' exact, slower route.
+-- The value of a stored decimal integer string of 1..16 digits up to 2^53 (conversion is
+-- exact there; `text + 0` converts as tonumber does, without its C call); nil for anything
+-- else, which then takes refusals()' exact, slower route.
 local function stored_integer(text)
   if type(text) == 'string' then
     local length = #text
     if (length < 16 or (length == 16 and text <= '9007199254740992')) and string.find(text, '^%d+$') then
-      return tonumber(text)
+      return text + 0
     end
   end
   return nil
@@ -297,7 +298,7 @@ end
 -- returns fits, permanent, remaining_uncharged, remaining_charged, reset_charged_ms,
 -- reset_uncharged_ms, retry_ms, reset_denied_ms, then up to six arguments of write().
 local function decide_valid(fields_per_policy, evaluate, write)
-  local cost_scaled = tonumber(ARGV[1])
+  local cost_scaled = ARGV[1] + 0 -- digits only, checked above
   local apply = ARGV[2] == '1'
   if #KEYS > 1 then
     -- Several policies: every one evaluated on the state as read, then the reply, and the

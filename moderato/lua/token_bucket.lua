@@ -183,7 +183,8 @@ local function bucket_ttl_ms()
 end
 
 local function evaluate(i, first, cost_scaled, now_ms, many)
-  capacity_scaled, window_s = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  -- Checked digits: arithmetic converts them (tonumber is a C call).
+  capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
   window_ms = window_s * 1000
   policy_number = i
   local rate_text = ARGV[first + 2]
@@ -222,7 +223,9 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
 end
 
 local function write(key, tokens_scaled, base_ms, credited_scaled, expire_at_ms)
-  redis.call('HSET', key, 'tokens', tokens_scaled, 'base', base_ms, 'credited', credited_scaled)
+  -- A restarted accrual stores 0 as a literal, which Redis need not format.
+  redis.call('HSET', key, 'tokens', tokens_scaled, 'base', base_ms, 'credited',
+    credited_scaled == 0 and '0' or credited_scaled)
   -- Set on every write: this also repairs a bucket that lost its expiry.
   redis.call('PEXPIREAT', key, expire_at_ms)
 end

@@ -237,43 +237,46 @@ end
 -- valid or not, is left to refusals().arguments, which names what is wrong.
 -- An algorithm's third field (the token bucket's refill rate) fits when it is empty.
 local function arguments_fit(fields_per_policy)
-  local policy_count = #KEYS
+  local policy_count, argc = #KEYS, #ARGV
   -- The limits are literals here (MAX_POLICIES, MAX_CAPACITY_SCALED, MAX_WINDOW_S): each
   -- named local a function uses is one more upvalue to find when Redis builds it.
-  if policy_count < 1 or policy_count > 16
-      or #ARGV ~= 2 + fields_per_policy * policy_count then
+  if policy_count < 1 or policy_count > 16 or argc ~= 2 + fields_per_policy * policy_count then
     return false
   end
   local cost_text, apply_text = ARGV[1], ARGV[2]
-  local cost_scaled = tonumber(cost_text)
-  if (apply_text ~= '1' and apply_text ~= '0') or #cost_text > 15 or not cost_scaled
-      or (apply_text == '1' and cost_scaled < 1) then
+  if (apply_text ~= '1' and apply_text ~= '0') or #cost_text == 0 or #cost_text > 15 then
     return false
   end
-  -- Every number argument's digits, checked by one pattern match at the end (tonumber
-  -- alone would also take " 5", "1e3", "0x10", "nan").
+  -- Every number argument non-empty and short, then all their digits checked by one
+  -- pattern match (arithmetic alone would also take " 5", "1e3", "0x10", "nan"), and only
+  -- then converted: by arithmetic, which (unlike tonumber, a C call) raises on a non-number.
   local digits = cost_text
-  for first = 3, #ARGV, fields_per_policy do
+  for first = 3, argc, fields_per_policy do
     local capacity_text, window_text = ARGV[first], ARGV[first + 1]
-    local capacity_scaled, window_s = tonumber(capacity_text), tonumber(window_text)
-    if #capacity_text > 13 or #window_text > 5 or not capacity_scaled or not window_s
-        or capacity_scaled < 1 or capacity_scaled > 9007199254000
-        or window_s < 1 or window_s > 86400
+    local capacity_length, window_length = #capacity_text, #window_text
+    if capacity_length == 0 or capacity_length > 13 or window_length == 0 or window_length > 5
         or (fields_per_policy == 3 and ARGV[first + 2] ~= '') then
       return false
     end
     digits = digits .. capacity_text .. window_text
   end
-  if not string.find(digits, '^%d+$') then
+  if string.find(digits, '%D') or (apply_text == '1' and cost_text + 0 < 1) then
     return false
   end
-  if policy_count > 1 then
-    local seen = {}
-    for i = 1, policy_count do
-      if seen[KEYS[i]] then
+  for first = 3, argc, fields_per_policy do
+    local capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
+    if capacity_scaled < 1 or capacity_scaled > 9007199254000 or window_s < 1 or window_s > 86400 then
+      return false
+    end
+  end
+  -- Distinct keys, pairwise (equal strings are one object in Lua: each test is a pointer
+  -- comparison), with no table built.
+  for i = 2, policy_count do
+    local key = KEYS[i]
+    for j = 1, i - 1 do
+      if KEYS[j] == key then
         return false
       end
-      seen[KEYS[i]] = true
     end
   end
   return true

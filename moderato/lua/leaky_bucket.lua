@@ -41,18 +41,12 @@ local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'l
 
 local EXPIRY_MARGIN_MS = 1000
 
--- Brings a bucket up to now. Returns level_scaled, base_ms, drained_scaled and
--- elapsed_ms (now - base, never negative), with drained == drained_by(elapsed).
-local function drain(level_scaled, base_ms, drained_scaled, now_ms)
+-- Brings a bucket, as read_bucket() returns it, up to now. Returns level_scaled, base_ms,
+-- drained_scaled and elapsed_ms (now - base, never negative), with
+-- drained == drained_by(elapsed).
+local function drain(level_scaled, base_ms, drained_scaled, now_eff_ms, elapsed_ms)
   if not level_scaled then
     return 0, now_ms, 0, 0
-  end
-  -- A base ahead of the clock (Redis's clock stepped back) means no time has passed yet.
-  local now_eff_ms = now_ms > base_ms and now_ms or base_ms
-  local elapsed_ms = now_eff_ms - base_ms
-  -- A lowered capacity caps what is stored.
-  if level_scaled > capacity_scaled then
-    level_scaled = capacity_scaled
   end
   local whole_windows = floor_div(elapsed_ms, window_ms)
   -- Within the first window the drain due is small enough to compute directly.
@@ -99,8 +93,7 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   window_ms = window_s * 1000
   split_per_ms()
   local key = KEYS[i] .. BUCKET_SUFFIX
-  local stored_level, stored_base, stored_drained = read_bucket(key, 'level', 'base', 'drained')
-  local level_scaled, base_ms, drained_scaled = drain(stored_level, stored_base, stored_drained, now_ms)
+  local level_scaled, base_ms, drained_scaled = drain(read_bucket(key, 'level', 'base', 'drained'))
   local headroom_scaled = capacity_scaled - level_scaled
 
   local fits = cost_scaled <= headroom_scaled

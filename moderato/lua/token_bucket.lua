@@ -67,18 +67,12 @@ local function custom_credit_scaled(elapsed_ms)
   return math.floor(elapsed_ms * refill_scaled_per_s / 1000)
 end
 
--- Brings a bucket up to now. Returns tokens_scaled, base_ms, credited_scaled and
--- elapsed_ms (now - base, never negative), with credited == credit(elapsed).
-local function refill(tokens_scaled, base_ms, credited_scaled, now_ms)
+-- Brings a bucket, as read_bucket() returns it, up to now. Returns tokens_scaled, base_ms,
+-- credited_scaled and elapsed_ms (now - base, never negative), with
+-- credited == credit(elapsed).
+local function refill(tokens_scaled, base_ms, credited_scaled, now_eff_ms, elapsed_ms)
   if not tokens_scaled then
     return capacity_scaled, now_ms, 0, 0
-  end
-  -- A base ahead of the clock (Redis's clock stepped back) means no time has passed yet.
-  local now_eff_ms = now_ms > base_ms and now_ms or base_ms
-  local elapsed_ms = now_eff_ms - base_ms
-  -- A lowered capacity caps what is stored.
-  if tokens_scaled > capacity_scaled then
-    tokens_scaled = capacity_scaled
   end
   local full
 
@@ -194,9 +188,8 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
   end
   split_per_ms()
   local key = KEYS[i] .. BUCKET_SUFFIX
-  local stored_tokens, stored_base, stored_credited = read_bucket(key, 'tokens', 'base', 'credited')
   local tokens_scaled, base_ms, credited_scaled, elapsed_ms =
-    refill(stored_tokens, stored_base, stored_credited, now_ms)
+    refill(read_bucket(key, 'tokens', 'base', 'credited'))
 
   local fits = cost_scaled <= tokens_scaled
   local permanent = cost_scaled > capacity_scaled

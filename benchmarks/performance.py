@@ -818,7 +818,7 @@ def e2e_section(
                 servers.remove(server)
         paths = {server.name: ["allowed"] for server in servers}
         for server in servers:
-            if config.limited_path:
+            if config.limited_path and server.name not in apps.FLOORS:
                 # The bare app's /limited is its unlimited endpoint: the flood's reference.
                 paths[server.name].append("limited")
             statuses = {}
@@ -1212,6 +1212,19 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         return _median(e2e.get(app, {}).get(path, {}).get("requests_per_s"))
 
     peers_e2e = ("slowapi", "fastapi-limiter")
+    # The floor (bare app + one trivial script call per request): how close to the
+    # bare app an exact limiter that asks Redis per request can get on this machine.
+    bare_allowed = rps("no limiter", "allowed")
+    for floor_app in ("floor, moderato client", "floor, redis-py"):
+        floor_rps = rps(floor_app, "allowed")
+        if floor_rps and bare_allowed:
+            add(
+                f"end-to-end allowed: {floor_app} / no limiter",
+                floor_rps / bare_allowed,
+                None,
+                f"{floor_rps:,.0f} vs {bare_allowed:,.0f} req/s",
+            )
+    client_floor = rps("floor, moderato client", "allowed")
     for app in ("moderato decorator", "moderato dependency", "moderato middleware"):
         for path in ("allowed", "limited"):
             value, baseline = rps(app, path), rps("no limiter", path)
@@ -1224,6 +1237,14 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                     0.90 if path == "allowed" else 1.0,
                     f"{value:,.0f} vs {baseline:,.0f} req/s",
                 )
+        allowed_rps = rps(app, "allowed")
+        if allowed_rps and client_floor:
+            add(
+                f"end-to-end allowed: {app} / floor, moderato client",
+                allowed_rps / client_floor,
+                None,
+                f"{allowed_rps:,.0f} vs {client_floor:,.0f} req/s",
+            )
         calls = _median(e2e.get(app, {}).get("limited", {}).get("redis_calls_per_request"))
         if calls is not None:
             add(
@@ -1287,7 +1308,8 @@ def planned_seconds(config: Config, sections: tuple[str, ...]) -> float:
         total += len(config.limits_clients) * 1.0
         total += config.trials * config.floor_requests / 20_000  # the paired floors
     if "e2e" in sections:
-        runs = 12 if config.limited_path else 6
+        # Six apps on both paths, the two floors on the allowed one.
+        runs = (12 if config.limited_path else 6) + 2
         total += 2.5 + config.e2e_trials * runs * (config.wrk_s + 0.15)
     if "memory" in sections:
         total += 2 * (moderato + 6) * (config.warmup_s + config.trials * config.memory_s)

@@ -21,6 +21,8 @@ BODY = {"ok": True}
 
 APPS = {
     "no limiter": "baseline",
+    "floor, moderato client": "floor_moderato_client",
+    "floor, redis-py": "floor_redis_py",
     "moderato decorator": "moderato_decorator",
     "moderato dependency": "moderato_dependency",
     "moderato middleware": "moderato_middleware",
@@ -28,6 +30,10 @@ APPS = {
     "fastapi-limiter": "fastapi_limiter_app",
 }
 """Display name -> module under benchmarks.apps, in the order results are shown."""
+
+FLOORS = ("floor, moderato client", "floor, redis-py")
+"""The bare app plus one trivial script call per request (apps/_floor.py): the
+least any exact limiter asking Redis per request can cost. Allowed path only."""
 
 
 def redis_url() -> str:

@@ -133,9 +133,17 @@ class DenialCache:
 
     # -- the check path ------------------------------------------------------------
 
-    def lookup(self, key: CacheKey, cost_scaled: int) -> Optional[list[int]]:
-        """Redis's reply as it would read now, if this exact request is known denied."""
-        entry = self._entries.get(key)
+    def lookup(self, plan: object, first_key: bytes, cost_scaled: int) -> Optional[list[int]]:
+        """Redis's reply as it would read now, if this exact request is known denied.
+
+        The entry's key ``(plan, first_key)`` is built only when something is
+        cached: while nobody is denied, a lookup allocates nothing.
+        """
+        entries = self._entries
+        if not entries:
+            return None
+        key = (plan, first_key)
+        entry = entries.get(key)
         if entry is None or entry.cost_scaled != cost_scaled:
             return None
         if not self._trusted():
@@ -143,7 +151,7 @@ class DenialCache:
             return None
         now_s = self.clock()
         if now_s >= entry.deadline_s:
-            self._entries.pop(key, None)
+            entries.pop(key, None)
             return None
         elapsed_ms = int((now_s - entry.issued_s) * 1000)
         reply = entry.reply.copy()

@@ -522,8 +522,8 @@ class RateLimiter:
         # breaker closed, so an outage is handled exactly as without the cache.
         denials = self._denials if apply else None
         if denials is not None:
-            if denials._entries and breaker.state == CLOSED:
-                local = denials.lookup((plan, keys[0]), charged_scaled)
+            if breaker.state == CLOSED:
+                local = denials.lookup(plan, keys[0], charged_scaled)
                 if local is not None:
                     if self.metrics is not None:
                         self.metrics.local_denials.labels(plan.algorithm.name).inc()

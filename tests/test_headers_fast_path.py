@@ -1,11 +1,13 @@
-"""headers.legacy_for_one, the one-admitted-decision shortcut, against report() + render()."""
+"""The legacy headers' shortcuts against report() + render(): legacy_for_one (one admitted
+decision) and legacy_for_denial (a denial, whatever was decided before it)."""
 
 from __future__ import annotations
 
 import random
 from typing import Optional
 
-from moderato.integrations.headers import legacy_for_one, render, report
+from moderato.errors import RateLimitExceeded, exceeded
+from moderato.integrations.headers import legacy_for_denial, legacy_for_one, render, report
 from moderato.results import CheckResult, PolicyState
 
 
@@ -59,4 +61,28 @@ def test_the_shortcut_declines_denials_and_bypasses() -> None:
         (b"x-ratelimit-limit", b"5"),
         (b"x-ratelimit-remaining", b"4"),
         (b"x-ratelimit-reset", b"1796160001"),
+    ]
+
+
+def test_the_denial_shortcut_renders_what_the_general_path_renders() -> None:
+    rng = random.Random(1818)
+    for _ in range(20_000):
+        decisions = [random_result(rng) for _ in range(rng.randint(0, 3))]
+        denied = random_result(rng)
+        denial = exceeded(denied)
+        general = report(decisions, denial)
+        assert general is not None
+        expected = render(general, "legacy", 1796160000.0)
+        assert legacy_for_denial(decisions, denial) == expected, (decisions, denied)
+
+
+def test_the_denial_shortcut_of_an_application_s_own_exception() -> None:
+    own = RateLimitExceeded(
+        limit=10, remaining=2, retry_after=7, reset_at=1796160000.5, window_seconds=60, rate="r"
+    )
+    assert legacy_for_denial([], own) == [
+        (b"x-ratelimit-limit", b"10"),
+        (b"x-ratelimit-remaining", b"2"),
+        (b"x-ratelimit-reset", b"1796160001"),
+        (b"retry-after", b"7"),
     ]

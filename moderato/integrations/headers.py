@@ -137,6 +137,28 @@ def legacy_for_one(result: CheckResult) -> Optional[HeaderList]:
     return headers
 
 
+def legacy_for_denial(
+    decisions: Sequence[CheckResult], denial: RateLimitExceeded
+) -> HeaderList:
+    """``render(report(decisions, denial), "legacy", now)``, without the Report.
+
+    The legacy headers of a denial describe the denying policy alone, so the
+    other policies need not be gathered. tests/test_headers_fast_path.py holds
+    the two to the same output.
+    """
+    # str(), as render() does: an application may raise its own RateLimitExceeded.
+    headers: HeaderList = []
+    if not any(d.bypassed or d.remaining is None for d in decisions):
+        headers.append((b"x-ratelimit-limit", str(denial.limit).encode()))
+        if denial.remaining is not None:
+            headers.append((b"x-ratelimit-remaining", str(denial.remaining).encode()))
+        if denial.reset_at is not None:
+            headers.append((b"x-ratelimit-reset", str(math.ceil(denial.reset_at)).encode()))
+    if denial.retry_after is not None:
+        headers.append((b"retry-after", str(denial.retry_after).encode()))
+    return headers
+
+
 def _remaining(quota: Quota) -> int:
     return quota.remaining if quota.remaining is not None else 0
 

@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from starlette.types import Scope, Send
 
 from ..errors import BackendError, RateLimitCallbackError, RateLimitExceeded
 from .decisions import recorded
-from .headers import HeaderList, HeaderStyle, render, report
+from .headers import HeaderList, HeaderStyle, legacy_for_denial, render, report
 
 
-@dataclass(frozen=True)
-class ErrorResponse:
+class ErrorResponse(NamedTuple):
+    # A NamedTuple, not a frozen dataclass: built for every denied request of a
+    # flood, and a frozen dataclass's __init__ costs several times a tuple's.
     status: int
     body: dict[str, Any]
     denial: Optional[RateLimitExceeded]
@@ -56,6 +56,8 @@ def denial_headers(response: ErrorResponse, scope: Scope, style: HeaderStyle) ->
     """Quota headers and Retry-After for a denial (the policy that denied); none for a 503."""
     if response.denial is None:
         return []
+    if style == "legacy":  # the default: no Report needed (tests/test_headers_fast_path.py)
+        return legacy_for_denial(recorded(scope), response.denial)
     denial_report = report(recorded(scope), response.denial)
     return [] if denial_report is None else render(denial_report, style, time.time())
 
@@ -74,7 +76,7 @@ async def send_json(
     send: Send, status: int, body: dict[str, Any], headers: HeaderList, *, prefix: str = ""
 ) -> None:
     """Send a complete JSON response; ``prefix="websocket."`` sends it as a handshake denial."""
-    payload = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    payload = _encoded(body)
     await send(
         {
             "type": f"{prefix}http.response.start",
@@ -87,3 +89,28 @@ async def send_json(
         }
     )
     await send({"type": f"{prefix}http.response.body", "body": payload})
+
+
+_ENCODED_MAX = 256
+"""Bodies remembered by _encoded: a flood repeats a handful (retry_after counts down)."""
+_encoded_bodies: dict[tuple[tuple[str, Any], ...], bytes] = {}
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    """``body`` as compact JSON; the few distinct error bodies are encoded once each."""
+    key = tuple(body.items())
+    try:
+        return _encoded_bodies[key]
+    except KeyError:
+        pass
+    except TypeError:  # a value that cannot be a key: encode it every time
+        return _dumps(body)
+    payload = _dumps(body)
+    if len(_encoded_bodies) >= _ENCODED_MAX:
+        _encoded_bodies.clear()
+    _encoded_bodies[key] = payload
+    return payload
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

@@ -14,6 +14,7 @@ requests and to websocket handshakes alike (both are ``HTTPConnection``s).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypedDict, Union, cast
 
 from starlette.requests import HTTPConnection, Request
@@ -45,6 +46,8 @@ RateSpec = Union[str, RequestCallback[str]]
 KeySpec = Union[str, bytes, RequestCallback[Union[str, bytes]]]
 TenantSpec = Union[str, RequestCallback[Optional[str]]]
 CostSpec = Union[int, RequestCallback[int]]
+CheckArguments = tuple[Union[str, bytes], str, int, Optional[str], str]
+"""A check's key, rate, cost, tenant and scope, as one request resolves them."""
 ExemptWhen = RequestCallback[bool]
 """A predicate of the request: True skips the rule for it (nothing is charged)."""
 
@@ -153,7 +156,7 @@ class LimitRule:
             )
 
     async def enforce(
-        self, request: HTTPConnection, *, scope: Optional[str] = None
+        self, request: HTTPConnection, *, scope: Optional[str] = None, convert: bool = True
     ) -> Optional[CheckResult]:
         """Decide and charge for ``request``; record the decision; raise on a denial.
 
@@ -163,11 +166,22 @@ class LimitRule:
         Without a moderato middleware around the request, they are raised as
         their HTTPException subclasses, which any Starlette app answers; on a
         websocket handshake, as the form that refuses it (websocket_errors.py).
+        ``convert=False`` raises moderato's own exceptions in every case.
         """
+        # decide() inlined: one coroutine between the endpoint and the limiter.
         try:
-            return await self.check(request, scope)
+            if self.exempt_when is not None and await self.exempted(request):
+                return None
+            arguments = self._arguments_now(request, scope)
+            if arguments is None:
+                arguments = await self._arguments(request, scope)
+            result = await self._checked(arguments)
+            record(request.scope, result)
+            if not result.allowed:
+                raise exceeded(result)
+            return result
         except (RateLimitExceeded, BackendError, RateLimitCallbackError) as error:
-            converted = self._converted(error, request.scope)
+            converted = self._converted(error, request.scope) if convert else None
             if converted is None:
                 raise
             raise converted from error.__cause__
@@ -176,12 +190,7 @@ class LimitRule:
         self, request: HTTPConnection, scope: Optional[str] = None
     ) -> Optional[CheckResult]:
         """``enforce`` raising moderato's own exceptions, for a caller that answers them itself."""
-        if self.exempt_when is not None and await self.exempted(request):
-            return None
-        result = await self.decide(request, scope)
-        if not result.allowed:
-            raise exceeded(result)
-        return result
+        return await self.enforce(request, scope=scope, convert=False)
 
     @staticmethod
     def _converted(error: ModeratoError, scope: Scope) -> Optional[Exception]:
@@ -202,10 +211,34 @@ class LimitRule:
 
     async def decide(self, request: HTTPConnection, scope: Optional[str] = None) -> CheckResult:
         """Decide and charge without raising: the decision, admitted or denied."""
+        arguments = self._arguments_now(request, scope)
+        if arguments is None:
+            arguments = await self._arguments(request, scope)
+        result = await self._checked(arguments)
+        record(request.scope, result)
+        return result
+
+    def _arguments_now(
+        self, request: HTTPConnection, scope: Optional[str]
+    ) -> Optional[CheckArguments]:
+        """The check's arguments without a coroutine, when every value is static or the
+        default identity (known to be synchronous); None when ``_arguments`` must await.
+        """
+        rate = self.rate
+        tenant = self.tenant if self.tenant is not None else self.limiter.tenant
+        cost = self._cost_spec()
+        if type(rate) is not str or type(cost) is not int:
+            return None
+        if tenant is not None and type(tenant) is not str:
+            return None
+        key = self._key_now(_as_request(request))
+        if key is None:
+            return None
+        return key, rate, cost, tenant, self._scope(request, scope)
+
+    async def _arguments(self, request: HTTPConnection, scope: Optional[str]) -> CheckArguments:
+        """The check's arguments, awaiting only the callbacks among them."""
         callback_request = _as_request(request)
-        # Static values are read as they are, and a synchronous key callback (the
-        # default identity) is called directly: a coroutine per value would be
-        # created, run and collected on every request for nothing.
         rate = self.rate
         if type(rate) is not str:
             rate = await self._rate(callback_request)
@@ -215,23 +248,32 @@ class LimitRule:
         tenant = self.tenant if self.tenant is not None else self.limiter.tenant
         if tenant is not None and type(tenant) is not str:
             tenant = await self._tenant(callback_request)
-        cost = self.cost if self.cost is not None else self.limiter.cost
-        if cost is None:
-            cost = 1
-        elif type(cost) is not int:
+        cost = self._cost_spec()
+        if type(cost) is not int:
             cost = await self._cost(callback_request)
-        chosen_scope = scope or self.scope or route_scope(request.scope, self.endpoint)
-        result = await self.limiter.check_with_info(
+        return key, rate, cost, tenant, self._scope(request, scope)
+
+    def _checked(self, arguments: CheckArguments) -> Awaitable[CheckResult]:
+        """The limiter's check of these arguments, for the caller to await (no coroutine here)."""
+        key, rate, cost, tenant, scope = arguments
+        return self.limiter.check_with_info(
             key,
             rate,
             cost=cost,
             tenant_type=tenant,
-            scope=chosen_scope,
+            scope=scope,
             algorithm=self.algorithm,
             shadow=self.shadow,
         )
-        record(request.scope, result)
-        return result
+
+    def _cost_spec(self) -> CostSpec:
+        """The rule's cost, else the limiter's default, else 1."""
+        if self.cost is not None:
+            return self.cost
+        return self.limiter.cost if self.limiter.cost is not None else 1
+
+    def _scope(self, request: HTTPConnection, scope: Optional[str]) -> str:
+        return scope or self.scope or route_scope(request.scope, self.endpoint)
 
     async def _rate(self, request: Request) -> str:
         if isinstance(self.rate, str):

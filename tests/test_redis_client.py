@@ -681,14 +681,29 @@ def test_loop_closed_without_shutdown_is_swept(redis_server: RedisServer) -> Non
     assert client._pools == {}
 
 
-async def test_concurrent_commands_spread_over_every_connection(redis_url: str) -> None:
-    client = RedisClient.from_url(redis_url, connections_per_loop=3, client_name="rr")
+async def test_one_loop_turn_s_commands_share_one_connection(redis_url: str) -> None:
+    # One write and one read for the whole batch, not one per connection.
+    client = RedisClient.from_url(redis_url, connections_per_loop=3)
     try:
         replies = await asyncio.gather(*(client.execute("ECHO", str(i)) for i in range(90)))
         assert replies == [str(i).encode() for i in range(90)]
+        assert len(client.connections()) == 1
+    finally:
+        await client.close()
+
+
+async def test_successive_batches_spread_over_every_connection(redis_url: str) -> None:
+    client = RedisClient.from_url(redis_url, connections_per_loop=3, client_name="rr")
+    try:
+        batches = []
+        for turn in range(3):
+            # No reply can be read before the loop next polls: each new turn's
+            # batch finds the earlier connections busy and takes the next one.
+            batches.append([client.execute("ECHO", f"{turn}:{i}") for i in range(30)])
+            await asyncio.sleep(0)
+        for turn, batch in enumerate(batches):
+            assert await asyncio.gather(*batch) == [f"{turn}:{i}".encode() for i in range(30)]
         assert len(client.connections()) == 3
-        ids = await asyncio.gather(*(client.execute("CLIENT", "ID") for _ in range(3)))
-        assert len(set(ids)) == 3
         clients = await client.execute("CLIENT", "LIST")
         assert clients.count(b"name=rr ") == 3
     finally:
@@ -713,8 +728,10 @@ async def test_a_slot_in_backoff_is_passed_over(own_redis_server: RedisServer) -
         assert await client.execute("PING") == b"PONG"  # opens the first connection only
         # No further client is admitted: the second slot's connect is refused.
         await client.execute("CONFIG", "SET", "maxclients", "1")
+        in_flight = client.execute("PING")
+        await asyncio.sleep(0)  # written, its reply not read: the next turn opens the second
         first, second = await asyncio.gather(
-            client.execute("PING"), client.execute("PING"), return_exceptions=True
+            in_flight, client.execute("PING"), return_exceptions=True
         )
         assert first == b"PONG"
         assert isinstance(second, RedisClientError)  # Redis refuses it and hangs up

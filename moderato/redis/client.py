@@ -96,6 +96,7 @@ class _Pool:
 
     __slots__ = (
         "_shutdown_hook",
+        "batching",
         "client",
         "loop",
         "only",
@@ -109,19 +110,29 @@ class _Pool:
         # With one connection per loop, that connection while it is open: the hot
         # path reads this and skips pick().
         self.only: RedisConnection | None = None
+        # The connection pick() chose last: while its batch of this loop turn is
+        # still open, the next command joins it.
+        self.batching: RedisConnection | None = None
         self._shutdown_hook: AsyncGenerator[None, None] | None = None
 
     def pick(self) -> RedisConnection:
-        """The connection with the fewest commands in flight, opened if need be.
+        """The connection this loop turn's commands go to, opened if need be.
 
-        Fewest in flight, the first on a tie: a caller that waits for each
-        reply stays on one connection (each command then carries the TCP
-        acknowledgement of the previous reply), while concurrent callers
-        spread over all of them, so Redis works on one batch while this
-        process reads another's replies. A slot waiting out a reconnect
-        backoff is passed over while another can take the command;
-        RedisConnectionError when none can.
+        Every command of one loop turn joins the first one's connection, so a
+        turn's batch leaves in one write and its replies come back in one read
+        (split over several connections, the same commands cost a write, a
+        read and a wake-up each). The first command of a turn takes the
+        connection with the fewest commands in flight, the first on a tie: a
+        caller that waits for each reply stays on one connection (each command
+        then carries the TCP acknowledgement of the previous reply), while
+        the batches of successive turns spread over all of them, so Redis
+        works on one batch while this process reads another's replies. A slot
+        waiting out a reconnect backoff is passed over while another can take
+        the command; RedisConnectionError when none can.
         """
+        current = self.batching
+        if current is not None and current.batch_open and current.usable:
+            return current
         slots = self.slots
         slot = slots[0]
         if len(slots) > 1:
@@ -142,15 +153,16 @@ class _Pool:
                     if in_flight == 0:
                         break
         connection = slot.connection
-        if connection is not None and connection.usable:
-            return connection
-        wait_s = slot.retry_at - self.loop.time()
-        if wait_s > 0:
-            raise CommandNotSentError(
-                f"{slot.last_error}; not retrying yet: "
-                f"next connect attempt in {math.ceil(wait_s * 1000)} ms"
-            )
-        return self.client._open(slot)
+        if connection is None or not connection.usable:
+            wait_s = slot.retry_at - self.loop.time()
+            if wait_s > 0:
+                raise CommandNotSentError(
+                    f"{slot.last_error}; not retrying yet: "
+                    f"next connect attempt in {math.ceil(wait_s * 1000)} ms"
+                )
+            connection = self.client._open(slot)
+        self.batching = connection
+        return connection
 
     def failed(self, error: BaseException) -> asyncio.Future[Any]:
         future = self.loop.create_future()

@@ -181,6 +181,11 @@ class RedisConnection(asyncio.BufferedProtocol):
         return self._transport
 
     @property
+    def batch_open(self) -> bool:
+        """Whether commands of this loop turn are queued here, their write still to come."""
+        return not self._flush_due
+
+    @property
     def pending_count(self) -> int:
         """Commands sent or queued whose reply has not arrived (timed-out slots included)."""
         return len(self._pending)

@@ -40,6 +40,15 @@ def redis_url() -> str:
     return os.environ.get("MODERATO_BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 
 
+def timeouts() -> dict[str, float]:
+    """moderato's Redis timeouts: the library's defaults, unless MODERATO_BENCH_TIMEOUT_S is set
+    (benchmarks/app_cpu.py sets it under callgrind, which runs the app 50 times slower)."""
+    if "MODERATO_BENCH_TIMEOUT_S" not in os.environ:
+        return {}
+    timeout_s = float(os.environ["MODERATO_BENCH_TIMEOUT_S"])
+    return {"connect_timeout_s": timeout_s, "command_timeout_s": timeout_s}
+
+
 def algorithm() -> str:
     """moderato's algorithm for the end-to-end apps (the library default unless set)."""
     return os.environ.get("MODERATO_BENCH_ALGORITHM", "fixed_window")

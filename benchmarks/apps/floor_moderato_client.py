@@ -8,12 +8,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from benchmarks.apps import BODY, redis_url
+from benchmarks.apps import BODY, redis_url, timeouts
 from benchmarks.apps._floor import SCRIPT_ARGS, SCRIPT_KEY, SCRIPT_SHA, SCRIPT_SOURCE
 from moderato.redis import RedisClient
 from moderato.scripts import Script
 
-client = RedisClient.from_url(redis_url())
+client = RedisClient.from_url(redis_url(), **timeouts())
 script = Script(name="floor", source=SCRIPT_SOURCE, sha=SCRIPT_SHA)
 keys = (SCRIPT_KEY,)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url
+from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url, timeouts
 from benchmarks.apps._moderato import endpoint_app
 from moderato import RateLimiter
 
-limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator")
+limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator", **timeouts())
 app = endpoint_app(limiter)
 
 

@@ -137,9 +137,7 @@ def legacy_for_one(result: CheckResult) -> Optional[HeaderList]:
     return headers
 
 
-def legacy_for_denial(
-    decisions: Sequence[CheckResult], denial: RateLimitExceeded
-) -> HeaderList:
+def legacy_for_denial(decisions: Sequence[CheckResult], denial: RateLimitExceeded) -> HeaderList:
     """``render(report(decisions, denial), "legacy", now)``, without the Report.
 
     The legacy headers of a denial describe the denying policy alone, so the

@@ -118,7 +118,9 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
             request = kwargs.pop(REQUEST_PARAMETER, None)
         else:
             request = kwargs.get(cast(str, request_parameter))
-        if not isinstance(request, HTTPConnection):
+        # The exact type first: isinstance() of an ABC subclass (HTTPConnection is a
+        # Mapping) goes through ABCMeta.__instancecheck__ on every request.
+        if type(request) is not Request and not isinstance(request, HTTPConnection):
             request = next((arg for arg in args if isinstance(arg, HTTPConnection)), None)
         if request is None:
             raise RateLimitConfigError(

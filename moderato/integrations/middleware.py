@@ -166,7 +166,8 @@ class RateLimitMiddleware:
         # No receive: callbacks may read headers, never the body the app still needs.
         request = Request(scope)
         try:
-            if not await self._exempt(request):
+            # No predicates (the usual case): no coroutine to ask them.
+            if not (self.exempt and await self._exempt(request)):
                 rule = (
                     self.path_rules.get(normalize(path), self.rule)
                     if self.path_rules
@@ -275,7 +276,9 @@ def _with_headers(message: Message, extra: HeaderList) -> Message:
     headers = list(message.get("headers", ()))
     present = {name.lower() for name, _ in headers}
     # The application's own values win (e.g. its handler already set Retry-After).
-    headers.extend((name, value) for name, value in extra if name not in present)
+    for pair in extra:
+        if pair[0] not in present:
+            headers.append(pair)
     return {**message, "headers": headers}
 
 

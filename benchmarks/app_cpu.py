@@ -7,9 +7,10 @@ end-to-end throughput is not:
 
 - ``cpu`` (default): this process's CPU time per request (time.process_time,
   the least disturbed of ``--trials``);
-- ``callgrind``: instructions per request, counted by valgrind's callgrind
-  (the difference between a run of ``--requests`` and one of a fifth of that,
-  so start-up and warm-up cancel out). Slow (about a minute per app), exact.
+- ``callgrind``: instructions per request, counted by valgrind's callgrind,
+  every app in one process: its counters are dumped just before and just
+  after each app's measured requests, so start-up and warm-up are not
+  counted. Slow (a minute or two for all the apps), and exact.
 
 What it leaves out is the same for every app: uvicorn's HTTP parsing and
 response writing, and the load generator. So it tells what the limiter adds
@@ -124,43 +125,56 @@ async def cpu_per_request(
     return {"cpu_us_per_request": min(samples), "samples": samples, "statuses": driver.statuses}
 
 
-async def plain_run(module: str, path: str, requests: int, concurrency: int) -> None:
+async def measured_run(module: str, path: str, requests: int, concurrency: int) -> dict[int, int]:
+    """Under callgrind: warm up, then ``requests`` between two dumps (see ``instructions``)."""
     driver = Driver(module, path)
     await driver.start()
+    await driver.run(max(requests // 4, concurrency), concurrency)
+    driver.statuses.clear()
+    os.getppid()  # callgrind dumps here (--dump-before): what came before is not counted
     await driver.run(requests, concurrency)
+    os.getppid()  # ... and here: this dump holds the measured requests alone
     await driver.stop()
-    print(json.dumps(driver.statuses))
+    return driver.statuses
 
 
-def instructions(module: str, path: str, requests: int, concurrency: int) -> int:
+def instructions(modules: list[str], path: str, requests: int, concurrency: int) -> dict[str, Any]:
+    """Instructions per request of each app, all in one process under callgrind.
+
+    The driver calls ``os.getppid()`` just before and just after each app's
+    measured requests, and callgrind dumps its counters on entering that
+    function: every second dump holds one app's requests and nothing else.
+    """
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         command = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-            sys.executable, __file__, "--mode", "plain", "--path", path,
-            "--requests", str(requests), "--concurrency", str(concurrency), module,
+            "--dump-before=os_getppid*", sys.executable, __file__, "--mode", "plain",
+            "--path", path, "--requests", str(requests), "--concurrency", str(concurrency),
+            *modules,
         ]  # fmt: skip
         # Under callgrind the app runs about 50 times slower than Redis answers.
         env = dict(os.environ, MODERATO_BENCH_TIMEOUT_S="60")
         finished = subprocess.run(command, capture_output=True, text=True, env=env)
         if finished.returncode != 0:
-            raise RuntimeError(f"{module} failed under callgrind:\n{finished.stderr[-3000:]}")
+            raise RuntimeError(f"callgrind run failed:\n{finished.stderr[-3000:]}")
         statuses = json.loads(finished.stdout.strip().splitlines()[-1])
-        if len(statuses) != 1 and path == "allowed":
-            raise RuntimeError(f"{module} answered {statuses} under callgrind")
-        text = out.read_text(errors="replace")
-    found = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
-    if found is None:
-        raise RuntimeError("callgrind wrote no totals")
-    return int(found.group(1))
-
-
-def instructions_per_request(module: str, path: str, requests: int, concurrency: int) -> float:
-    short = requests // 5
-    return (
-        instructions(module, path, requests, concurrency)
-        - instructions(module, path, short, concurrency)
-    ) / (requests - short)
+        dumps = sorted(out.parent.glob("callgrind.out.*"), key=lambda f: int(f.suffix[1:]))
+        totals = []
+        for dump in dumps:
+            found = re.search(r"^(?:summary|totals): (\d+)", dump.read_text(errors="replace"), re.M)
+            if found is None:
+                raise RuntimeError(f"callgrind wrote no totals in {dump.name}")
+            totals.append(int(found.group(1)))
+    if len(totals) != 2 * len(modules):
+        raise RuntimeError(f"expected {2 * len(modules)} callgrind dumps, got {len(totals)}")
+    return {
+        module: {
+            "instructions_per_request": totals[2 * n + 1] / requests,
+            "statuses": statuses[module],
+        }
+        for n, module in enumerate(modules)
+    }
 
 
 def run(coroutine: Any) -> Any:
@@ -183,8 +197,12 @@ def main() -> None:
     parser.add_argument("--redis-url", help="use this server instead of starting one")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    if args.mode == "plain":  # one run, under callgrind
-        run(plain_run(args.modules[0], args.path, args.requests, args.concurrency))
+    if args.mode == "plain":  # under callgrind: every app in turn, statuses on stdout
+        statuses = {
+            module: run(measured_run(module, args.path, args.requests, args.concurrency))
+            for module in args.modules
+        }
+        print(json.dumps(statuses))
         return
     modules = args.modules or list(apps.APPS.values())
     if args.path == "limited":
@@ -199,24 +217,23 @@ def main() -> None:
         os.environ["MODERATO_BENCH_REDIS_URL"] = args.redis_url
     figures: dict[str, Any] = {}
     try:
-        for module in modules:
-            if args.mode == "cpu":
-                requests = args.requests or 20_000
-                figure = run(
-                    cpu_per_request(module, args.path, requests, args.concurrency, args.trials)
-                )
+        if args.mode == "callgrind":
+            figures = instructions(modules, args.path, args.requests or 1000, args.concurrency)
+            for module, figure in figures.items():
                 print(
-                    f"{module:28} /{args.path:8} {figure['cpu_us_per_request']:7.1f} us CPU/request"
-                    f"  statuses {figure['statuses']}",
-                    flush=True,
+                    f"{module:28} /{args.path:8} {figure['instructions_per_request']:10,.0f}"
+                    f" instructions/request  statuses {figure['statuses']}"
                 )
-            else:
-                requests = args.requests or 2500
-                per_request = instructions_per_request(
-                    module, args.path, requests, args.concurrency
-                )
-                figure = {"instructions_per_request": per_request}
-                print(f"{module:28} /{args.path:8} {per_request:10,.0f} instructions/request")
+        for module in modules if args.mode == "cpu" else ():
+            requests = args.requests or 20_000
+            figure = run(
+                cpu_per_request(module, args.path, requests, args.concurrency, args.trials)
+            )
+            print(
+                f"{module:28} /{args.path:8} {figure['cpu_us_per_request']:7.1f} us CPU/request"
+                f"  statuses {figure['statuses']}",
+                flush=True,
+            )
             figures[module] = figure
     finally:
         if server is not None:

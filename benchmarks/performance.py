@@ -1357,6 +1357,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="about a fifth of the full run")
     parser.add_argument("--trials", type=int, help="override the number of trials")
     parser.add_argument(
+        "--e2e-trials", type=int, help="override the number of wrk runs per app and path"
+    )
+    parser.add_argument(
         "--sections",
         default=",".join(SECTIONS),
         help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
@@ -1377,6 +1380,8 @@ def main() -> None:
     config = QUICK if args.quick else FULL
     if args.trials:
         config = Config(**{**asdict(config), "trials": args.trials})
+    if args.e2e_trials:
+        config = Config(**{**asdict(config), "e2e_trials": args.e2e_trials})
     sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
     unknown = set(sections) - set(SECTIONS)
     if unknown:

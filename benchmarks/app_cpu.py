@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import json
 import os
@@ -131,6 +132,10 @@ async def measured_run(module: str, path: str, requests: int, concurrency: int) 
     await driver.start()
     await driver.run(max(requests // 4, concurrency), concurrency)
     driver.statuses.clear()
+    # Every app starts its measured requests from the same collector state: an
+    # old generation's collection falling inside one app's window and not
+    # another's would move its figure by thousands of instructions per request.
+    gc.collect()
     os.getppid()  # callgrind dumps here (--dump-before): what came before is not counted
     await driver.run(requests, concurrency)
     os.getppid()  # ... and here: this dump holds the measured requests alone

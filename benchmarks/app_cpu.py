@@ -251,6 +251,9 @@ def main() -> None:
             "concurrency": args.concurrency,
             "load_average": os.getloadavg(),
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip(),
             "apps": figures,
         }
         args.json.write_text(json.dumps(record, indent=1) + "\n")

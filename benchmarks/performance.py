@@ -1212,39 +1212,28 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         return _median(e2e.get(app, {}).get(path, {}).get("requests_per_s"))
 
     peers_e2e = ("slowapi", "fastapi-limiter")
+
+    def versus(app: str, path: str, reference: str, threshold: Optional[float]) -> None:
+        """``app`` over ``reference`` in req/s; a reference figure when no threshold."""
+        value, base = rps(app, path), rps(reference, path)
+        if value and base:
+            add(
+                f"end-to-end {path}: {app} / {reference}",
+                value / base,
+                threshold,
+                f"{value:,.0f} vs {base:,.0f} req/s",
+            )
+
     # The floor (bare app + one trivial script call per request): how close to the
     # bare app an exact limiter that asks Redis per request can get on this machine.
-    bare_allowed = rps("no limiter", "allowed")
     for floor_app in ("floor, moderato client", "floor, redis-py"):
-        floor_rps = rps(floor_app, "allowed")
-        if floor_rps and bare_allowed:
-            add(
-                f"end-to-end allowed: {floor_app} / no limiter",
-                floor_rps / bare_allowed,
-                None,
-                f"{floor_rps:,.0f} vs {bare_allowed:,.0f} req/s",
-            )
-    client_floor = rps("floor, moderato client", "allowed")
+        versus(floor_app, "allowed", "no limiter", None)
     for app in ("moderato decorator", "moderato dependency", "moderato middleware"):
-        for path in ("allowed", "limited"):
-            value, baseline = rps(app, path), rps("no limiter", path)
-            if value and baseline:
-                # Allowed: within 10% of the bare app; limited (one identity flooding):
-                # at least its throughput, a local denial being cheaper than the endpoint.
-                add(
-                    f"end-to-end {path}: {app} / no limiter",
-                    value / baseline,
-                    0.90 if path == "allowed" else 1.0,
-                    f"{value:,.0f} vs {baseline:,.0f} req/s",
-                )
-        allowed_rps = rps(app, "allowed")
-        if allowed_rps and client_floor:
-            add(
-                f"end-to-end allowed: {app} / floor, moderato client",
-                allowed_rps / client_floor,
-                None,
-                f"{allowed_rps:,.0f} vs {client_floor:,.0f} req/s",
-            )
+        # Allowed: within 10% of the bare app; limited (one identity flooding):
+        # at least its throughput, a local denial being cheaper than the endpoint.
+        versus(app, "allowed", "no limiter", 0.90)
+        versus(app, "limited", "no limiter", 1.0)
+        versus(app, "allowed", "floor, moderato client", None)
         calls = _median(e2e.get(app, {}).get("limited", {}).get("redis_calls_per_request"))
         if calls is not None:
             add(

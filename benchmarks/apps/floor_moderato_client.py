@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
-
-from benchmarks.apps import BODY, redis_url, timeouts
-from benchmarks.apps._floor import SCRIPT_ARGS, SCRIPT_KEY, SCRIPT_SHA, SCRIPT_SOURCE
+from benchmarks.apps import redis_url, timeouts
+from benchmarks.apps._floor import SCRIPT_ARGS, SCRIPT_KEY, SCRIPT_SHA, SCRIPT_SOURCE, floor_app
 from moderato.redis import RedisClient
 from moderato.scripts import Script
 
@@ -18,23 +14,13 @@ script = Script(name="floor", source=SCRIPT_SOURCE, sha=SCRIPT_SHA)
 keys = (SCRIPT_KEY,)
 
 
-@asynccontextmanager
-async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+async def start() -> None:
     await client.connect()
     await client.execute("SCRIPT", "LOAD", SCRIPT_SOURCE)
-    yield
-    await client.close()
 
 
-app = FastAPI(lifespan=lifespan)
+def round_trip() -> Any:
+    return client.evalsha(script, keys, SCRIPT_ARGS)
 
 
-@app.get("/health")
-async def health() -> dict[str, Any]:
-    return BODY
-
-
-@app.get("/allowed")
-async def allowed() -> dict[str, Any]:
-    await client.evalsha(script, keys, SCRIPT_ARGS)
-    return BODY
+app = floor_app(start, client.close, round_trip)

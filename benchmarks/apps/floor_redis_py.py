@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
-from fastapi import FastAPI
 
-from benchmarks.apps import BODY, redis_url
-from benchmarks.apps._floor import SCRIPT_ARGS, SCRIPT_KEY, SCRIPT_SHA, SCRIPT_SOURCE
+from benchmarks.apps import redis_url
+from benchmarks.apps._floor import SCRIPT_ARGS, SCRIPT_KEY, SCRIPT_SHA, SCRIPT_SOURCE, floor_app
 
 client = aioredis.from_url(redis_url())
 
 
-@asynccontextmanager
-async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+async def start() -> None:
     await client.script_load(SCRIPT_SOURCE)
-    yield
-    await client.aclose()
 
 
-app = FastAPI(lifespan=lifespan)
+def round_trip() -> Any:
+    return client.evalsha(SCRIPT_SHA, 1, SCRIPT_KEY, *SCRIPT_ARGS)
 
 
-@app.get("/health")
-async def health() -> dict[str, Any]:
-    return BODY
-
-
-@app.get("/allowed")
-async def allowed() -> dict[str, Any]:
-    await client.evalsha(SCRIPT_SHA, 1, SCRIPT_KEY, *SCRIPT_ARGS)
-    return BODY
+app = floor_app(start, client.aclose, round_trip)

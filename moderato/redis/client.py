@@ -319,15 +319,8 @@ class RedisClient:
         It raises RedisReplyError for an error reply and RedisConnectionError when the
         server cannot be reached or does not reply within ``command_timeout_s``.
         """
-        payload = encode_command(*args)  # first: a TypeError is raised whatever else
-        pool = self._pools.get(get_running_loop()) or self._current_pool()
-        connection = pool.only
-        if connection is None or not connection.usable:
-            try:
-                connection = pool.pick()
-            except RedisClientError as error:
-                return pool.failed(error)
-        return connection.send(payload)
+        # Encoded first: a TypeError is raised whatever else.
+        return self._send(encode_command(*args), None, (), ())
 
     def evalsha(
         self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]
@@ -340,7 +333,16 @@ class RedisClient:
         caches it; that second round trip has its own timeout, so such a call
         may take up to twice ``command_timeout_s``.
         """
-        payload = encode_evalsha(script.sha, keys, args)
+        return self._send(encode_evalsha(script.sha, keys, args), script, keys, args)
+
+    def _send(
+        self,
+        payload: bytes,
+        script: ScriptLike | None,
+        keys: Sequence[Arg],
+        args: Sequence[Arg],
+    ) -> asyncio.Future[Any]:
+        """Queue one encoded command (an EVALSHA of ``script`` when given) on this loop's pool."""
         pool = self._pools.get(get_running_loop()) or self._current_pool()
         connection = pool.only
         if connection is None or not connection.usable:
@@ -348,6 +350,8 @@ class RedisClient:
                 connection = pool.pick()
             except RedisClientError as error:
                 return pool.failed(error)
+        if script is None:
+            return connection.send(payload)
         return connection.send_script(payload, script, keys, args)
 
     async def execute_many(

@@ -201,16 +201,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if not self.usable:
             raise self._closed_error(sent=False)
         future: asyncio.Future[Any] = _Future(loop=self._loop)
-        self._pending.append(future)
-        self._write_buffer.append(payload)
-        if self._flush_due:
-            # First command of this loop turn: schedule the one write for all of them.
-            self._flush_due = False
-            loop = self._loop
-            # Measured from the first command of the batch, so no caller of this
-            # batch waits longer than the timeout.
-            self._batch_deadline = loop.time() + self._command_timeout_s
-            loop.call_soon(self._flush)
+        self._queue(future, payload)
         return future
 
     def send_script(
@@ -223,20 +214,10 @@ class RedisConnection(asyncio.BufferedProtocol):
         the script) and the same future gets that reply: the caller never sees
         the NOSCRIPT. The EVAL is a new command with its own timeout.
         """
-        # send(), inlined: this is the limiter's hot path.
-        if not self.usable:
-            raise self._closed_error(sent=False)
-        future: asyncio.Future[Any] = _Future(loop=self._loop)
-        self._pending.append(future)
-        buffer = self._write_buffer
-        buffer.append(payload)
+        future = self.send(payload)
         # Its sequence number: every command ahead of it, in a batch or not, plus itself.
-        self._scripts.append((self._batched_total + len(buffer) - self._held, script, keys, args))
-        if self._flush_due:
-            self._flush_due = False
-            loop = self._loop
-            self._batch_deadline = loop.time() + self._command_timeout_s
-            loop.call_soon(self._flush)
+        sequence = self._batched_total + len(self._write_buffer) - self._held
+        self._scripts.append((sequence, script, keys, args))
         return future
 
     def send_many(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
@@ -247,11 +228,25 @@ class RedisConnection(asyncio.BufferedProtocol):
         futures: list[asyncio.Future[Any]] = [_Future(loop=loop) for _ in payloads]
         self._pending.extend(futures)
         self._write_buffer.extend(payloads)
-        if payloads and self._flush_due:
+        if payloads:
+            self._schedule_flush()
+        return futures
+
+    def _queue(self, future: asyncio.Future[Any], payload: bytes) -> None:
+        """Put one command at the end of the pipeline, answered through ``future``."""
+        self._pending.append(future)
+        self._write_buffer.append(payload)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_due:
+            # First command of this loop turn: schedule the one write for all of them.
             self._flush_due = False
+            loop = self._loop
+            # Measured from the first command of the batch, so no caller of this
+            # batch waits longer than the timeout.
             self._batch_deadline = loop.time() + self._command_timeout_s
             loop.call_soon(self._flush)
-        return futures
 
     def _flush(self) -> None:
         """Once per loop turn that sent commands: close them into a batch and write.
@@ -341,12 +336,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         _, script, keys, args = scripts.popleft()
         payload = encode_command("EVAL", script.source, len(keys), *keys, *args)
         # The future takes the EVAL's slot at the end of the pipeline.
-        self._pending.append(future)
-        self._write_buffer.append(payload)
-        if self._flush_due:
-            self._flush_due = False
-            self._batch_deadline = self._loop.time() + self._command_timeout_s
-            self._loop.call_soon(self._flush)
+        self._queue(future, payload)
         return True
 
     # -- timeouts ----------------------------------------------------------------

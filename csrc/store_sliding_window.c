@@ -96,17 +96,13 @@ sliding_window_evaluate(MemoryStore *store, memory_call *call, memory_policy *po
 static void
 sliding_window_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
-    int64_t window_end_ms = policy->write_expire_at_ms;
     memory_entry *current = target_entry(store, &policy->targets[0], call->now_ms);
-    current->value.counter += call->cost_scaled;
-    /* Read as the previous counter until the end of the next window. */
-    current->expire_at_ms = window_end_ms + policy->window_ms;
-    memory_target *previous = &policy->targets[1];
-    memory_entry *entry =
-        find_live(store, previous->key, previous->key_size, previous->hash, call->now_ms);
-    if (entry != NULL && entry->expire_at_ms == NO_EXPIRY) {
-        entry->expire_at_ms = window_end_ms;
+    /* Found at 0 (created): read as the previous counter until the end of the next
+     * window. Later admissions keep that expiry. */
+    if (current->value.counter == 0) {
+        current->expire_at_ms = policy->write_expire_at_ms + policy->window_ms;
     }
+    current->value.counter += call->cost_scaled;
 }
 
 STORE_ALGORITHM(sliding_window, 0, NULL, NULL);

@@ -224,7 +224,11 @@ def _counter(state: State, key: str) -> int:
 
 
 def _increment(state: State, key: str, amount: int, expire_at_ms: int) -> None:
-    state[key] = Entry(_counter(state, key) + amount, expire_at_ms)
+    """A window counter charged: the expiry is set when it is found at 0 (created), and
+    kept otherwise (a counter that lost it keeps none)."""
+    used = _counter(state, key)
+    kept = expire_at_ms if used == 0 else state[key].expire_at_ms
+    state[key] = Entry(used + amount, kept)
 
 
 def _decide(
@@ -498,9 +502,6 @@ def _sliding_window_verdict(state: State, now_ms: int, cost_scaled: int, policy:
 
     def write(new: State) -> None:
         _increment(new, current_key, cost_scaled, window_end_ms + window_ms)
-        old = new.get(previous_key)
-        if old is not None and old.expire_at_ms is None:
-            new[previous_key] = Entry(old.value, window_end_ms)
 
     verdict = Verdict(
         fits=fits,

@@ -481,41 +481,51 @@ async def test_peek_answers_like_a_charge_and_writes_nothing(
 # -- expiry ----------------------------------------------------------------------------------
 
 
+async def test_every_written_bucket_expires_and_a_lost_expiry_is_repaired(
+    lua: LuaHarness,
+) -> None:
+    t0 = lua.now_ms
+    ten_per_minute = [policy("token_bucket", 10, 60)]
+    await decide(lua, "token_bucket", ten_per_minute, 1000, at_ms=t0 + 15_000)
+    (key,) = await lua.keys()
+    expiry = t0 + 15_000 + 2 * MINUTE_MS + 60_000  # now + 2 * max(W, refill) + 60 s
+    assert await lua.execute("PEXPIRETIME", key) == expiry
+    await lua.execute("PERSIST", key)
+    # a denial writes nothing, so it repairs nothing
+    await decide(lua, "token_bucket", ten_per_minute, 10_000)
+    assert await lua.execute("PEXPIRETIME", key) == -1
+    await decide(lua, "token_bucket", ten_per_minute, 1000)
+    assert await lua.execute("PEXPIRETIME", key) == expiry
+
+
 @pytest.mark.parametrize(
     ("algorithm", "expiry_after_t0"),
     [
         ("fixed_window", MINUTE_MS),  # the window's end
         ("sliding_window", 2 * MINUTE_MS),  # the end of the window that reads it as previous
-        ("token_bucket", 15_000 + 2 * MINUTE_MS + 60_000),  # now + 2 * max(W, refill) + 60 s
     ],
 )
-async def test_every_written_key_expires_and_a_lost_expiry_is_repaired(
-    lua: LuaHarness, algorithm: str, expiry_after_t0: int
+@pytest.mark.parametrize("policies", [1, 2], ids=["one_policy_path", "general_path"])
+async def test_a_window_counter_gets_its_expiry_when_created_and_keeps_it(
+    lua: LuaHarness, algorithm: str, expiry_after_t0: int, policies: int
 ) -> None:
+    """The expiry is set by the admission that finds the counter at 0 and kept by later
+    ones; a counter that lost it (by hand: nothing moderato runs does that) keeps none."""
     t0 = lua.now_ms
-    ten_per_minute = [policy(algorithm, 10, 60)]
-    await decide(lua, algorithm, ten_per_minute, 1000, at_ms=t0 + 15_000)
-    (key,) = await lua.keys()
+    chosen = [policy(algorithm, 10, 60), policy(algorithm, 100, 3600)][:policies]
+    await decide(lua, algorithm, chosen, 1000, at_ms=t0 + 15_000)
+    key = f"{chosen[0].key}:{t0 // MINUTE_MS}"
+    assert await lua.execute("PEXPIRETIME", key) == t0 + expiry_after_t0
+    await decide(lua, algorithm, chosen, 1000, at_ms=t0 + 16_000)
     assert await lua.execute("PEXPIRETIME", key) == t0 + expiry_after_t0
     await lua.execute("PERSIST", key)
-    # a denial writes nothing, so it repairs nothing
-    await decide(lua, algorithm, ten_per_minute, 10_000)
+    await decide(lua, algorithm, chosen, 1000, at_ms=t0 + 17_000)
+    assert await lua.execute("GET", key) == b"3000"
     assert await lua.execute("PEXPIRETIME", key) == -1
-    await decide(lua, algorithm, ten_per_minute, 1000)
+    # one found at 0 counts as created
+    await lua.execute("SET", key, "0")
+    await decide(lua, algorithm, chosen, 1000, at_ms=t0 + 18_000)
     assert await lua.execute("PEXPIRETIME", key) == t0 + expiry_after_t0
-
-
-async def test_sliding_window_repairs_the_previous_counter_expiry(lua: LuaHarness) -> None:
-    t0 = lua.now_ms
-    ten_per_minute = [policy("sliding_window", 10, 60)]
-    await decide(lua, "sliding_window", ten_per_minute, 1000, at_ms=t0 + 15_000)
-    (previous,) = await lua.keys()
-    await lua.execute("PERSIST", previous)
-    await decide(lua, "sliding_window", ten_per_minute, 1000, at_ms=t0 + MINUTE_MS + 1)
-    # the previous counter is read until the current window ends
-    assert await lua.execute("PEXPIRETIME", previous) == t0 + 2 * MINUTE_MS
-    snapshot = await lua.snapshot()
-    assert all(expiry > 0 for _, _, expiry in snapshot.values())
 
 
 # -- the largest numbers ---------------------------------------------------------------------
@@ -896,20 +906,21 @@ async def test_sliding_window_alone_refuses_an_unusable_current_counter(
     assert await lua.dump() == before
 
 
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window"])
 @pytest.mark.parametrize("stored", ["-5", "-1000", "9007199254740993", "9223372036854775807"])
-async def test_fixed_window_single_policy_refuses_what_incrby_would_take_or_not(
-    lua: LuaHarness, stored: str
+async def test_window_single_policy_refuses_what_incrby_would_take_or_not(
+    lua: LuaHarness, algorithm: str, stored: str
 ) -> None:
-    """The one-policy path charges with INCRBY first: a counter INCRBY takes but the
-    script must not (negative, beyond 2^53) or cannot take (an overflow) is
-    refused exactly as the general path refuses it, and left as it was."""
+    """The one-policy path charges the current counter with INCRBY first: a counter
+    INCRBY takes but the script must not (negative, beyond 2^53) or cannot take (an
+    overflow) is refused exactly as the general path refuses it, and left as it was."""
     t0 = lua.now_ms
-    broken = policy("fixed_window", 10, 60, "broken")
+    broken = policy(algorithm, 10, 60, "broken")
     key = f"{broken.key}:{t0 // MINUTE_MS}"
     await lua.execute("SET", key, stored)
     before = await lua.dump()
     with pytest.raises(RedisReplyError) as refused:
-        await decide(lua, "fixed_window", [broken], 1000)
+        await decide(lua, algorithm, [broken], 1000)
     assert refused.value.message == (
         f'MODERATO_STATE key "{key}" holds "{stored}", not a decimal integer 0..9007199254740992'
     )
@@ -942,7 +953,9 @@ async def test_fixed_window_single_policy_counter_edges(
     assert reply == expected
     if reply[0]:
         assert await lua.execute("GET", key) == str(int(stored) + 1000).encode()
-        assert await lua.execute("PEXPIRETIME", key) == t0 + MINUTE_MS
+        # the expiry is set only on a counter found at 0
+        expiry = t0 + MINUTE_MS if stored == "0" else -1
+        assert await lua.execute("PEXPIRETIME", key) == expiry
     else:
         assert await lua.dump() == before
 

@@ -8,7 +8,11 @@ then per policy i, in KEYS order:
   ARGV[2 + 2i]  window_s         1..311040000
 
 State: one counter per window, key <base>:<floor(now_ms / window_ms)>, holding
-the scaled units admitted in that window; it expires at the window's end.
+the scaled units admitted in that window. Its expiry, the window's end, is set
+when an admission finds it at 0 (creates it) and kept by later admissions, as
+nothing moderato runs leaves a counter without one. (A counter that lost it
+to a hand-made PERSIST or SET stays until deleted: its window is never read
+again, and reset deletes the current one.)
 
 Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
 A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
@@ -31,18 +35,21 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
   -- A window index is below 10^14, which '..' writes in full.
   local key = KEYS[1] .. ':' .. (window_end_ms / window_ms - 1)
-  local used_scaled = redis.pcall('INCRBY', key, cost_scaled)
-  -- INCRBY takes only a canonical decimal integer (no sign but '-', no leading zero), so
-  -- a counter it took, as it was (used_scaled - cost_scaled), is valid when 0..2^53 (a
-  -- reply below 2^53 is exact). Anything else is undone and left to the general path.
+  -- ARGV[1] as sent (short decimal digits, checked above): Redis need not format a number.
+  -- INCRBY takes only a canonical decimal integer (no sign but '-', no leading zero) as
+  -- either, so a cost it refuses goes on untouched.
+  local used_scaled = redis.pcall('INCRBY', key, ARGV[1])
+  -- A counter INCRBY took, as it was (used_scaled - cost_scaled), is valid when 0..2^53
+  -- (a reply below 2^53 is exact). Anything else is undone and left to the general path.
   if type(used_scaled) == 'number' then
     local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992
     if valid and used_scaled <= capacity_scaled then
-      -- Every admission sets the expiry, which also repairs a counter that lost it.
-      redis.call('PEXPIREAT', key, window_end_ms)
+      if used_scaled == cost_scaled then
+        redis.call('PEXPIREAT', key, window_end_ms) -- found at 0: just created
+      end
       return { 1, 0, capacity_scaled - used_scaled, 0, window_end_ms }
     end
-    redis.call('DECRBY', key, cost_scaled)
+    redis.call('DECRBY', key, ARGV[1])
     if valid then
       -- Denied: the counter leaves less than the cost (its excess over a since-lowered
       -- capacity shows as 0 remaining); the next window starts empty, and the cost is
@@ -79,13 +86,17 @@ local function evaluate(i, first, cost_scaled, now_ms)
   return cost_scaled <= headroom_scaled, cost_scaled > capacity_scaled,
     remaining_uncharged, remaining_charged, window_end_ms, window_end_ms,
     window_end_ms - now_ms, window_end_ms,
-    key, used_scaled + cost_scaled, window_end_ms
+    key, used_scaled + cost_scaled, used_scaled == 0 and window_end_ms
 end
 
--- The counter's new value and its expiry in one command (what INCRBY then PEXPIREAT
--- would leave): set on every write, which also repairs a counter that lost its expiry.
-local function write(key, used_scaled, window_end_ms)
-  redis.call('SET', key, used_scaled, 'PXAT', window_end_ms)
+-- The counter's new value in one command, as the path above leaves it: with its expiry
+-- when it was found at 0 (expire_at_ms), else keeping the one it has.
+local function write(key, used_scaled, expire_at_ms)
+  if expire_at_ms then
+    redis.call('SET', key, used_scaled, 'PXAT', expire_at_ms)
+  else
+    redis.call('SET', key, used_scaled, 'KEEPTTL')
+  end
 end
 
 return decide(2, nil, evaluate, write)

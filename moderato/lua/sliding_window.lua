@@ -9,7 +9,8 @@ then per policy i, in KEYS order:
 
 State: one counter per window, key <base>:<floor(now_ms / window_ms)>, holding
 the scaled units admitted in it; it lives until the end of the following
-window, where it serves as the previous counter. The estimate is
+window, where it serves as the previous counter: that expiry is set when an
+admission finds the counter at 0 (creates it), as in fixed_window.lua. The estimate is
 floor(previous * weight_permille / 1000) + current, where the previous
 window's weight falls at whole seconds: floor((window_s - elapsed_s) * 1000 / window_s).
 
@@ -23,39 +24,29 @@ local FIELDS_PER_POLICY = 2
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
--- short decimal arguments within range, counters that are short decimals (or missing),
--- and an admission. Both counters come in one MGET; MGET answers nil for a key of another
--- type as for a missing one, so a nil is checked with EXISTS (one call for both). Anything
--- else (a denial included: its wait is a search) goes on to the general path below,
--- nothing written yet.
-if cost_scaled then
+-- short decimal arguments within range, a previous counter that is a short decimal (or
+-- missing), and an admission. The previous counter is read first: when even an empty
+-- current window could not take the cost, the call is a denial (its wait is a search)
+-- and goes on unwritten. Otherwise the current counter is charged first (INCRBY) and the
+-- charge undone (DECRBY) if it does not fit, as in fixed_window.lua: a counter found at 0
+-- always fits, so one that did not exist is never left behind. Anything else, and any
+-- counter INCRBY or GET cannot take, goes on to the general path with nothing changed.
+if cost_scaled and cost_scaled <= capacity_scaled then
   local window_ms = window_s * 1000
   -- fmod is exact, so these are exact (see floor_div in prelude.lua).
   local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
   local window_index = window_start_ms / window_ms
   local elapsed_ms = now_ms - window_start_ms
   local elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
-  -- A window index is below 10^14, which '..' writes in full.
-  local current_key = KEYS[1] .. ':' .. window_index
-  local previous_key = KEYS[1] .. ':' .. (window_index - 1)
-  -- Both reads take two keys: in a slot being migrated to this node, Redis refuses them
-  -- (TRYAGAIN) while one key is missing; the general path reads one key at a time.
-  local counters = redis.pcall('MGET', current_key, previous_key)
-  if counters.err and string.find(counters.err, "can't run this command", 1, true) then
-    return counters -- an ACL without MGET: a misconfiguration to report
+  -- A window index is below 10^14, which '..' writes in full. GET answers a key of another
+  -- type with an error, so a nil is a missing counter.
+  local previous_text = redis.pcall('GET', KEYS[1] .. ':' .. (window_index - 1)) or '0'
+  if previous_text.err and string.find(previous_text.err, "can't run this command", 1, true) then
+    return previous_text -- an ACL without GET: a misconfiguration to report
   end
-  local current_text, previous_text = counters[1], counters[2]
-  local absent = counters.err and 1 or 0
-  if absent == 0 and not current_text then
-    absent = redis.pcall('EXISTS', current_key, previous_text and current_key or previous_key)
-  elseif absent == 0 and not previous_text then
-    absent = redis.pcall('EXISTS', previous_key)
-  end
-  current_text, previous_text = current_text or '0', previous_text or '0'
   -- Up to 15 digits: below 2^53, so tonumber is exact.
-  if absent == 0 and #current_text < 16 and #previous_text < 16
-      and string.find(current_text .. previous_text, '^%d+$') then
-    local current_scaled, previous_scaled = tonumber(current_text), tonumber(previous_text)
+  if not previous_text.err and #previous_text < 16 and string.find(previous_text, '^%d+$') then
+    local previous_scaled = tonumber(previous_text)
     -- weight = floor((window_s - elapsed_s) * 1000 / window_s) permille, and the previous
     -- count weighted, floor(previous * weight / 1000), split as 1000 * thousands + rest so
     -- that no product passes 2^53: the same integers as the general path's.
@@ -63,18 +54,29 @@ if cost_scaled then
     local weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
     local rest_scaled = math.fmod(previous_scaled, 1000)
     local rest_weighted = rest_scaled * weight_permille
-    local headroom_scaled = (capacity_scaled - current_scaled)
-      - ((previous_scaled - rest_scaled) / 1000 * weight_permille
-        + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
-    if cost_scaled <= headroom_scaled then
-      local window_end_ms = window_start_ms + window_ms
-      -- The counter lives on as the next window's previous one; an existing previous
-      -- counter that lost its expiry gets it back.
-      redis.call('SET', current_key, current_scaled + cost_scaled, 'PXAT', window_end_ms + window_ms)
-      if counters[2] and redis.call('PTTL', previous_key) == -1 then
-        redis.call('PEXPIREAT', previous_key, window_end_ms)
+    local room_scaled = capacity_scaled - ((previous_scaled - rest_scaled) / 1000 * weight_permille
+      + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
+    if cost_scaled <= room_scaled then
+      local current_key = KEYS[1] .. ':' .. window_index
+      -- ARGV[1] as sent (short decimal digits): INCRBY refuses it unless canonical.
+      local used_scaled = redis.pcall('INCRBY', current_key, ARGV[1])
+      if type(used_scaled) == 'number' then
+        -- The counter as it was (used_scaled - cost_scaled) is valid when 0..2^53.
+        if used_scaled >= cost_scaled and used_scaled < 9007199254740992 then
+          local headroom_scaled = room_scaled - used_scaled
+          if headroom_scaled >= 0 then
+            local window_end_ms = window_start_ms + window_ms
+            if used_scaled == cost_scaled then
+              -- Found at 0, just created: it lives on as the next window's previous counter.
+              redis.call('PEXPIREAT', current_key, window_end_ms + window_ms)
+            end
+            return { 1, 0, headroom_scaled, 0, window_end_ms }
+          end
+        end
+        redis.call('DECRBY', current_key, ARGV[1])
+      elseif string.find(used_scaled.err, "can't run this command", 1, true) then
+        return used_scaled -- an ACL without INCRBY
       end
-      return { 1, 0, headroom_scaled - cost_scaled, 0, window_end_ms }
     end
   end
 end
@@ -167,20 +169,19 @@ local function evaluate(i, first, cost_scaled, now_ms)
       retry_at_ms(cost_scaled, window_index, elapsed_s, previous_scaled, current_scaled)
     retry_ms = reset_denied_ms - now_ms
   end
-  -- Only a previous counter that exists can have lost its expiry.
   return fits, permanent, remaining_uncharged, remaining_charged, window_end_ms, window_end_ms,
     retry_ms, reset_denied_ms,
-    current_key, current_scaled + cost_scaled, window_end_ms + window_ms,
-    stored_previous and previous_key, window_end_ms
+    current_key, current_scaled + cost_scaled, current_scaled == 0 and window_end_ms + window_ms
 end
 
--- The counter's new value and expiry in one command (what INCRBY then PEXPIREAT would
--- leave), set on every write, which repairs a counter that lost its expiry; the counter
--- is read as the previous one until the end of the next window.
-local function write(current_key, current_scaled, expire_at_ms, previous_key, window_end_ms)
-  redis.call('SET', current_key, current_scaled, 'PXAT', expire_at_ms)
-  if previous_key and redis.call('PTTL', previous_key) == -1 then
-    redis.call('PEXPIREAT', previous_key, window_end_ms)
+-- The counter's new value in one command, as the path above leaves it: with its expiry
+-- (the end of the next window, which reads it as the previous one) when it was found at
+-- 0, else keeping the one it has.
+local function write(current_key, current_scaled, expire_at_ms)
+  if expire_at_ms then
+    redis.call('SET', current_key, current_scaled, 'PXAT', expire_at_ms)
+  else
+    redis.call('SET', current_key, current_scaled, 'KEEPTTL')
   end
 end
 

@@ -17,6 +17,9 @@ typedef struct {
 
 enum { LOG_STAMP, LOG_TOTAL, LOG_RENUMBER, LOG_BASE_TOTAL, LOG_CUTOFF, LOG_KEPT };
 
+/* write_expire_at_ms when the admission keeps the log's expiry (and trims nothing). */
+#define LOG_KEEP_EXPIRY INT64_MIN
+
 log_item *
 log_at(const log_value *log, size_t rank)
 {
@@ -230,13 +233,19 @@ sliding_log_evaluate(MemoryStore *store, memory_call *call, memory_policy *polic
         }
         total_scaled = usage_scaled + cost_scaled;
     }
+    /* Trim and expiry once per second of the stamp: the log was empty or its newest
+     * entry is from an earlier second (or it is renumbered). Otherwise the newest
+     * entry is in the window, and nothing is trimmed. */
+    int64_t stamp_second_ms = stamp_ms - stamp_ms % 1000;
+    int renew = count == 0 || newest.at_ms < stamp_second_ms || renumber;
     policy->write_value[LOG_STAMP] = stamp_ms;
     policy->write_value[LOG_TOTAL] = total_scaled;
     policy->write_value[LOG_RENUMBER] = renumber;
     policy->write_value[LOG_BASE_TOTAL] = base_total_scaled;
-    policy->write_value[LOG_CUTOFF] = cutoff_ms;
-    policy->write_value[LOG_KEPT] = have_first ? (int64_t)(count - first_rank) : 0;
-    policy->write_expire_at_ms = stamp_ms + window_ms + DRAINED_EXPIRY_MARGIN_MS;
+    policy->write_value[LOG_CUTOFF] = renew ? cutoff_ms : INT64_MIN;
+    policy->write_value[LOG_KEPT] =
+        !renew ? (int64_t)count : (have_first ? (int64_t)(count - first_rank) : 0);
+    policy->write_expire_at_ms = renew ? stamp_second_ms + 2000 + window_ms : LOG_KEEP_EXPIRY;
     return 0;
 }
 
@@ -310,7 +319,8 @@ sliding_log_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
     memory_entry *entry = target_entry(store, &policy->targets[0], call->now_ms);
     log_value *log = &entry->value.log;
-    /* ZREMRANGEBYSCORE -inf cutoff (renumbering keeps just the window too). */
+    /* ZREMRANGEBYSCORE -inf cutoff (renumbering keeps just the window too); a cutoff of
+     * INT64_MIN (no trim due) drops nothing. */
     size_t dropped = log_count_at_or_before(log, policy->write_value[LOG_CUTOFF]);
     log_release_items(log, log->start, dropped);
     log->start += dropped;
@@ -339,7 +349,9 @@ sliding_log_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     log_item item = {policy->write_value[LOG_STAMP], policy->write_value[LOG_TOTAL],
                      call->cost_scaled, NULL};
     log_add(log, &item);
-    entry->expire_at_ms = policy->write_expire_at_ms;
+    if (policy->write_expire_at_ms != LOG_KEEP_EXPIRY) {
+        entry->expire_at_ms = policy->write_expire_at_ms;
+    }
 }
 
 STORE_ALGORITHM(sliding_log, 0, NULL, sliding_log_prepare);

@@ -56,7 +56,7 @@ GCRA_SUFFIX = ":gcra"
 LOG_SUFFIX = ":log"
 LEAKY_SUFFIX = ":leaky"
 DRAINED_EXPIRY_MARGIN_MS = 1000
-"""GCRA, sliding log, leaky bucket: a key expires this long after it would read as empty."""
+"""GCRA, leaky bucket: a key expires this long after it would read as empty."""
 US_PER_MS = 1000
 LOG_TOTAL_DIGITS = 16
 """A log member's running total is zero-padded to this width, so members sort by it."""
@@ -710,16 +710,28 @@ def _sliding_log_verdict(state: State, now_ms: int, cost_scaled: int, policy: Po
         verdict.retry_ms = verdict.reset_denied_ms - now_ms
 
     def write(new: State) -> None:
-        kept = window  # trimming drops everything at or before the cutoff
+        kept = window
         total = kept[-1].total_scaled + cost_scaled if kept else cost_scaled
+        # Trimming (everything at or before the cutoff) and the expiry happen once per
+        # second of the stamp: when the log is empty or its newest entry is from an
+        # earlier second, and when renumbering.
+        stamp_second_ms = stamp_ms - stamp_ms % 1000
+        renew = newest is None or newest.at_ms < stamp_second_ms
         if total > MAX_SAFE_INTEGER:
             # Renumber the running totals from zero (rare: after 2^53 scaled units).
             base = kept[0].total_scaled - kept[0].cost_scaled
             kept = [LogEntry(e.at_ms, e.total_scaled - base, e.cost_scaled) for e in kept]
             total = kept[-1].total_scaled + cost_scaled
-        scores = {entry.member: entry.at_ms for entry in kept}
+            renew = True
+        if renew:
+            scores = {entry.member: entry.at_ms for entry in kept}
+            expire_at_ms = stamp_second_ms + 2000 + window_ms
+        else:
+            stored = new[key]
+            assert isinstance(stored.value, SortedSet)
+            scores, expire_at_ms = dict(stored.value.scores), stored.expire_at_ms
         scores[log_member(total, cost_scaled)] = stamp_ms
-        new[key] = Entry(SortedSet(scores), stamp_ms + window_ms + DRAINED_EXPIRY_MARGIN_MS)
+        new[key] = Entry(SortedSet(scores), expire_at_ms)
 
     verdict.write = write
     return verdict

@@ -1186,7 +1186,8 @@ async def test_sliding_log_rolls_exactly(lua: LuaHarness) -> None:
         (member(10_000, 1000), t0 + 40_000),
         (member(11_000, 1000), t0 + 60_000),
     ]
-    assert await lua.execute("PEXPIRETIME", key) == t0 + 121_000
+    # the second of the stamp + 2 s + the window: 1 to 2 s after the newest entry leaves
+    assert await lua.execute("PEXPIRETIME", key) == t0 + 122_000
     # 7 in the window, cost 5 needs 2 freed: the 3 of +20 s
     reply = await decide(lua, "sliding_log", ten_per_minute, 5000, at_ms=t0 + 79_999)
     assert reply == [0, 0, 3000, 1, t0 + 80_000]
@@ -1223,7 +1224,38 @@ async def test_sliding_log_peek_reads_as_if_trimmed(lua: LuaHarness) -> None:
         (member(9000, 3000), t0 + 30_000),
         (member(16_000, 7000), t0 + 61_000),
     ]
-    assert await lua.execute("PEXPIRETIME", key) == t0 + 122_000
+    assert await lua.execute("PEXPIRETIME", key) == t0 + 123_000
+
+
+@pytest.mark.parametrize("policies", [1, 2], ids=["one_policy_path", "general_path"])
+async def test_sliding_log_trims_and_sets_its_expiry_once_per_second(
+    lua: LuaHarness, policies: int
+) -> None:
+    """Admissions stamped in the second of the newest entry neither trim nor touch the
+    expiry (it is the same for every stamp of that second); the first of a later second
+    does both, and so repairs a lost expiry."""
+    t0 = lua.now_ms
+    chosen = [policy("sliding_log", 10, 60), policy("sliding_log", 100, 3600)][:policies]
+    key = state_key("sliding_log", chosen[0])
+    await decide(lua, "sliding_log", chosen, 1000, at_ms=t0 + 400)
+    assert await lua.execute("PEXPIRETIME", key) == t0 + 62_000
+    await decide(lua, "sliding_log", chosen, 1000, at_ms=t0 + 60_100)
+    await lua.execute("PERSIST", key)
+    # +60.4 s: the entry of +0.4 s has left the window, but this second was renewed at +60.1
+    await decide(lua, "sliding_log", chosen, 1000, at_ms=t0 + 60_900)
+    assert await log_of(lua, key) == [
+        (member(1000, 1000), t0 + 400),
+        (member(2000, 1000), t0 + 60_100),
+        (member(3000, 1000), t0 + 60_900),
+    ]
+    assert await lua.execute("PEXPIRETIME", key) == -1
+    await decide(lua, "sliding_log", chosen, 1000, at_ms=t0 + 61_000)
+    assert await log_of(lua, key) == [
+        (member(2000, 1000), t0 + 60_100),
+        (member(3000, 1000), t0 + 60_900),
+        (member(4000, 1000), t0 + 61_000),
+    ]
+    assert await lua.execute("PEXPIRETIME", key) == t0 + 123_000
 
 
 async def test_sliding_log_totals_restart_when_the_window_is_empty(lua: LuaHarness) -> None:
@@ -1421,11 +1453,11 @@ async def test_peek_answers_like_a_charge_and_writes_nothing_gcra_log_leaky(
         # 1 unit of 10/minute drains in 6 s; the key expires 1 s after it would read empty
         ("gcra", 15_000 + 6000 + 1000, 15_000 + 12_000 + 1000),
         ("leaky_bucket", 15_000 + 6000 + 1000, 15_000 + 12_000 + 1000),
-        # the newest entry leaves a window after its admission
-        ("sliding_log", 15_000 + MINUTE_MS + 1000, 15_000 + MINUTE_MS + 1000),
+        # (the sliding log repairs it once per second of its stamps:
+        # test_sliding_log_trims_and_sets_its_expiry_once_per_second)
     ],
 )
-async def test_every_written_key_expires_and_a_lost_expiry_is_repaired_gcra_log_leaky(
+async def test_every_written_key_expires_and_a_lost_expiry_is_repaired_gcra_leaky(
     lua: LuaHarness, algorithm: str, first_expiry: int, second_expiry: int
 ) -> None:
     t0 = lua.now_ms

@@ -17,16 +17,22 @@ read from two entries, without summing. Admit iff usage + cost <= capacity.
                     if the window is empty (a peek of cost 0 adds no entry)
   retry (denied)  = when enough of the oldest entries have left for the cost to fit:
                     a bisection over the running totals of the entries in the window
-An admission trims the entries at or before now - W (ZREMRANGEBYSCORE), then adds
-its own, stamped max(now, newest entry): a clock that stepped back never reorders the
-log. A running total that would pass 2^53 renumbers the log from zero first (O(n),
-at most once per 2^53 - capacity scaled units admitted). A peek or a denial trims
-nothing: it reads as if trimmed.
+An admission adds its entry, stamped max(now, newest entry): a clock that stepped
+back never reorders the log. Once per second of that stamp (the log was empty, or
+its newest entry is from an earlier second) it also trims the entries at or before
+now - W (ZREMRANGEBYSCORE) and sets the expiry, floor(stamp / 1 s) + 2 s + W: from
+1 to 2 s after the newest entry leaves the window, the same for every stamp of one
+second, so the admissions in between need neither command. A running total that
+would pass 2^53 renumbers the log from zero first (O(n), at most once per
+2^53 - capacity scaled units admitted; it trims and sets the expiry too). A peek or
+a denial trims nothing: it reads as if trimmed.
 
-Cost: O(log n) per decision, plus the trimmed entries on an admission and
+Cost: O(log n) per decision, plus the trimmed entries once a second and
 O(log^2 n) for a denial's retry (n = entries in the log). Memory: one member
-(about 30 bytes plus the sorted set's overhead) per admission in the window; the key
-expires 1 s after its newest entry leaves the window. Entries are validated as read.
+(about 30 bytes plus the sorted set's overhead) per admission in the window and in
+up to one second before it. The key's window is fixed (the key names it): an
+admission of another window within the second keeps the expiry it has. Entries
+are validated as read.
 
 Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
 A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
@@ -65,9 +71,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- usage: the costs in the window, from the newest total and the first in the window.
   local usage_scaled, total_scaled = 0, cost_scaled
   if newest_at_ms and newest_at_ms > cutoff_ms then
-    -- A window start is below 10^14, which '..' writes in full.
-    first_at_ms, first_total, first_cost = usual_entry(
-      redis.call('ZRANGE', key, '(' .. cutoff_ms, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
+    -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
+    -- a floating-point formatting several times as long (so would '..', with '%.14g').
+    first_at_ms, first_total, first_cost = usual_entry(redis.call('ZRANGE', key,
+      string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
     -- A running total that would pass 2^53 (compared by subtraction: the sum could
     -- round) means renumbering: the general path's.
     if first_at_ms and newest_total >= first_total
@@ -83,9 +90,14 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- Stamped max(now, newest entry): a clock that stepped back never reorders the log.
     local stamp_ms = newest_at_ms and newest_at_ms > now_ms and newest_at_ms or now_ms
     -- ZADD first: the write Redis refuses when out of memory (see write() below).
-    redis.call('ZADD', key, stamp_ms, string.format('%016d:%d', total_scaled, cost_scaled))
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff_ms)
-    redis.call('PEXPIREAT', key, stamp_ms + window_ms + 1000)
+    redis.call('ZADD', key, string.format('%d', stamp_ms),
+      string.format('%016d:%d', total_scaled, cost_scaled))
+    -- The second of the stamp: trim and expiry once per second (see above).
+    local stamp_second_ms = stamp_ms - math.fmod(stamp_ms, 1000)
+    if not newest_at_ms or newest_at_ms < stamp_second_ms then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff_ms))
+      redis.call('PEXPIREAT', key, string.format('%d', stamp_second_ms + 2000 + window_ms))
+    end
     return { 1, 0, capacity_scaled - usage_scaled - cost_scaled, 0, stamp_ms + window_ms }
   end
 end
@@ -95,7 +107,6 @@ end
 -- Sliding log.
 
 local LOG_SUFFIX = ':log'
-local EXPIRY_MARGIN_MS = 1000
 local TOTAL_DIGITS = 16
 local RENUMBER_BATCH = 1000 -- members per ZADD when renumbering
 
@@ -227,10 +238,16 @@ local function evaluate(i, first, cost_scaled, now_ms)
     end
     total_scaled = usage_scaled + cost_scaled
   end
+  -- Trim and expiry once per second of the stamp (see the top), and when renumbering.
+  local stamp_second_ms = floor_div(stamp_ms, 1000) * 1000
+  local expire_at_ms = false
+  if renumbered or not newest_at_ms or newest_at_ms < stamp_second_ms then
+    expire_at_ms = stamp_second_ms + 2000 + window_ms
+  end
   return true, false, remaining_uncharged, remaining_charged, reset_charged_ms,
     reset_uncharged_ms, nil, nil,
     key, stamp_ms, member_text(total_scaled, cost_scaled), renumbered,
-    renumbered and newest_at_ms or cutoff_ms, stamp_ms + window_ms + EXPIRY_MARGIN_MS
+    renumbered and newest_at_ms or cutoff_ms, expire_at_ms
 end
 
 -- The first write of a script must be one Redis refuses when out of memory
@@ -238,7 +255,7 @@ end
 -- Redis lets the rest through, so trimming first would admit under OOM.
 -- renumbered: false, or the newest entry's member then the window's renumbered
 -- entries (score, member, ...); cutoff_or_newest_ms: the trim's cutoff, or (renumbering)
--- the newest entry's score.
+-- the newest entry's score; expire_at_ms: false when neither trim nor expiry is due.
 local function write(key, stamp_ms, member, renumbered, cutoff_or_newest_ms, expire_at_ms)
   if renumbered then
     -- Re-adding the newest entry as it is changes nothing but meets the OOM check.
@@ -253,9 +270,12 @@ local function write(key, stamp_ms, member, renumbered, cutoff_or_newest_ms, exp
   else
     -- The new entry is stamped at or after now, so the trim below never removes it.
     redis.call('ZADD', key, stamp_ms, member)
+    if not expire_at_ms then
+      return
+    end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff_or_newest_ms)
   end
-  -- Set on every write: this also repairs a log that lost its expiry.
+  -- Once a second: this also repairs a log that lost its expiry.
   redis.call('PEXPIREAT', key, expire_at_ms)
 end
 

@@ -75,6 +75,90 @@ return { allowed, math.floor(tokens) }
 """
 
 
+# Spec floors: per algorithm, the smallest script that does only what the seed spec forces
+# on the measured path (an admission): Redis's clock (TIME), the state the algorithm
+# needs read and written in the fewest commands, the key named by the window where the
+# spec names it, an expiry (set when the state is created, or once per second for the
+# log), and moderato's reply layout (what the decoder and the headers take). No argument
+# checks, no refusals, no several policies, no unusual-state handling: what moderato
+# adds to these is its own cost; what a floor adds to the peer's script is the spec's.
+# (A floor's denial answers, but without the exact wait: it is not the measured path.)
+# Called with moderato's arguments (cost_scaled, apply, capacity_scaled, window_s); each
+# body follows _FLOOR_CLOCK.
+_FLOOR_CLOCK = """
+local time = redis.call('TIME')
+local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
+local cost_scaled, capacity_scaled = tonumber(ARGV[1]), tonumber(ARGV[3])
+local window_ms = ARGV[4] * 1000
+"""
+
+SPEC_FLOORS = {
+    # A counter per window: charge it, take the charge back if it does not fit.
+    "fixed_window": """
+local window_end_ms = now_ms - now_ms % window_ms + window_ms
+local key = KEYS[1] .. string.format(':%d', window_end_ms / window_ms - 1)
+local used_scaled = redis.call('INCRBY', key, ARGV[1])
+if used_scaled == cost_scaled then
+  redis.call('PEXPIREAT', key, string.format('%d', window_end_ms))
+end
+if used_scaled > capacity_scaled then
+  redis.call('DECRBY', key, ARGV[1])
+  local remaining_scaled = capacity_scaled - used_scaled + cost_scaled
+  return { 0, 0, remaining_scaled, window_end_ms - now_ms, window_end_ms }
+end
+return { 1, 0, capacity_scaled - used_scaled, 0, window_end_ms }
+""",
+    # The previous window's counter weighted by what is left of it, plus the current one.
+    "sliding_window": """
+local window_start_ms = now_ms - now_ms % window_ms
+local index = window_start_ms / window_ms
+local window_s = window_ms / 1000
+local elapsed_s = math.floor((now_ms - window_start_ms) / 1000)
+local weight_permille = math.floor((window_s - elapsed_s) * 1000 / window_s)
+local previous_scaled = redis.call('GET', KEYS[1] .. string.format(':%d', index - 1)) or 0
+local room_scaled = capacity_scaled - math.floor(previous_scaled * weight_permille / 1000)
+local key = KEYS[1] .. string.format(':%d', index)
+local used_scaled = redis.call('INCRBY', key, ARGV[1])
+if used_scaled > room_scaled then
+  redis.call('DECRBY', key, ARGV[1])
+  return { 0, 0, room_scaled - used_scaled + cost_scaled, 1000, window_start_ms + window_ms }
+end
+if used_scaled == cost_scaled then
+  redis.call('PEXPIREAT', key, string.format('%d', window_start_ms + 2 * window_ms))
+end
+return { 1, 0, room_scaled - used_scaled, 0, window_start_ms + window_ms }
+""",
+    # Every admission in the window with its cost and running total: the newest entry and
+    # the first in the window give the usage; trim and expiry once a second.
+    "sliding_log": """
+local key = KEYS[1] .. ':log'
+local cutoff_ms = now_ms - window_ms
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+local newest_at_ms, newest_total, usage_scaled = -1, 0, 0
+if newest[1] then
+  newest_at_ms, newest_total = tonumber(newest[2]), tonumber(string.match(newest[1], '^(%d+)'))
+  local first = redis.call('ZRANGE', key, string.format('(%d', cutoff_ms), '+inf', 'BYSCORE',
+    'LIMIT', 0, 1, 'WITHSCORES')
+  if first[1] then
+    local total, cost = string.match(first[1], '^(%d+):(%d+)$')
+    usage_scaled = newest_total - (total - cost)
+  end
+end
+if usage_scaled + cost_scaled > capacity_scaled then
+  return { 0, 0, capacity_scaled - usage_scaled, 1000, now_ms + 1000 }
+end
+local stamp_ms = math.max(now_ms, newest_at_ms)
+redis.call('ZADD', key, string.format('%d', stamp_ms),
+  string.format('%016d:%d', newest_total + cost_scaled, cost_scaled))
+if newest_at_ms < stamp_ms - stamp_ms % 1000 then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff_ms))
+  redis.call('PEXPIREAT', key, string.format('%d', stamp_ms - stamp_ms % 1000 + 2000 + window_ms))
+end
+return { 1, 0, capacity_scaled - usage_scaled - cost_scaled, 0, stamp_ms + window_ms }
+""",
+}
+
+
 @dataclass(frozen=True)
 class ScriptSubject:
     """One script, its keys and arguments, as redis-benchmark sends it."""
@@ -182,6 +266,24 @@ def peer_subjects() -> tuple[list[ScriptSubject], list[str]]:
     return found, missing
 
 
+def floor_subjects() -> list[ScriptSubject]:
+    """Each spec floor, called as moderato's one-policy script is (its own keys)."""
+    floors = []
+    for algorithm, body in SPEC_FLOORS.items():
+        ours = moderato_subject(algorithm, f"{LIMIT}/minute")
+        floors.append(
+            replace(
+                ours,
+                name=f"spec floor {algorithm}",
+                library="floor",
+                origin="benchmarks/server_cpu.py SPEC_FLOORS",
+                source=_FLOOR_CLOCK + body,
+                keys=tuple(key.replace("cpu:", "cpu-floor:", 1) for key in ours.keys),
+            )
+        )
+    return floors
+
+
 def reference_subject() -> ScriptSubject:
     return ScriptSubject(
         name="plain token bucket (TIME + HMGET + HSET + PEXPIRE)",
@@ -229,7 +331,7 @@ def all_subjects(before_ref: Optional[str] = None) -> tuple[list[ScriptSubject],
     if before_ref:
         subjects += [before_subject(subject, before_ref) for subject in subjects]
     peers, missing = peer_subjects()
-    return [*subjects, *peers, reference_subject()], missing
+    return [*subjects, *floor_subjects(), *peers, reference_subject()], missing
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -437,11 +539,12 @@ def profile(port: int, requests: int, trials: int) -> dict[str, Any]:
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per algorithm: moderato's single-policy script over the peer's, medians of one run."""
+    """Per algorithm: moderato's single-policy script over the peer's, medians of one run;
+    where the algorithm has a spec floor, the floor over the peer's and moderato over it."""
     by_name = {r["name"]: r for r in results}
     out = []
     for result in results:
-        if result["library"] in ("moderato", "moderato-before", "reference"):
+        if result["library"] in ("moderato", "moderato-before", "reference", "floor"):
             continue
         algorithm = result["algorithm"]
         ours = by_name.get(f"moderato {algorithm}")
@@ -449,15 +552,19 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         mine = ours["us_per_decision"]["median"]
         theirs = result["us_per_decision"]["median"]
-        out.append(
-            {
-                "algorithm": algorithm,
-                "peer": result["name"],
-                "moderato_us": mine,
-                "peer_us": theirs,
-                "ratio": mine / theirs,
-            }
-        )
+        row: dict[str, Any] = {
+            "algorithm": algorithm,
+            "peer": result["name"],
+            "moderato_us": mine,
+            "peer_us": theirs,
+            "ratio": mine / theirs,
+        }
+        floor = by_name.get(f"spec floor {algorithm}")
+        if floor:
+            floor_us = floor["us_per_decision"]["median"]
+            row.update(floor_us=floor_us, floor_ratio=floor_us / theirs,
+                       over_floor=mine / floor_us)  # fmt: skip
+        out.append(row)
     return out
 
 
@@ -507,7 +614,13 @@ def main() -> None:
             + (f"  ERRORS {subject['error_replies']}" if subject["error_replies"] else "")
         )
     for ratio in result["ratios"]:
-        print(f"{ratio['algorithm']:<16} {ratio['ratio']:.2f}x  ({ratio['peer']})")
+        floor = ""
+        if "floor_us" in ratio:
+            floor = (
+                f"; spec floor {ratio['floor_us']:.2f} µs = {ratio['floor_ratio']:.2f}x the peer,"
+                f" moderato {ratio['over_floor']:.2f}x the floor"
+            )
+        print(f"{ratio['algorithm']:<16} {ratio['ratio']:.2f}x  ({ratio['peer']}){floor}")
     if args.output:
         args.output.write_text(json.dumps(result, indent=1) + "\n")
 

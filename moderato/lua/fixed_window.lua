@@ -33,8 +33,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local window_ms = window_s * 1000
   -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).
   local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
-  -- A window index is below 10^14, which '..' writes in full.
-  local key = KEYS[1] .. ':' .. (window_end_ms / window_ms - 1)
+  -- '%d' writes the window index in full, and faster than '..' would (with '%.14g').
+  local key = KEYS[1] .. string.format(':%d', window_end_ms / window_ms - 1)
   -- ARGV[1] as sent (short decimal digits, checked above): Redis need not format a number.
   -- INCRBY takes only a canonical decimal integer (no sign but '-', no leading zero) as
   -- either, so a cost it refuses goes on untouched.
@@ -45,7 +45,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992
     if valid and used_scaled <= capacity_scaled then
       if used_scaled == cost_scaled then
-        redis.call('PEXPIREAT', key, window_end_ms) -- found at 0: just created
+        -- Found at 0: just created. (A number argument Redis would write with '%.17g'.)
+        redis.call('PEXPIREAT', key, string.format('%d', window_end_ms))
       end
       return { 1, 0, capacity_scaled - used_scaled, 0, window_end_ms }
     end

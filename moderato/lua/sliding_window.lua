@@ -38,9 +38,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local window_index = window_start_ms / window_ms
   local elapsed_ms = now_ms - window_start_ms
   local elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
-  -- A window index is below 10^14, which '..' writes in full. GET answers a key of another
-  -- type with an error, so a nil is a missing counter.
-  local previous_text = redis.pcall('GET', KEYS[1] .. ':' .. (window_index - 1)) or '0'
+  -- '%d' writes a window index in full, and faster than '..' would (with '%.14g'). GET
+  -- answers a key of another type with an error, so a nil is a missing counter.
+  local previous_text = redis.pcall('GET', KEYS[1] .. string.format(':%d', window_index - 1))
+    or '0'
   if previous_text.err and string.find(previous_text.err, "can't run this command", 1, true) then
     return previous_text -- an ACL without GET: a misconfiguration to report
   end
@@ -57,7 +58,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local room_scaled = capacity_scaled - ((previous_scaled - rest_scaled) / 1000 * weight_permille
       + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
     if cost_scaled <= room_scaled then
-      local current_key = KEYS[1] .. ':' .. window_index
+      local current_key = KEYS[1] .. string.format(':%d', window_index)
       -- ARGV[1] as sent (short decimal digits): INCRBY refuses it unless canonical.
       local used_scaled = redis.pcall('INCRBY', current_key, ARGV[1])
       if type(used_scaled) == 'number' then
@@ -68,7 +69,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
             local window_end_ms = window_start_ms + window_ms
             if used_scaled == cost_scaled then
               -- Found at 0, just created: it lives on as the next window's previous counter.
-              redis.call('PEXPIREAT', current_key, window_end_ms + window_ms)
+              redis.call('PEXPIREAT', current_key, string.format('%d', window_end_ms + window_ms))
             end
             return { 1, 0, headroom_scaled, 0, window_end_ms }
           end

@@ -1,23 +1,18 @@
 --[[ moderato: fixed window decision, atomic over 1..16 policies.
 
-KEYS[i]  base key of policy i (distinct)
-ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
-ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
-then per policy i, in KEYS order:
-  ARGV[1 + 2i]  capacity_scaled  1..9007199254000
-  ARGV[2 + 2i]  window_s         1..311040000
+Called as every decision script (docs/internals.md fixes the contract): KEYS[i]
+is policy i's base key; ARGV is cost_scaled, apply ("1" charge, "0" peek: the
+same reply, nothing written), then capacity_scaled and window_s per policy. The
+reply is {allowed, deciding, then remaining_scaled, retry_ms, reset_ms per policy};
+a refusal, "MODERATO_ARG ..." or "MODERATO_STATE ...", writes nothing.
 
 State: one counter per window, key <base>:<floor(now_ms / window_ms)>, holding
 the scaled units admitted in that window. Its expiry, the window's end, is set
 when an admission finds it at 0 (creates it) and kept by later admissions, as
 nothing moderato runs leaves a counter without one. (A counter that lost it
 to a hand-made PERSIST or SET stays until deleted: its window is never read
-again, and reset deletes the current one.)
-
-Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
-A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
-in both cases nothing has been written. The math is docs/internals.md
-("fixed_window"); docs/internals.md fixes the contract.
+again, and reset deletes the current one.) Admit iff used + cost <= capacity;
+reset at the window's end, and a denial's wait until then.
 ]]
 
 local FIELDS_PER_POLICY = 2
@@ -90,14 +85,6 @@ local function evaluate(i, first, cost_scaled, now_ms)
     key, used_scaled + cost_scaled, used_scaled == 0 and window_end_ms
 end
 
--- The counter's new value in one command, as the path above leaves it: with its expiry
--- when it was found at 0 (expire_at_ms), else keeping the one it has.
-local function write(key, used_scaled, expire_at_ms)
-  if expire_at_ms then
-    redis.call('SET', key, used_scaled, 'PXAT', expire_at_ms)
-  else
-    redis.call('SET', key, used_scaled, 'KEEPTTL')
-  end
-end
+--#include window_counter.lua
 
-return decide(2, nil, evaluate, write)
+return decide(2, nil, evaluate, write_counter)

@@ -1,11 +1,10 @@
 --[[ moderato: sliding log (exact rolling window) decision, atomic over 1..16 policies.
 
-KEYS[i]  base key of policy i (distinct)
-ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
-ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
-then per policy i, in KEYS order:
-  ARGV[1 + 2i]  capacity_scaled  1..9007199254000
-  ARGV[2 + 2i]  window_s         1..311040000
+Called as every decision script (docs/internals.md fixes the contract): KEYS[i]
+is policy i's base key; ARGV is cost_scaled, apply ("1" charge, "0" peek: the
+same reply, nothing written), then capacity_scaled and window_s per policy. The
+reply is {allowed, deciding, then remaining_scaled, retry_ms, reset_ms per policy};
+a refusal, "MODERATO_ARG ..." or "MODERATO_STATE ...", writes nothing.
 
 State: key <base>:log, a sorted set with one member per admission, scored with its
 instant in ms. The member is "<total>:<cost>": cost_scaled, and the running total of
@@ -34,9 +33,6 @@ up to one second before it. The key's window is fixed (the key names it): an
 admission of another window within the second keeps the expiry it has. Entries
 are validated as read.
 
-Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
-A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
-in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
 local FIELDS_PER_POLICY = 2

@@ -1,11 +1,10 @@
 --[[ moderato: sliding window (two-counter estimate) decision, atomic over 1..16 policies.
 
-KEYS[i]  base key of policy i (distinct)
-ARGV[1]  cost_scaled: decimal integer 0..2^53 (0 only when peeking)
-ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes nothing)
-then per policy i, in KEYS order:
-  ARGV[1 + 2i]  capacity_scaled  1..9007199254000
-  ARGV[2 + 2i]  window_s         1..311040000
+Called as every decision script (docs/internals.md fixes the contract): KEYS[i]
+is policy i's base key; ARGV is cost_scaled, apply ("1" charge, "0" peek: the
+same reply, nothing written), then capacity_scaled and window_s per policy. The
+reply is {allowed, deciding, then remaining_scaled, retry_ms, reset_ms per policy};
+a refusal, "MODERATO_ARG ..." or "MODERATO_STATE ...", writes nothing.
 
 State: one counter per window, key <base>:<floor(now_ms / window_ms)>, holding
 the scaled units admitted in it; it lives until the end of the following
@@ -13,11 +12,7 @@ window, where it serves as the previous counter: that expiry is set when an
 admission finds the counter at 0 (creates it), as in fixed_window.lua. The estimate is
 floor(previous * weight_permille / 1000) + current, where the previous
 window's weight falls at whole seconds: floor((window_s - elapsed_s) * 1000 / window_s).
-
-Reply: {allowed, deciding, then per policy remaining_scaled, retry_ms, reset_ms}.
-A bad argument is "MODERATO_ARG ...", unusable stored state "MODERATO_STATE ...";
-in both cases nothing has been written. The math is docs/internals.md
-("sliding_window"); docs/internals.md fixes the contract.
+The math, waits included: docs/algorithms.md ("Sliding window").
 ]]
 
 local FIELDS_PER_POLICY = 2
@@ -175,15 +170,6 @@ local function evaluate(i, first, cost_scaled, now_ms)
     current_key, current_scaled + cost_scaled, current_scaled == 0 and window_end_ms + window_ms
 end
 
--- The counter's new value in one command, as the path above leaves it: with its expiry
--- (the end of the next window, which reads it as the previous one) when it was found at
--- 0, else keeping the one it has.
-local function write(current_key, current_scaled, expire_at_ms)
-  if expire_at_ms then
-    redis.call('SET', current_key, current_scaled, 'PXAT', expire_at_ms)
-  else
-    redis.call('SET', current_key, current_scaled, 'KEEPTTL')
-  end
-end
+--#include window_counter.lua
 
-return decide(2, nil, evaluate, write)
+return decide(2, nil, evaluate, write_counter)

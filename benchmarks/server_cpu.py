@@ -538,9 +538,12 @@ def profile(port: int, requests: int, trials: int) -> dict[str, Any]:
     return out
 
 
-def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ratios(results: list[dict[str, Any]], metric: str = "us_per_decision") -> list[dict[str, Any]]:
     """Per algorithm: moderato's single-policy script over the peer's, medians of one run;
-    where the algorithm has a spec floor, the floor over the peer's and moderato over it."""
+    where the algorithm has a spec floor, the floor over the peer's and moderato over it.
+    The figures are `metric`'s (its median): server CPU µs (keys ending in _us), or
+    instructions (keys ending in _instructions)."""
+    unit = "us" if metric == "us_per_decision" else "instructions"
     by_name = {r["name"]: r for r in results}
     out = []
     for result in results:
@@ -550,22 +553,108 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ours = by_name.get(f"moderato {algorithm}")
         if not ours:
             continue
-        mine = ours["us_per_decision"]["median"]
-        theirs = result["us_per_decision"]["median"]
+        mine = ours[metric]["median"]
+        theirs = result[metric]["median"]
         row: dict[str, Any] = {
             "algorithm": algorithm,
             "peer": result["name"],
-            "moderato_us": mine,
-            "peer_us": theirs,
+            f"moderato_{unit}": mine,
+            f"peer_{unit}": theirs,
             "ratio": mine / theirs,
         }
         floor = by_name.get(f"spec floor {algorithm}")
         if floor:
-            floor_us = floor["us_per_decision"]["median"]
-            row.update(floor_us=floor_us, floor_ratio=floor_us / theirs,
-                       over_floor=mine / floor_us)  # fmt: skip
+            least = floor[metric]["median"]
+            row[f"floor_{unit}"] = least
+            row.update(floor_ratio=least / theirs, over_floor=mine / least)
         out.append(row)
     return out
+
+
+# -- instructions: a figure the machine's load does not move ------------------------------
+
+
+class CallgrindServer(RedisServer):
+    """redis-server under valgrind's callgrind, which counts the instructions it executes:
+    slow (tens of times), but the count does not depend on what else the machine runs."""
+
+    def _launch(self, args: list[str], what: str, timeout_s: float) -> None:
+        self.dump_prefix = self.dir / "callgrind.out"
+        wrapped = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.dump_prefix}.%p"]
+        super()._launch([*wrapped, *args], what, max(timeout_s, 120.0))
+
+    def instructions(self, command: list[str]) -> int:
+        """The instructions redis-server executes while `command` runs (callgrind: zero,
+        run, dump)."""
+        assert self.process is not None
+        pid = str(self.process.pid)
+        subprocess.run(["callgrind_control", "--zero", pid], check=True, capture_output=True)
+        subprocess.run(command, check=True, capture_output=True)
+        before = set(self.dir.glob("callgrind.out.*"))
+        subprocess.run(["callgrind_control", "--dump", pid], check=True, capture_output=True)
+        (dump,) = set(self.dir.glob("callgrind.out.*")) - before
+        for line in dump.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+        raise RuntimeError(f"no instruction total in {dump}")
+
+
+def instructions(
+    requests: int, only: Optional[list[str]] = None, before_ref: Optional[str] = None
+) -> dict[str, Any]:
+    """Each subject once (the count is deterministic, up to a fraction of a percent): the
+    instructions redis-server executes per call, everything the call costs the server
+    included (reading the command, EVALSHA, the script, the reply)."""
+    subjects, missing = all_subjects(before_ref)
+    if only:
+        subjects = [s for s in subjects if any(word in s.name for word in only)]
+    server = CallgrindServer()
+    server.start()
+    results = []
+    try:
+        port = server.port
+        for subject in subjects:
+            sha = _load(port, subject)
+            _cli(port, "FLUSHALL", "SYNC")
+            _cli(port, "CONFIG", "RESETSTAT")
+            command = [
+                "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+                "-c", str(CLIENTS), "-P", str(PIPELINE), "-n", str(requests),
+                "-r", str(IDENTITIES), "--csv", *command_words(subject, sha),
+            ]  # fmt: skip
+            per_call = server.instructions(command) / requests
+            results.append(
+                {
+                    "name": subject.name,
+                    "library": subject.library,
+                    "algorithm": subject.algorithm,
+                    "policies": subject.policies,
+                    "origin": subject.origin,
+                    "instructions_per_decision": _summary([per_call]),
+                    "error_replies": _error_replies(port),
+                    "redis_calls_per_decision": {
+                        name: calls / requests
+                        for name, calls in sorted(_command_calls(port).items())
+                        if name not in ("info", "flushall", "evalsha")
+                        and not name.startswith(("config|", "script|"))
+                    },
+                    "sample_reply": sample_reply(port, subject, sha),
+                }
+            )
+    finally:
+        server.close()
+    return {
+        "what": (
+            f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -n {requests} -r {IDENTITIES} EVALSHA "
+            "per script on an empty keyspace, redis-server under valgrind --tool=callgrind: "
+            "instructions executed per call"
+        ),
+        "requests": requests,
+        "before_ref": before_ref,
+        "missing_peers": missing,
+        "subjects": results,
+        "ratios": ratios(results, "instructions_per_decision"),
+    }
 
 
 @contextlib.contextmanager
@@ -578,6 +667,17 @@ def own_server() -> Iterator[int]:
         server.close()
 
 
+def _ratio_line(ratio: dict[str, Any], unit: str) -> str:
+    floor = ""
+    if "floor_ratio" in ratio:
+        least = ratio["floor_us"] if unit == "µs" else ratio["floor_instructions"]
+        floor = (
+            f"; spec floor {least:,.2f} {unit} = {ratio['floor_ratio']:.2f}x the"
+            f" peer, moderato {ratio['over_floor']:.2f}x the floor"
+        )
+    return f"{ratio['algorithm']:<16} {ratio['ratio']:.2f}x  ({ratio['peer']}){floor}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000, help="calls per script and trial")
@@ -586,6 +686,11 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="write the result as JSON here")
     parser.add_argument(
         "--before", metavar="REF", help="also each moderato script as at this git ref, same run"
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="instead: instructions per call under valgrind (callgrind), a load-proof figure",
     )
     parser.add_argument(
         "--profile",
@@ -603,6 +708,16 @@ def main() -> None:
             args.output.write_text(json.dumps(found, indent=1) + "\n")
         return
     only = [w.strip() for w in args.only.split(",")] if args.only else None
+    if args.instructions:
+        counted = instructions(args.requests, only, args.before)
+        for subject in counted["subjects"]:
+            per_call = subject["instructions_per_decision"]["median"]
+            print(f"{subject['name']:<58} {per_call:>12,.0f} instructions/decision")
+        for ratio in counted["ratios"]:
+            print(_ratio_line(ratio, "instructions"))
+        if args.output:
+            args.output.write_text(json.dumps(counted, indent=1) + "\n")
+        return
     with own_server() as port:
         result = run(port, args.requests, args.trials, only=only, before_ref=args.before)
     print(f"{'subject':<58} {'µs/decision':>12} {'ops/s':>10}  redis calls/decision")
@@ -614,13 +729,7 @@ def main() -> None:
             + (f"  ERRORS {subject['error_replies']}" if subject["error_replies"] else "")
         )
     for ratio in result["ratios"]:
-        floor = ""
-        if "floor_us" in ratio:
-            floor = (
-                f"; spec floor {ratio['floor_us']:.2f} µs = {ratio['floor_ratio']:.2f}x the peer,"
-                f" moderato {ratio['over_floor']:.2f}x the floor"
-            )
-        print(f"{ratio['algorithm']:<16} {ratio['ratio']:.2f}x  ({ratio['peer']}){floor}")
+        print(_ratio_line(ratio, "µs"))
     if args.output:
         args.output.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -6,10 +6,10 @@ same reply, nothing written), then capacity_scaled and window_s per policy. The
 reply is {allowed, deciding, then remaining_scaled, retry_ms, reset_ms per policy};
 a refusal, "MODERATO_ARG ..." or "MODERATO_STATE ...", writes nothing.
 
-State: one counter per window, key <base>:<floor(now_ms / window_ms)>, holding
-the scaled units admitted in it; it lives until the end of the following
-window, where it serves as the previous counter: that expiry is set when an
-admission finds the counter at 0 (creates it), as in fixed_window.lua. The estimate is
+State: fixed_window.lua's counters (<base>:<window index>, the scaled units
+admitted in that window), each living until the end of the following window,
+which reads it as its previous counter; that expiry is set, as there, by the
+admission that finds the counter at 0. The estimate is
 floor(previous * weight_permille / 1000) + current, where the previous
 window's weight falls at whole seconds: floor((window_s - elapsed_s) * 1000 / window_s).
 The math, waits included: docs/algorithms.md ("Sliding window").

@@ -49,9 +49,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     if member and #score < 16 and string.find(score, '^%d+$') then
       local total_text, cost_text = string.match(member, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d):(%d+)$')
       if total_text and total_text <= '9007199254740992' and #cost_text < 16 then
-        local total, cost = tonumber(total_text), tonumber(cost_text)
+        -- Digits only (checked): arithmetic reads them as tonumber would, with no call.
+        local total, cost = total_text + 0, cost_text + 0
         if cost >= 1 and cost <= total then
-          return tonumber(score), total, cost
+          return score + 0, total, cost
         end
       end
     end

@@ -604,7 +604,10 @@ def instructions(
 ) -> dict[str, Any]:
     """Each subject once (the count is deterministic, up to a fraction of a percent): the
     instructions redis-server executes per call, everything the call costs the server
-    included (reading the command, EVALSHA, the script, the reply)."""
+    included (reading the command, EVALSHA, the script, the reply). The server runs tens
+    of times slower, so one key's calls spread over seconds: work done once per second
+    or per window (the sliding log's trim and expiry, a window's first counter) is done
+    on more of the calls than at full speed (redis_calls_per_decision says how many)."""
     subjects, missing = all_subjects(before_ref)
     if only:
         subjects = [s for s in subjects if any(word in s.name for word in only)]

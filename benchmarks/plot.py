@@ -227,6 +227,8 @@ def server_cpu_chart(run: dict[str, Any], path: Path) -> None:
     rows = []
     for ratio in data["ratios"]:
         rows.append(by_name[f"moderato {ratio['algorithm']}"])
+        floor = by_name.get(f"spec floor {ratio['algorithm']}")
+        rows += [floor] if floor else []
         rows.append(by_name[ratio["peer"]])
     rows += [s for s in data["subjects"] if s["library"] == "reference"]
     stats = [s["us_per_decision"] for s in rows]

@@ -225,11 +225,17 @@ def server_cpu_table(run: dict[str, Any], before: Optional[dict[str, Any]] = Non
             cells.append(median(earlier.get(subject["name"], {}).get("us_per_decision"), 2))
         cells += [rate(subject["us_per_decision"], 2), median(subject["ops_per_s"]), calls]
         lines.append("| " + " | ".join(cells) + " |")
-    ratios = ["| algorithm | peer script | moderato µs | peer µs | ratio |", "|" + "---|" * 5]
+    ratios = [
+        "| algorithm | peer script | moderato µs | peer µs | ratio | spec floor µs (÷ peer) |",
+        "|" + "---|" * 6,
+    ]
     for ratio in data["ratios"]:
+        floor = ""
+        if "floor_us" in ratio:
+            floor = f"{ratio['floor_us']:.2f} ({ratio['floor_ratio']:.2f}x)"
         ratios.append(
             f"| {ratio['algorithm']} | {ratio['peer']} | {ratio['moderato_us']:.2f} "
-            f"| {ratio['peer_us']:.2f} | {ratio['ratio']:.2f}x |"
+            f"| {ratio['peer_us']:.2f} | {ratio['ratio']:.2f}x | {floor} |"
         )
     return (
         "\n".join(lines)

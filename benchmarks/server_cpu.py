@@ -376,16 +376,32 @@ def command_words(subject: ScriptSubject, sha: str) -> list[str]:
     return ["EVALSHA", sha, str(len(subject.keys)), *subject.keys, *subject.args]
 
 
-def measure_once(port: int, subject: ScriptSubject, sha: str, requests: int) -> dict[str, Any]:
-    """One redis-benchmark run of a script on an empty keyspace."""
-    _cli(port, "FLUSHALL", "SYNC")
-    _cli(port, "CONFIG", "RESETSTAT")
-    command = [
+def benchmark_command(port: int, subject: ScriptSubject, sha: str, requests: int) -> list[str]:
+    """The redis-benchmark run of one script: its calls over IDENTITIES keys."""
+    return [
         "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
         "-c", str(CLIENTS), "-P", str(PIPELINE), "-n", str(requests),
         "-r", str(IDENTITIES), "--csv",
         *command_words(subject, sha),
     ]  # fmt: skip
+
+
+def described(subject: ScriptSubject) -> dict[str, Any]:
+    """What a result says of its subject."""
+    return {
+        "name": subject.name,
+        "library": subject.library,
+        "algorithm": subject.algorithm,
+        "policies": subject.policies,
+        "origin": subject.origin,
+    }
+
+
+def measure_once(port: int, subject: ScriptSubject, sha: str, requests: int) -> dict[str, Any]:
+    """One redis-benchmark run of a script on an empty keyspace."""
+    _cli(port, "FLUSHALL", "SYNC")
+    _cli(port, "CONFIG", "RESETSTAT")
+    command = benchmark_command(port, subject, sha, requests)
     cpu_before_s = _server_cpu_s(port)
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     cpu_after_s = _server_cpu_s(port)
@@ -450,11 +466,7 @@ def run(
         samples = runs[subject.name]
         results.append(
             {
-                "name": subject.name,
-                "library": subject.library,
-                "algorithm": subject.algorithm,
-                "policies": subject.policies,
-                "origin": subject.origin,
+                **described(subject),
                 "command": " ".join(command_words(subject, shas[subject.name])),
                 "us_per_decision": _summary([s["us_per_decision"] for s in samples]),
                 "ops_per_s": _summary([s["ops_per_s"] for s in samples]),
@@ -620,19 +632,11 @@ def instructions(
             sha = _load(port, subject)
             _cli(port, "FLUSHALL", "SYNC")
             _cli(port, "CONFIG", "RESETSTAT")
-            command = [
-                "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
-                "-c", str(CLIENTS), "-P", str(PIPELINE), "-n", str(requests),
-                "-r", str(IDENTITIES), "--csv", *command_words(subject, sha),
-            ]  # fmt: skip
+            command = benchmark_command(port, subject, sha, requests)
             per_call = server.instructions(command) / requests
             results.append(
                 {
-                    "name": subject.name,
-                    "library": subject.library,
-                    "algorithm": subject.algorithm,
-                    "policies": subject.policies,
-                    "origin": subject.origin,
+                    **described(subject),
                     "instructions_per_decision": _summary([per_call]),
                     "error_replies": _error_replies(port),
                     "redis_calls_per_decision": {

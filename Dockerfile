@@ -17,6 +17,7 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md LICENSE ./
 COPY csrc ./csrc
 COPY moderato ./moderato
+COPY lua ./lua
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -73,7 +73,7 @@ def limiter_script(name: str) -> Script:
     """One of moderato's decision scripts, one policy: cost 1, a huge capacity, 60 s."""
     source = load_script(name).source  # with the shared prelude spliced in
     args = ("1000", "1", str(10**12), "60") + (("",) if name == "token_bucket" else ())
-    return make_script(source, f"moderato/lua/{name}.lua, one policy", args)
+    return make_script(source, f"lua/{name}.lua, one policy", args)
 
 
 def load_redis_servers() -> ModuleType:
@@ -163,7 +163,7 @@ def main() -> None:
         "--script",
         choices=("counter", "fixed_window", "sliding_window", "token_bucket"),
         default="counter",
-        help="the script: a bare counter (default) or one of moderato/lua/ scripts",
+        help="the script: a bare counter (default) or one of the lua/ scripts",
     )
     parser.add_argument("--connections-per-loop", type=int, default=1, metavar="N")
     options = parser.parse_args()

@@ -403,7 +403,7 @@ def redis_section(port: int, config: Config, progress: Progress) -> dict[str, An
             redis_benchmark(port, 50, 16, config.ceiling_requests, "", plain_command)
         )
     result: dict[str, Any] = {
-        "script": "moderato/lua/token_bucket.lua",
+        "script": "lua/token_bucket.lua",
         "command": " ".join(benchmark_command("token_bucket")),
         "plain_script": "benchmarks/server_cpu.py PLAIN_TOKEN_BUCKET",
         "plain_command": " ".join(plain_command),

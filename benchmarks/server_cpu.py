@@ -189,7 +189,7 @@ def moderato_subject(algorithm: str, rates: str) -> ScriptSubject:
         library="moderato",
         algorithm=algorithm,
         policies=count,
-        origin=f"moderato/lua/{chosen.script}.lua",
+        origin=f"lua/{chosen.script}.lua",
         source=script.source.decode(),
         keys=tuple(keys),
         args=tuple(args),
@@ -302,13 +302,20 @@ def _git_text(ref: str, path: str) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
+def _scripts_dir_at(ref: str) -> str:
+    """Where the scripts were at git `ref`: lua/, or moderato/lua/ for a while before."""
+    command = ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}:lua/prelude.lua"]
+    return "lua" if subprocess.run(command, capture_output=True).returncode == 0 else "moderato/lua"
+
+
 def source_at(ref: str, script: str) -> str:
     """A script as it was at git `ref`, its ``--#include`` lines spliced as the loader does."""
-    lines = _git_text(ref, f"moderato/lua/{script}.lua").split("\n")
+    directory = _scripts_dir_at(ref)
+    lines = _git_text(ref, f"{directory}/{script}.lua").split("\n")
     for index, line in enumerate(lines):
         if line.startswith("--#include "):
             included = line[len("--#include ") :].strip()
-            lines[index] = _git_text(ref, f"moderato/lua/{included}").rstrip("\n")
+            lines[index] = _git_text(ref, f"{directory}/{included}").rstrip("\n")
     return "\n".join(lines)
 
 

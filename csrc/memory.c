@@ -1,4 +1,4 @@
-/* moderato._accel.MemoryStore: the decision scripts of moderato/lua/ run in process.
+/* moderato._accel.MemoryStore: the decision scripts of lua/ run in process.
  *
  * The store holds the very keys the scripts keep in Redis -- <base>:<index>
  * counters, <base>:bucket:v2 buckets -- with the same values and absolute

@@ -1,7 +1,7 @@
 /* Everything memory:// refuses, worded as the decision scripts word it: the
  * argument checks of decide() and reset() (MODERATO_ARG ...) and the typed
  * reads of stored state (MODERATO_STATE ...), in one place so that the texts
- * stay next to each other and to moderato/lua/prelude.lua's. */
+ * stay next to each other and to lua/prelude.lua's. */
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 """The registry of algorithms: everything that varies by algorithm hangs off one entry.
 
-An entry names the algorithm, its key tag, its Lua script (moderato/lua/),
+An entry names the algorithm, its key tag, its Lua script (lua/),
 the per-policy script arguments, the state keys it derives from a base key
 (which reset deletes), the layout of its reply, and its in-process
 implementation (the C store's name for it). scripts.py, reset and the
@@ -45,7 +45,7 @@ class Algorithm:
     key_tag: str
     """Short tag inside every key, so algorithms never share (and never WRONGTYPE) a key."""
     script: str
-    """Its Lua script: moderato/lua/<script>.lua."""
+    """Its Lua script: lua/<script>.lua."""
     policy_args: Callable[[Rate], tuple[ScriptArg, ...]]
     max_limit: MaxLimit
     """The exact range: the largest limit decided exactly for a window (policy.py)."""

@@ -1,4 +1,4 @@
-"""The Lua scripts: read from the package (moderato/lua/), hashed once."""
+"""The Lua scripts: read from lua/ (installed: moderato/lua/), hashed once."""
 
 from __future__ import annotations
 
@@ -16,9 +16,18 @@ RESET_SCRIPT = "reset"
 SCRIPT_NAMES = (*(algorithm.script for algorithm in ALGORITHMS.values()), RESET_SCRIPT)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-# The scripts live inside the package (moderato/lua/), so the source tree, the
-# sdist and the wheel carry the same files at the same place.
-_SCRIPTS_DIR = _PACKAGE_DIR / "lua"
+# The scripts are edited in the top-level lua/ folder; the wheel installs them
+# as moderato/lua/ (pyproject.toml maps the package moderato.lua to lua/). An
+# installed package has the folder beside this file, a source checkout (an
+# editable or in-place build) one level up.
+_SCRIPTS_DIR = next(
+    (
+        directory
+        for directory in (_PACKAGE_DIR / "lua", _PACKAGE_DIR.parent / "lua")
+        if (directory / "prelude.lua").is_file()
+    ),
+    _PACKAGE_DIR / "lua",
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +54,7 @@ def _read(path: Path) -> bytes:
             f"installation of moderato is incomplete (its package data was not installed). "
             f"Reinstall it: pip install --force-reinstall --no-cache-dir moderato; "
             f"when building from source, build from the sdist or a full checkout, "
-            f"where the scripts are moderato/lua/*.lua"
+            f"where the scripts are lua/*.lua"
         ) from None
 
 

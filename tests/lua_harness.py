@@ -52,7 +52,7 @@ class ClockedScript:
 
 
 def shipped_source(name: str) -> bytes:
-    """The script exactly as the package loads it (moderato/lua/)."""
+    """The script exactly as the package loads it (lua/)."""
     return load_script(name).source
 
 

@@ -1,4 +1,4 @@
-"""An exact, pure-Python model of moderato's decision scripts (moderato/lua/*.lua).
+"""An exact, pure-Python model of moderato's decision scripts (lua/*.lua).
 
 It is the oracle the scripts are tested against (and, later, the in-process
 backend): the same state, the same arguments, the same reply. It states the

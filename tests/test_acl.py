@@ -23,7 +23,7 @@ from moderato import BackendError, RateLimiter
 from moderato.algorithms import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parent.parent
-LUA_DIR = ROOT / "moderato" / "lua"
+LUA_DIR = ROOT / "lua"
 PREFIX = "aclapp"
 USER, PASSWORD = "limiter", "acl-test-secret"
 

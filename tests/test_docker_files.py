@@ -260,7 +260,7 @@ def test_builder_builds_the_wheel() -> None:
     assert any("pip wheel" in run and "--wheel-dir /dist" in run for run in builder.all("RUN"))
     assert "build-essential" in builder.text
     copied = " ".join(builder.all("COPY"))
-    for path in ("pyproject.toml", "setup.py", "csrc", "moderato"):
+    for path in ("pyproject.toml", "setup.py", "csrc", "moderato", "lua"):
         assert path in copied
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Optional, Union
 
 import pytest
@@ -997,7 +998,7 @@ async def test_a_bucket_hash_refusal_names_the_field(
 
 
 def test_scripts_are_found_in_the_source_tree() -> None:
-    assert scripts_dir().name == "lua"
+    assert scripts_dir() == Path(__file__).resolve().parent.parent / "lua"
     # spliced into scripts, never run on their own
     included = ("prelude", "accrual", "bucket_state", "one_policy", "window_counter")
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)

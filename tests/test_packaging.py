@@ -127,7 +127,7 @@ def test_sdist_carries_everything_the_build_needs_and_nothing_else(built: Built)
         "csrc/*.c",
         "csrc/*.h",
         "moderato/**/*.py",
-        "moderato/lua/*.lua",
+        "lua/*.lua",
         "moderato/py.typed",
         "moderato/_accel.pyi",
     ) | {
@@ -147,15 +147,17 @@ def test_sdist_carries_everything_the_build_needs_and_nothing_else(built: Built)
     for source in tree_files("csrc/*.c", "csrc/*.h"):
         for header in re.findall(r'#include "([^"]+)"', (ROOT / source).read_text()):
             assert f"csrc/{header}" in built.sdist_names, (source, header)
-    for script in tree_files("moderato/lua/*.lua"):
+    for script in tree_files("lua/*.lua"):
         for included in re.findall(r"^--#include (\S+)", (ROOT / script).read_text(), re.M):
-            assert f"moderato/lua/{included}" in built.sdist_names, (script, included)
+            assert f"lua/{included}" in built.sdist_names, (script, included)
 
 
 def test_wheel_carries_the_extension_scripts_types_and_license(built: Built) -> None:
     assert f"moderato/_accel{sysconfig.get_config_var('EXT_SUFFIX')}" in built.wheel_names
-    for name in (*SCRIPT_NAMES, "prelude"):
-        assert f"moderato/lua/{name}.lua" in built.wheel_names
+    # Every script of lua/, installed as moderato/lua/ (where an installed loader looks).
+    shipped = {f"moderato/lua/{path.name}" for path in (ROOT / "lua").glob("*.lua")}
+    assert {f"moderato/lua/{name}.lua" for name in (*SCRIPT_NAMES, "prelude")} <= shipped
+    assert {name for name in built.wheel_names if name.endswith(".lua")} == shipped
     assert {"moderato/py.typed", "moderato/_accel.pyi"} <= built.wheel_names
     assert f"moderato-{moderato.__version__}.dist-info/licenses/LICENSE" in built.wheel_names
     assert not any(name.startswith(("csrc/", "tests/", "tools/")) for name in built.wheel_names)
@@ -381,7 +383,7 @@ def test_missing_scripts_raise_backend_error_saying_how_to_fix(scripts_missing: 
         "installation of moderato is incomplete (its package data was not installed). "
         "Reinstall it: pip install --force-reinstall --no-cache-dir moderato; when building "
         "from source, build from the sdist or a full checkout, where the scripts are "
-        "moderato/lua/*.lua"
+        "lua/*.lua"
     )
 
 

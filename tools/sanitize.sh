@@ -28,7 +28,7 @@ scratch="$(mktemp -d "${TMPDIR:-/tmp}/moderato-sanitize.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 tree="$scratch/tree"
 mkdir "$tree"
-cp -R "$root/setup.py" "$root/pyproject.toml" "$root/csrc" "$root/moderato" "$root/tests" \
+cp -R "$root/setup.py" "$root/pyproject.toml" "$root/csrc" "$root/moderato" "$root/lua" "$root/tests" \
   "$root/LICENSE" "$tree/"
 [ -e "$root/README.md" ] && cp "$root/README.md" "$tree/"
 find "$tree" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +

@@ -8,7 +8,7 @@ export MODERATO_STRICT_BUILD ?= 1
 
 .PHONY: test test-py39 test-fast lint format build redis chromium accel-matrix sanitize install-check bench bench-quick bench-deps demo quickstart algorithms-demo clean
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/.installed: pyproject.toml setup.py moderato/_version.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[dev,demo]'

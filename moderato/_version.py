@@ -1,3 +1,3 @@
 """The package version: its one home (pyproject.toml reads it from here at build time)."""
 
-__version__ = "0.1.0"
+__version__ = "0.5.0"

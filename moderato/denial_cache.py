@@ -12,10 +12,14 @@ Exactness, and what it rests on (docs/internals.md says it for users):
 
 - Time. The deadline is on this process's monotonic clock: the instant the
   request was *issued* (before it was sent, so before Redis read its clock)
-  plus ``R``, less 0.1% of ``R`` for the two clocks' rates (NTP slews each by
-  at most 0.05%), and never more than ``MAX_HOLD_S`` ahead. No clock offset
-  enters: only durations are compared. A step of Redis's clock (not a slew)
-  is outside the promise, as it is for the scripts themselves.
+  plus ``R``, rounded down twice: less 1 ms, because the scripts truncate
+  Redis's clock to the millisecond (Redis decided up to 1 ms after the
+  ``now`` its retry counts from), then less 0.1% of the rest, rounded up to
+  a whole millisecond, for the two clocks' rates (NTP slews each by at most
+  0.05%); never more than ``MAX_HOLD_S`` ahead. No clock offset enters: only
+  durations are compared, each starting no later than Redis's own. A step
+  of Redis's clock (not a slew) is outside the promise, as it is for the
+  scripts themselves.
 - Rule and cost. An entry is keyed by the limiter's Plan (rate text and
   algorithm) and the first policy's key (prefix, tenant, scope, identity), and
   answers only the cost it was denied for: a larger cost is denied too, but
@@ -65,7 +69,11 @@ MAX_HOLD_S = 10.0
 """No entry lives longer: bounds what keys deleted outside ``reset()`` could cause."""
 
 _RATE_MARGIN = 1000
-"""Deadlines lose ``1 / _RATE_MARGIN`` of the retry: room for two clocks' rates."""
+"""Deadlines lose ``1 / _RATE_MARGIN`` of the retry (at least 1 ms): room for two clocks' rates."""
+
+_CLOCK_RESOLUTION_MS = 1
+"""The scripts read Redis's TIME in whole milliseconds, truncated: Redis's
+decision may have happened up to this much after the instant its retry counts from."""
 
 _RETRY_SUBSCRIBE_S = 1.0
 """After a failed subscription, the next attempt waits at least this long."""
@@ -95,6 +103,18 @@ class _Entry:
         self.deadline_s = deadline_s
         self.issued_s = issued_s
         self.reply = reply
+
+
+def _hold_ms(retry_ms: int) -> int:
+    """How long after issuing the request its denial may be repeated, rounded down.
+
+    Redis's retry counts from its clock truncated to the millisecond, so
+    Redis decided up to ``_CLOCK_RESOLUTION_MS`` after that instant: the
+    denial is sure to hold for ``retry_ms - 1`` ms after the request was
+    issued (issued before Redis decided), less the rate margin, rounded up.
+    """
+    sure_ms = retry_ms - _CLOCK_RESOLUTION_MS
+    return sure_ms - -(-sure_ms // _RATE_MARGIN)
 
 
 class DenialCache:
@@ -187,7 +207,10 @@ class DenialCache:
             return
         if generation != self.generation or not self._trusted():
             return
-        hold_s = min((retry_ms - retry_ms // _RATE_MARGIN) / 1000, MAX_HOLD_S)
+        hold_ms = _hold_ms(retry_ms)
+        if hold_ms <= 0:
+            return
+        hold_s = min(hold_ms / 1000, MAX_HOLD_S)
         entries = self._entries
         key = (plan, first_key)
         entries.pop(key, None)  # re-inserted last: the oldest entry goes first

@@ -15,7 +15,7 @@ from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
 from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.schemes import make_backend
 from .breaker import CLOSED, BreakerSet, CircuitBreaker
-from .denial_cache import DEFAULT_MAX_ENTRIES, DenialCache, announce_reset
+from .denial_cache import DenialCache, announce_reset
 from .errors import BackendError, RateLimitConfigError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
@@ -79,10 +79,12 @@ class RateLimiter:
     own: values or callbacks of the request, as the rules take them. By
     default the client address, no tenant, and a cost of 1.
 
-    On a single server, a denial is remembered and repeated without a Redis
-    call until it could end (``denial_cache_size`` identities at most; 0
-    turns it off): exact, and undone in every process by ``reset()``;
-    docs/operations.md ("The denial cache") says what it rests on.
+    Every check is one script call to Redis, which decides it. Opt-in, on a
+    single server: ``denial_cache_size=N`` remembers up to N identities'
+    denials and repeats them without a Redis call until they could end
+    (undone in every process by ``reset()``, but not by keys deleted by hand,
+    for up to 10 s); docs/operations.md ("The denial cache") says when it
+    pays and what it changes. The default, 0, keeps it off.
     """
 
     def __init__(
@@ -110,7 +112,7 @@ class RateLimiter:
         key: Optional[KeySpec] = None,
         tenant: Optional[TenantSpec] = None,
         cost: Optional[CostSpec] = None,
-        denial_cache_size: int = DEFAULT_MAX_ENTRIES,
+        denial_cache_size: int = 0,
     ) -> None:
         connect_timeout_s = seconds_option("connect_timeout_s", connect_timeout_s)
         command_timeout_s = seconds_option("command_timeout_s", command_timeout_s)
@@ -170,8 +172,8 @@ class RateLimiter:
             self._check_now = cast(SynchronousBackend, self._backend).check_now
         else:
             self._remote = cast(AsyncBackend, self._backend)
-        # Denials repeated locally until they expire (denial_cache.py): a single
-        # server only; 0 turns it off.
+        # Denials repeated locally until they expire (denial_cache.py): opt-in,
+        # a single server only; 0 (the default) leaves every decision to Redis.
         self._denials: Optional[DenialCache] = None
         if type(denial_cache_size) is not int or denial_cache_size < 0:
             raise RateLimitConfigError(

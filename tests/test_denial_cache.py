@@ -29,6 +29,9 @@ from moderato.results import CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
+CACHED = {"denial_cache_size": 10_000}
+"""The cache is opt-in: every limiter here that should remember denials asks for it."""
+
 
 def evalsha_calls(server: RedisServer) -> int:
     """EVALSHA calls the server has run so far (INFO commandstats)."""
@@ -36,6 +39,15 @@ def evalsha_calls(server: RedisServer) -> int:
         if line.startswith("cmdstat_evalsha:"):
             return int(line.split("calls=")[1].split(",")[0])
     return 0
+
+
+def script_calls(server: RedisServer) -> int:
+    """Script calls of either kind (EVALSHA, and EVAL after a NOSCRIPT) the server has run."""
+    calls = 0
+    for line in server.command("INFO", "commandstats").decode().splitlines():
+        if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:")):
+            calls += int(line.split("calls=")[1].split(",")[0])
+    return calls
 
 
 def cache_of(limiter: RateLimiter) -> DenialCache:
@@ -73,7 +85,7 @@ async def test_a_flood_reaches_redis_once_per_remembered_denial(
 ) -> None:
     await away_from_boundary(3600)
     async with RateLimiter(
-        redis_url, key_prefix="dc", enable_metrics=True, metrics_registry=registry
+        redis_url, key_prefix="dc", enable_metrics=True, metrics_registry=registry, **CACHED
     ) as limiter:
         admitted = [await limiter.check_with_info("flood", "10/hour", algorithm=algorithm)]
         for _ in range(9):
@@ -113,7 +125,7 @@ async def test_a_local_denial_reads_as_redis_would_answer(redis_url: str) -> Non
     """The same fields as a check of the same request by a limiter without the cache."""
     await away_from_boundary(60)
     async with (
-        RateLimiter(redis_url, key_prefix="dv") as cached,
+        RateLimiter(redis_url, key_prefix="dv", **CACHED) as cached,
         RateLimiter(redis_url, key_prefix="dv", denial_cache_size=0) as plain,
     ):
         rate = "5/minute;8/hour"
@@ -159,7 +171,11 @@ async def _same_decisions(
     registry = CollectorRegistry()
     async with (
         RateLimiter(
-            redis_url, key_prefix=f"on{seed}", enable_metrics=True, metrics_registry=registry
+            redis_url,
+            key_prefix=f"on{seed}",
+            enable_metrics=True,
+            metrics_registry=registry,
+            **CACHED,
         ) as cached,
         RateLimiter(redis_url, key_prefix=f"off{seed}", denial_cache_size=0) as plain,
     ):
@@ -227,7 +243,7 @@ async def test_every_local_denial_is_one_redis_gives_as_time_advances(redis_url:
     peeked_admits = local_total = 0
     async with (
         RateLimiter(
-            redis_url, key_prefix="adv", enable_metrics=True, metrics_registry=registry
+            redis_url, key_prefix="adv", enable_metrics=True, metrics_registry=registry, **CACHED
         ) as cached,
         RateLimiter(redis_url, key_prefix="adv", denial_cache_size=0) as plain,
     ):
@@ -275,7 +291,7 @@ async def _flood_until_remembered(limiter: RateLimiter, identity: str) -> None:
 async def test_a_reset_by_another_limiter_reaches_the_cache(redis_url: str) -> None:
     await away_from_boundary(3600)
     async with (
-        RateLimiter(redis_url, key_prefix="rx") as holder,
+        RateLimiter(redis_url, key_prefix="rx", **CACHED) as holder,
         RateLimiter(redis_url, key_prefix="rx", denial_cache_size=0) as admin,
     ):
         await _flood_until_remembered(holder, "r1")
@@ -299,7 +315,7 @@ async def test_a_reset_in_another_process_reaches_the_cache(redis_url: str) -> N
         "        print(await admin.reset('p1', rate='2/hour', scope='global'))\n"
         "asyncio.run(main())\n"
     )
-    async with RateLimiter(redis_url, key_prefix="rp") as holder:
+    async with RateLimiter(redis_url, key_prefix="rp", **CACHED) as holder:
         await _flood_until_remembered(holder, "p1")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = await asyncio.to_thread(
@@ -318,7 +334,7 @@ async def test_a_reset_in_another_process_reaches_the_cache(redis_url: str) -> N
 
 async def test_a_reset_empties_its_own_cache_at_once(redis_url: str) -> None:
     await away_from_boundary(3600)
-    async with RateLimiter(redis_url, key_prefix="ro") as limiter:
+    async with RateLimiter(redis_url, key_prefix="ro", **CACHED) as limiter:
         await _flood_until_remembered(limiter, "o1")
         await limiter.reset("o1", rate="2/hour", scope="global")
         assert len(cache_of(limiter)) == 0
@@ -330,7 +346,12 @@ async def test_shadow_mode_admits_local_denials_as_shadow_denied(
 ) -> None:
     await away_from_boundary(3600)
     async with RateLimiter(
-        redis_url, key_prefix="sh", shadow=True, enable_metrics=True, metrics_registry=registry
+        redis_url,
+        key_prefix="sh",
+        shadow=True,
+        enable_metrics=True,
+        metrics_registry=registry,
+        **CACHED,
     ) as limiter:
         results = [await limiter.check_with_info("s1", "2/hour") for _ in range(3)]
         await until(lambda: cache_of(limiter).subscribed)
@@ -355,6 +376,7 @@ async def test_fail_open_bypasses_when_redis_goes_away_despite_remembered_denial
         fail_open=True,
         metrics_registry=CollectorRegistry(),
         breaker_failures=100,
+        **CACHED,
     ) as limiter:
         await _flood_until_remembered(limiter, "f1")
         own_redis_server.stop()
@@ -379,10 +401,33 @@ async def test_the_cache_is_bounded(redis_url: str) -> None:
         assert [key.split(b"{")[1].split(b"}")[0][-2:] for key in keys] == [b"b3", b"b4", b"b5"]
 
 
-async def test_only_a_single_server_limiter_has_a_cache(redis_url: str) -> None:
-    assert RateLimiter("memory://")._denials is None
+async def test_only_a_single_server_limiter_that_asks_for_one_has_a_cache(redis_url: str) -> None:
+    assert RateLimiter(redis_url)._denials is None  # off unless asked for
     assert RateLimiter(redis_url, denial_cache_size=0)._denials is None
-    assert RateLimiter(redis_url)._denials is not None
+    assert RateLimiter("memory://", **CACHED)._denials is None
+    assert RateLimiter(redis_url, **CACHED)._denials is not None
+
+
+async def test_by_default_every_denial_is_one_script_call(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    """Off by default: each check is one script call, so Redis decides every denial,
+    and a key deleted by hand is a fresh quota at the very next check."""
+    await away_from_boundary(3600)
+    async with RateLimiter(redis_url, key_prefix="df") as limiter:
+        assert (await limiter.check_with_info("d1", "1/hour")).allowed  # the script is cached
+        before = script_calls(redis_server)
+        denied = [await limiter.check_with_info("d1", "1/hour") for _ in range(20)]
+        assert script_calls(redis_server) - before == 20
+        deleted = redis_server.command(
+            "EVAL", "return redis.call('DEL', unpack(redis.call('KEYS', ARGV[1])))", "0", "df:*"
+        )
+        assert deleted == b":1\r\n"  # by hand, as an operator would: the window's counter
+        assert (await limiter.check_with_info("d1", "1/hour")).allowed
+        # Nothing subscribed to the reset channel: there is no cache to keep honest.
+        subscribers = redis_server.command("PUBSUB", "NUMSUB", "df:denial-cache")
+        assert subscribers.endswith(b":0\r\n"), subscribers
+    assert [result.allowed for result in denied] == [False] * 20
 
 
 @pytest.mark.parametrize("size", [-1, 2.5, "10", True])
@@ -397,7 +442,7 @@ def test_the_cache_works_on_uvloop(redis_server: RedisServer, redis_url: str) ->
 
     async def scenario() -> int:
         await away_from_boundary(3600)
-        async with RateLimiter(redis_url, key_prefix="uv") as limiter:
+        async with RateLimiter(redis_url, key_prefix="uv", **CACHED) as limiter:
             await _flood_until_remembered(limiter, "u1")
             before = evalsha_calls(redis_server)
             for _ in range(50):
@@ -416,7 +461,7 @@ async def test_without_pubsub_permissions_there_is_no_cache_and_no_error(
     own_redis_server.command("ACL", "SETUSER", "limiter", *acl_rules(needed_commands()))
     own_redis_server.command("ACL", "SETUSER", "limiter", "resetchannels")
     await away_from_boundary(3600)
-    async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX) as limiter:
+    async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX, **CACHED) as limiter:
         outcomes = [(await limiter.check_with_info("a1", "2/hour")).allowed for _ in range(4)]
         await asyncio.sleep(0.2)  # the refused subscription has been answered
         before = evalsha_calls(own_redis_server)
@@ -438,7 +483,7 @@ async def test_with_pubsub_permissions_the_cache_works_under_an_acl(
     rules = [*acl_rules(needed_commands()), "resetchannels", "+subscribe", "+publish"]
     own_redis_server.command("ACL", "SETUSER", "limiter", *rules, f"&{PREFIX}:denial-cache")
     await away_from_boundary(3600)
-    async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX) as limiter:
+    async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX, **CACHED) as limiter:
         await _flood_until_remembered(limiter, "a2")
         before = evalsha_calls(own_redis_server)
         for _ in range(5):

@@ -49,6 +49,13 @@ def timeouts() -> dict[str, float]:
     return {"connect_timeout_s": timeout_s, "command_timeout_s": timeout_s}
 
 
+def denial_cache() -> dict[str, int]:
+    """moderato's denial cache, which is opt-in: on (10,000 identities) for the end-to-end apps,
+    so the limited path measures a flood answered locally; MODERATO_BENCH_DENIAL_CACHE_SIZE=0
+    measures every denial going to Redis instead."""
+    return {"denial_cache_size": int(os.environ.get("MODERATO_BENCH_DENIAL_CACHE_SIZE", "10000"))}
+
+
 def algorithm() -> str:
     """moderato's algorithm for the end-to-end apps (the library default unless set)."""
     return os.environ.get("MODERATO_BENCH_ALGORITHM", "fixed_window")

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url, timeouts
+from benchmarks.apps import (
+    ALLOWED_RATE,
+    BODY,
+    LIMITED_RATE,
+    algorithm,
+    denial_cache,
+    redis_url,
+    timeouts,
+)
 from benchmarks.apps._moderato import endpoint_app
 from moderato import RateLimiter
 
-limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator", **timeouts())
+limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator", **timeouts(), **denial_cache())
 app = endpoint_app(limiter)
 
 

@@ -6,11 +6,21 @@ from typing import Any
 
 from fastapi import Depends
 
-from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url, timeouts
+from benchmarks.apps import (
+    ALLOWED_RATE,
+    BODY,
+    LIMITED_RATE,
+    algorithm,
+    denial_cache,
+    redis_url,
+    timeouts,
+)
 from benchmarks.apps._moderato import endpoint_app
 from moderato import RateLimiter
 
-limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-dependency", **timeouts())
+limiter = RateLimiter(
+    redis_url(), key_prefix="bench-e2e-dependency", **timeouts(), **denial_cache()
+)
 app = endpoint_app(limiter)
 allowed_limit = limiter.dependency(ALLOWED_RATE, algorithm=algorithm())
 limited_limit = limiter.dependency(LIMITED_RATE, algorithm=algorithm())

@@ -9,11 +9,21 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.requests import Request
 
-from benchmarks.apps import ALLOWED_RATE, BODY, LIMITED_RATE, algorithm, redis_url, timeouts
+from benchmarks.apps import (
+    ALLOWED_RATE,
+    BODY,
+    LIMITED_RATE,
+    algorithm,
+    denial_cache,
+    redis_url,
+    timeouts,
+)
 from moderato import RateLimiter
 from moderato.integrations import RateLimitMiddleware
 
-limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-middleware", **timeouts())
+limiter = RateLimiter(
+    redis_url(), key_prefix="bench-e2e-middleware", **timeouts(), **denial_cache()
+)
 
 
 @asynccontextmanager

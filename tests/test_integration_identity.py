@@ -12,7 +12,8 @@ from redis_servers import RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware
-from moderato.integrations.identity import parse_address
+from moderato.integrations import identity as identity_module
+from moderato.integrations.identity import MAX_FORWARDED_HOPS, parse_address
 
 
 @pytest.fixture
@@ -160,3 +161,113 @@ def test_parse_address_forms() -> None:
     assert str(parse_address("2001:DB8::1")) == "2001:db8::1"
     assert parse_address("_hidden") is None
     assert parse_address("") is None
+
+
+# -- bounded work: at most MAX_FORWARDED_HOPS proxy-header elements per request
+
+
+def trusted_hop(from_right: int) -> str:
+    """A distinct address in 10.0.0.0/8 naming a hop's place, counted from the server."""
+    return f"10.{from_right // 65536 % 256}.{from_right // 256 % 256}.{from_right % 256}"
+
+
+def trusted_chain(count: int, *, client: Optional[str] = None) -> list[str]:
+    """``count`` trusted hops as a proxy would list them (left-most first), behind ``client``."""
+    hops = [trusted_hop(place) for place in range(count, 0, -1)]
+    return [client, *hops] if client is not None else hops
+
+
+class CountingParser:
+    """Counts the addresses the identity parses (the per-hop work)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        monkeypatch.setattr(identity_module, "parse_address", self)
+
+    def __call__(self, text: str) -> Any:
+        self.calls += 1
+        return parse_address(text)
+
+
+@pytest.mark.parametrize(
+    ("hops", "expected", "parsed"),
+    [
+        # 20,000 trusted hops: the 32nd from the right, a trusted proxy, after 32 parses.
+        (trusted_chain(20_000), "10.0.0.32", 32),
+        # Exactly the cap, all trusted: the left-most, as for any all-trusted chain.
+        (trusted_chain(MAX_FORWARDED_HOPS), "10.0.0.32", 32),
+        # An untrusted client within the cap is found.
+        (trusted_chain(31, client="203.0.113.5"), "203.0.113.5", 32),
+        # One hop beyond the cap is never read.
+        (trusted_chain(32, client="203.0.113.5"), "10.0.0.32", 32),
+        (trusted_chain(20_000, client="203.0.113.5"), "10.0.0.32", 32),
+        # Short chains are read as before.
+        (trusted_chain(3, client="203.0.113.5"), "203.0.113.5", 4),
+    ],
+)
+@pytest.mark.parametrize("header", ["x-forwarded-for", "forwarded"])
+def test_the_hops_examined_are_capped(
+    monkeypatch: pytest.MonkeyPatch, header: str, hops: list[str], expected: str, parsed: int
+) -> None:
+    assert MAX_FORWARDED_HOPS == 32
+    identity = ClientIdentity(trusted_proxies=["10.0.0.0/8"], proxy_header=header)  # type: ignore[arg-type]
+    elements = [f"for={hop};proto=https" for hop in hops] if header == "forwarded" else hops
+    parser = CountingParser(monkeypatch)
+    scope = scope_of("10.0.0.1", {header: ", ".join(elements)})
+    assert identity.identify(scope) == expected
+    assert parser.calls == parsed
+
+
+def test_the_cap_counts_hops_across_header_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    identity = ClientIdentity(trusted_proxies=["10.0.0.0/8"])
+    chain = trusted_chain(40, client="203.0.113.5")
+    parser = CountingParser(monkeypatch)
+    scope = {
+        "type": "http",
+        "client": ("10.0.0.1", 1234),
+        # Earlier lines hold hops further from the server: 41..21, then 20..1.
+        "headers": [
+            (b"x-forwarded-for", ", ".join(chain[:21]).encode()),
+            (b"x-forwarded-for", ", ".join(chain[21:]).encode()),
+        ],
+    }
+    assert identity.identify(scope) == "10.0.0.32"
+    assert parser.calls == 32
+
+
+def test_a_chain_past_the_cap_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    identity = ClientIdentity(trusted_proxies=["10.0.0.0/8"])
+    scope = scope_of("10.0.0.1", {"x-forwarded-for": ", ".join(trusted_chain(33))})
+    at_cap = scope_of("10.0.0.1", {"x-forwarded-for": ", ".join(trusted_chain(32))})
+    with caplog.at_level("WARNING", logger="moderato"):
+        assert identity.identify(at_cap) == "10.0.0.32"
+        assert caplog.records == []
+        assert [identity.identify(scope) for _ in range(3)] == ["10.0.0.32"] * 3
+    assert len(caplog.records) == 1
+    assert "more than 32 hops" in caplog.records[0].getMessage()
+    assert "(10.0.0.32)" in caplog.records[0].getMessage()
+
+
+async def test_requests_past_the_cap_share_the_last_proxy_read_quota(
+    limiter: RateLimiter,
+) -> None:
+    """Over HTTP on a real server: five 20,000-hop requests, each forging another
+    client beyond the cap, are one identity (the 32nd hop): 3 admitted of 3/hour."""
+    app = FastAPI()
+
+    @app.get("/")
+    @limiter.limit("3/hour", key=ClientIdentity(trusted_proxies=["10.0.0.0/8"]), scope="cap")
+    async def home() -> dict[str, str]:
+        return {}
+
+    async with client(app, ip="10.0.0.1") as http:
+        statuses = []
+        for forged in range(5):
+            hops = trusted_chain(20_000, client=f"198.51.100.{forged}")
+            response = await http.get("/", headers={"x-forwarded-for": ", ".join(hops)})
+            statuses.append(response.status_code)
+    assert statuses == [200, 200, 200, 429, 429]
+    assert (await limiter.get_usage("10.0.0.32", "3/hour", scope="cap"))["current"] == 3
+    for forged in range(5):
+        usage = await limiter.get_usage(f"198.51.100.{forged}", "3/hour", scope="cap")
+        assert usage["current"] == 0

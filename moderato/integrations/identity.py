@@ -8,6 +8,7 @@ client pick its own identity and escape its limit.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Literal, Optional, Union
@@ -29,6 +30,20 @@ API_KEY_PREFIX = "apikey:"
 spells another client's address and drain that address's quota."""
 
 _PROXY_HEADERS: tuple[ProxyHeader, ...] = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+MAX_FORWARDED_HOPS = 32
+"""The most proxy-header elements examined per request, right-most first.
+
+Real proxy chains are a handful of hops; without a bound, a header of
+thousands of trusted hops would cost each request milliseconds to tenths of
+a second of CPU. When every examined hop is a trusted proxy and the header
+holds more, the client is taken to be the left-most examined hop: a trusted
+proxy, so every such request through it shares that proxy's one quota.
+That is stricter than reading further, never looser: nothing beyond the
+cap can give a request an identity of its own choosing.
+"""
+
+logger = logging.getLogger("moderato")
 
 
 def parse_networks(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
@@ -78,16 +93,33 @@ def _peer(text: str) -> tuple[Optional[IPAddress], str]:
     return address, text if address is None else str(address)
 
 
-def _forwarded_for(values: Sequence[str]) -> list[str]:
-    # RFC 7239: elements separated by ",", pairs by ";"; only "for=" names a hop.
-    hops: list[str] = []
-    for value in values:
-        for element in value.split(","):
-            for pair in element.split(";"):
-                name, _, hop = pair.strip().partition("=")
-                if name.strip().lower() == "for" and hop:
-                    hops.append(hop.strip())
-    return hops
+def _rightmost_elements(values: Sequence[str], limit: int) -> tuple[list[str], bool]:
+    """Up to ``limit`` comma-separated elements, nearest the server first.
+
+    Several header lines read as one list, the last line last. Also says
+    whether elements were left unread: ``rsplit`` stops after ``limit``
+    commas, so the work is bounded however long the header is.
+    """
+    elements: list[str] = []
+    for value in reversed(values):
+        room = limit - len(elements)
+        if room == 0:
+            return elements, True
+        parts = value.rsplit(",", room)
+        if len(parts) > room:  # parts[0] is what lies beyond the limit
+            elements.extend(reversed(parts[1:]))
+            return elements, True
+        elements.extend(reversed(parts))
+    return elements, False
+
+
+def _forwarded_for(element: str) -> str:
+    # RFC 7239: pairs separated by ";"; only "for=" names a hop ("" if absent).
+    for pair in element.split(";"):
+        name, _, hop = pair.strip().partition("=")
+        if name.strip().lower() == "for" and hop:
+            return hop
+    return ""
 
 
 class ClientIdentity:
@@ -98,6 +130,8 @@ class ClientIdentity:
     client is the right-most hop that is not itself a trusted proxy: hops
     further left were written by the client and may be forged. Name the one
     header your proxy sets: a header it merely passes through is client-written.
+    At most ``MAX_FORWARDED_HOPS`` hops are read (see there for what a longer
+    chain of trusted proxies yields).
 
     ``api_key_header`` (e.g. ``"X-API-Key"``) makes that header's value the
     identity when present, as ``"apikey:<value>"``. An unverified key lets a
@@ -123,6 +157,7 @@ class ClientIdentity:
         self.trusted_proxies = parse_networks(trusted_proxies)
         self.proxy_header = proxy_header
         self.api_key_header = api_key_header.lower() if api_key_header else None
+        self._warned_long_chain = False
 
     def __call__(self, request: HTTPConnection) -> str:
         return self.identify(request.scope)
@@ -148,27 +183,45 @@ class ClientIdentity:
 
     def _forwarded_client(self, scope: Scope, peer: IPAddress) -> str:
         values = _header_values(scope, self.proxy_header)
-        if self.proxy_header == "forwarded":
-            hops = _forwarded_for(values)
-        elif self.proxy_header == "x-real-ip":
+        if self.proxy_header == "x-real-ip":
             # One value, written by the proxy; several headers mean it was not overwritten.
-            hops = [values[-1]] if values else []
+            elements, unread = ([values[-1]] if values else []), False
         else:
-            hops = [hop for value in values for hop in value.split(",")]
+            elements, unread = _rightmost_elements(values, MAX_FORWARDED_HOPS)
+        forwarded = self.proxy_header == "forwarded"
         # Walk from the proxy towards the client; stop at the first untrusted hop.
         nearest: str = str(peer)
-        for hop in reversed([hop.strip() for hop in hops if hop.strip()]):
+        for element in elements:
+            hop = (_forwarded_for(element) if forwarded else element).strip()
+            if not hop:
+                continue
             address = parse_address(hop)
             if address is None:
                 # A trusted proxy wrote something that is not an address ("unknown",
                 # an obfuscated node name): it cannot be resolved further, so that
                 # token is the client as far as this proxy chain can tell.
-                return hop.strip().strip('"').lower()
+                return hop.strip('"').lower()
             if not self._trusted(address):
                 return str(address)
             nearest = str(address)
-        # Every hop is a trusted proxy: the left-most one is the closest to a client.
+        if unread:
+            self._warn_long_chain(nearest)
+        # Every hop read is a trusted proxy: the left-most one is the closest to a
+        # client (past MAX_FORWARDED_HOPS, a proxy whose one quota they all share).
         return nearest
+
+    def _warn_long_chain(self, identity: str) -> None:
+        if self._warned_long_chain:
+            return
+        self._warned_long_chain = True
+        logger.warning(
+            "moderato: a %s header held more than %d hops, all trusted proxies as far as "
+            "read; such requests are limited as the last hop read (%s), sharing its quota. "
+            "Check trusted_proxies if this is not an attack (logged once)",
+            self.proxy_header,
+            MAX_FORWARDED_HOPS,
+            identity,
+        )
 
 
 def _header_values(scope: Scope, name: str) -> list[str]:

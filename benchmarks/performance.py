@@ -320,7 +320,7 @@ def process_cpu_s(pid: int) -> float:
 def benchmark_command(algorithm: str) -> list[str]:
     """EVALSHA of moderato's script for one identity of :data:`IDENTITIES`, moderato's args."""
     algo = ALGORITHMS[algorithm]
-    script = load_script(algo.script)
+    script = load_script(algo.name)
     rate = policy_for(RATE).rates[0]
     args = [str(arg) for arg in (1000, 1, *algo.policy_args(rate))]
     key = f"bench-rb:{algo.key_tag}:{{:global:__rand_int__}}:{rate.window_s}"
@@ -369,7 +369,7 @@ def redis_benchmark(
 
 def load_scripts(port: int) -> None:
     for algorithm in ALGORITHMS.values():
-        source = load_script(algorithm.script).source.decode()
+        source = load_script(algorithm.name).source.decode()
         subprocess.run(
             ["redis-cli", "-h", "127.0.0.1", "-p", str(port), "SCRIPT", "LOAD", source],
             check=True,

@@ -175,7 +175,7 @@ class ScriptSubject:
 
 def moderato_subject(algorithm: str, rates: str) -> ScriptSubject:
     chosen = ALGORITHMS[algorithm]
-    script = load_script(chosen.script)
+    script = load_script(chosen.name)
     policy = policy_for(rates)
     args: list[str] = ["1000", "1"]
     keys = []
@@ -189,7 +189,7 @@ def moderato_subject(algorithm: str, rates: str) -> ScriptSubject:
         library="moderato",
         algorithm=algorithm,
         policies=count,
-        origin=f"lua/{chosen.script}.lua",
+        origin=f"lua/{chosen.name}.lua",
         source=script.source.decode(),
         keys=tuple(keys),
         args=tuple(args),
@@ -321,13 +321,12 @@ def source_at(ref: str, script: str) -> str:
 
 def before_subject(subject: ScriptSubject, ref: str) -> ScriptSubject:
     """The same calls with the script as it was at `ref`: a before beside the after."""
-    script = ALGORITHMS[subject.algorithm].script
     return replace(
         subject,
         name=f"{subject.name} @{ref}",
         library="moderato-before",
         origin=f"{ref}:{subject.origin}",
-        source=source_at(ref, script),
+        source=source_at(ref, subject.algorithm),
         keys=tuple(key.replace("cpu:", "cpu-before:", 1) for key in subject.keys),
     )
 

@@ -140,7 +140,7 @@ def bare_client_subjects(port: int, algorithm: str = "token_bucket") -> list[Sub
 
         chosen = ALGORITHMS[algorithm]
         policy = policy_for(RATE)
-        script = load_script(chosen.script)
+        script = load_script(chosen.name)
         args = (1000, 1, *chosen.policy_args(policy.rates[0]))
         loop = asyncio.get_running_loop()
         waiting: deque[asyncio.Future[Any]] = deque()

@@ -7,7 +7,7 @@ ARGV[n+j]    (n = #KEYS) the state suffixes to delete under every base, one
              stands for the window counters <base>:<index> and
              <base>:<index - 1> (index = floor(now_ms / window_ms))
 
-The suffixes are the algorithm registry's (moderato/algorithms.py), passed
+The suffixes are the algorithm registry's (moderato/algorithms/), passed
 in, so a new algorithm's state needs no change here. Deletes each base and
 every key the suffixes derive from it at the current time, and replies with
 the number of keys deleted. A bad argument is "MODERATO_ARG ..." and deletes

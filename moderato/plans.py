@@ -14,7 +14,7 @@ from typing import Optional
 
 from .algorithms import Algorithm, ScriptArg, get_algorithm
 from .errors import RateLimitConfigError
-from .policy import Policy, check_exact_range, policy_for
+from .policy import Policy, policy_for
 from .results import CheckResult, PolicyState
 
 ResultShape = tuple[type, type, str, str, tuple[tuple[int, int], ...]]
@@ -32,7 +32,7 @@ class Plan:
     __slots__ = ("algorithm", "policy", "result_shape", "script_args")
 
     def __init__(self, policy: Policy, algorithm: Algorithm) -> None:
-        check_exact_range(policy, algorithm.name, algorithm.max_limit)
+        algorithm.check_exact_range(policy)
         self.policy = policy
         self.algorithm = algorithm
         self.script_args: tuple[ScriptArg, ...] = tuple(

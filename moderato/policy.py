@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -24,43 +23,10 @@ MAX_LONG_WINDOW_S = 3600 * 86_400
 """Longest window a rate string may name (ten 360-day years): the long-window path.
 
 Above a day each algorithm admits the limits its integer arithmetic keeps
-exact for that window (docs/internals.md, "Long windows"); ``*_max_limit``
-below are those ranges, and the scripts and ``memory://`` refuse the rest.
+exact for that window (docs/internals.md, "Long windows"); each algorithm's
+``max_limit`` (moderato/algorithms/) is its range, and the scripts and
+``memory://`` refuse the rest.
 """
-
-MAX_SAFE_INTEGER = 2**53
-
-ACCRUAL_EXACT_WINDOW_MS = 94_906_266
-"""Largest window_ms whose squared size stays within 2**53: window_ms * (window_ms - 1) <= 2**53."""
-
-GCRA_MAX_WINDOW_S = 3_599_627
-"""Largest GCRA window: now_us + 2 * window_us + 1 <= 2**53 up to now_ms = 9 * 10**12 (2255)."""
-
-MaxLimit = Callable[[int], int]
-"""An algorithm's exact range: the largest limit it decides exactly for a window (0: none)."""
-
-
-def any_limit(window_s: int) -> int:
-    """Fixed and sliding windows, sliding log: counters and sums never multiply by the window."""
-    return MAX_LIMIT
-
-
-def accrual_max_limit(window_s: int) -> int:
-    """Token and leaky bucket: credit = elapsed_ms * (C mod W) // W must stay within 2**53.
-
-    With elapsed_ms <= W and C mod W < W that holds for any C while W * (W - 1)
-    <= 2**53 (every window up to 26 hours); beyond, C <= 2**53 // W keeps C < W,
-    so the product is at most W * C <= 2**53.
-    """
-    window_ms = window_s * 1000
-    if window_ms <= ACCRUAL_EXACT_WINDOW_MS:
-        return MAX_LIMIT
-    return min(MAX_LIMIT, MAX_SAFE_INTEGER // window_ms // SCALE)
-
-
-def gcra_max_limit(window_s: int) -> int:
-    """GCRA: times in microseconds; a TAT reaches now + 2 windows, any capacity is exact."""
-    return MAX_LIMIT if window_s <= GCRA_MAX_WINDOW_S else 0
 
 
 @dataclass(frozen=True)
@@ -119,20 +85,6 @@ def policy_for(text: str) -> Policy:
     except ValueError as exc:
         raise RateLimitConfigError(str(exc)) from None
     return Policy(text=text, rates=rates)
-
-
-def check_exact_range(policy: Policy, algorithm_name: str, max_limit: MaxLimit) -> None:
-    """Refuse a policy whose (limit, window) lies outside the algorithm's exact range."""
-    for rate in policy.rates:
-        largest = max_limit(rate.window_s)
-        if rate.limit <= largest:
-            continue
-        allowed = str(largest) if largest else "none (the window is too long for it)"
-        raise RateLimitConfigError(
-            f"rate '{policy.text}': the largest limit {algorithm_name} decides exactly over "
-            f"a window of {rate.window_s} seconds is {allowed}, got {rate.limit}; lower the "
-            "limit, shorten the window or choose another algorithm"
-        )
 
 
 def validate_cost(cost: object) -> int:

@@ -13,7 +13,7 @@ from .errors import BackendError
 _INCLUDE = b"--#include "
 RESET_SCRIPT = "reset"
 # The registry's scripts, and reset.
-SCRIPT_NAMES = (*(algorithm.script for algorithm in ALGORITHMS.values()), RESET_SCRIPT)
+SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # The scripts are edited in the top-level lua/ folder; the wheel installs them

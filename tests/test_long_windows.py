@@ -22,14 +22,11 @@ from redis_servers import RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
+from moderato.algorithms.accrual import accrual_max_limit
+from moderato.algorithms.gcra import gcra_max_limit
 from moderato.backends.memory import MemoryBackend
 from moderato.plans import Plan
-from moderato.policy import (
-    MAX_LIMIT,
-    accrual_max_limit,
-    gcra_max_limit,
-    policy_for,
-)
+from moderato.policy import MAX_LIMIT, policy_for
 
 MONTH_S = 30 * 86_400
 YEAR_S = 360 * 86_400

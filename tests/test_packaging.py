@@ -159,6 +159,8 @@ def test_wheel_carries_the_extension_scripts_types_and_license(built: Built) -> 
     assert {f"moderato/lua/{name}.lua" for name in (*SCRIPT_NAMES, "prelude")} <= shipped
     assert {name for name in built.wheel_names if name.endswith(".lua")} == shipped
     assert {"moderato/py.typed", "moderato/_accel.pyi"} <= built.wheel_names
+    # every module, in every subpackage pyproject.toml lists
+    assert tree_files("moderato/**/*.py") <= built.wheel_names
     assert f"moderato-{moderato.__version__}.dist-info/licenses/LICENSE" in built.wheel_names
     assert not any(name.startswith(("csrc/", "tests/", "tools/")) for name in built.wheel_names)
 

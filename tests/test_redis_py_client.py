@@ -50,9 +50,7 @@ class RedisPyHarness(LuaHarness):
         self.scripts = harness.scripts
         self.adapter = RedisPyClient(user_client)
 
-    async def run(
-        self, name: str, keys: Sequence[str], args: Sequence[Union[str, int]]
-    ) -> Any:
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Union[str, int]]) -> Any:
         return await self.adapter.evalsha(self.scripts[name], list(keys), list(args))
 
 
@@ -107,7 +105,7 @@ async def test_noscript_is_recovered_and_the_script_cached(
     user_redis: redis.asyncio.Redis, redis_url: str, redis_server: RedisServer
 ) -> None:
     limiter = RateLimiter(user_redis, key_prefix="byo")
-    sha = load_script(ALGORITHMS["fixed_window"].script).sha
+    sha = load_script(ALGORITHMS["fixed_window"].name).sha
     redis_server.command("SCRIPT", "FLUSH")
     results = [await limiter.check_with_info("k", "10/minute") for _ in range(3)]
     assert [r.remaining for r in results] == [9, 8, 7]
@@ -134,7 +132,7 @@ async def test_reset_and_usage_through_a_decoding_client(
 async def test_a_script_refusal_is_a_reply_error(user_redis: redis.asyncio.Redis) -> None:
     backend = RateLimiter(user_redis).backend
     assert isinstance(backend, RedisBackend)
-    script = load_script(ALGORITHMS["fixed_window"].script)
+    script = load_script(ALGORITHMS["fixed_window"].name)
     with pytest.raises(RedisReplyError, match=r"^MODERATO_ARG"):
         await backend.client.evalsha(script, ["k:{x}:60"], [1000, 1, 0, 60])
 

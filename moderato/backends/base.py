@@ -79,7 +79,7 @@ def decoded(plan: Plan, reply: object) -> CheckResult:
         result: CheckResult = _accel.check_result(reply, plan.result_shape)
     except (TypeError, ValueError) as error:
         raise BackendError(
-            f"malformed reply from the {plan.algorithm.script} script: {error}"
+            f"malformed reply from the {plan.algorithm.name} script: {error}"
         ) from None
     return result
 

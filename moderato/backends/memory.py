@@ -140,9 +140,9 @@ class MemoryBackend(KeySpaceBound):
         # The store reads the wall clock itself (None) unless a test replaced it.
         now_ms = None if clock is wall_clock_ms else clock()
         try:
-            reply: DecisionReply = self.store.decide(algorithm.in_process, keys, args, now_ms)
+            reply: DecisionReply = self.store.decide(algorithm.name, keys, args, now_ms)
         except ValueError as error:
-            raise _store_error(algorithm.script, error) from None
+            raise _store_error(algorithm.name, error) from None
         return reply
 
     async def decide(

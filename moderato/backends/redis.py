@@ -52,13 +52,13 @@ class RedisBackend(KeySpaceBound):
         algorithm = plan.algorithm
         args = (cost_scaled, 1 if apply else 0, *plan.script_args)
         # The client's future itself, no coroutine around it: this is every check's path.
-        return self.client.evalsha(load_script(algorithm.script), keys, args)
+        return self.client.evalsha(load_script(algorithm.name), keys, args)
 
     def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
         return decoded(plan, reply)
 
     def check_failed(self, plan: Plan, error: Exception) -> BaseException:
-        return translated(error, plan.algorithm.script)
+        return translated(error, plan.algorithm.name)
 
     async def connect(self) -> None:
         try:
@@ -77,7 +77,7 @@ class RedisBackend(KeySpaceBound):
     ) -> Awaitable[DecisionReply]:
         # The raw call: the client's own errors (RedisReplyError, for
         # script_refusal() to map; RedisConnectionError).
-        return self.client.evalsha(load_script(algorithm.script), keys, args)
+        return self.client.evalsha(load_script(algorithm.name), keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)

@@ -1,0 +1,23 @@
+"""The exact range the token and the leaky bucket share (lua/accrual.lua, csrc/store_bucket.c)."""
+
+from __future__ import annotations
+
+from ..policy import MAX_LIMIT, SCALE
+
+MAX_SAFE_INTEGER = 2**53
+
+ACCRUAL_EXACT_WINDOW_MS = 94_906_266
+"""Largest window_ms whose squared size stays within 2**53: window_ms * (window_ms - 1) <= 2**53."""
+
+
+def accrual_max_limit(window_s: int) -> int:
+    """credit = elapsed_ms * (C mod W) // W must stay within 2**53.
+
+    With elapsed_ms <= W and C mod W < W that holds for any C while W * (W - 1)
+    <= 2**53 (every window up to 26 hours); beyond, C <= 2**53 // W keeps C < W,
+    so the product is at most W * C <= 2**53.
+    """
+    window_ms = window_s * 1000
+    if window_ms <= ACCRUAL_EXACT_WINDOW_MS:
+        return MAX_LIMIT
+    return min(MAX_LIMIT, MAX_SAFE_INTEGER // window_ms // SCALE)

@@ -1,0 +1,64 @@
+"""What every algorithm is to Python: one registry entry, and the helpers entries share.
+
+An entry names the algorithm (which is also its Lua script, lua/<name>.lua,
+and its name in the C store, ``_accel.MemoryStore.decide``), its key tag, the
+per-policy script arguments, its exact range and the state keys it derives
+from a policy's base key (which reset deletes). Every script replies
+``[allowed, deciding, (remaining_scaled, retry_ms, reset_ms) * policies]``
+(docs/internals.md), decoded by ``_accel.check_result``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Union
+
+from ..errors import RateLimitConfigError
+from ..policy import MAX_LIMIT, Policy, Rate
+
+ScriptArg = Union[int, str]
+
+MaxLimit = Callable[[int], int]
+"""An algorithm's exact range: the largest limit it decides exactly for a window (0: none)."""
+
+WINDOW_INDEX = ":#"
+"""A state suffix standing for ``<base>:<index>`` and ``<base>:<index - 1>``,
+index = floor(now_ms / window_ms): the current and previous window's counters."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    """Its registry name, its Lua script (lua/<name>.lua) and its name in the C store."""
+    key_tag: str
+    """Short tag inside every key, so algorithms never share (and never WRONGTYPE) a key."""
+    policy_args: Callable[[Rate], tuple[ScriptArg, ...]]
+    """A policy's script arguments, after cost_scaled and apply."""
+    max_limit: MaxLimit
+    """The exact range: the largest limit decided exactly for a window."""
+    state_suffixes: tuple[str, ...]
+    """The keys it keeps under a policy's base key: suffixes, or WINDOW_INDEX."""
+
+    def check_exact_range(self, policy: Policy) -> None:
+        """Refuse a policy whose (limit, window) lies outside this algorithm's exact range."""
+        for rate in policy.rates:
+            largest = self.max_limit(rate.window_s)
+            if rate.limit <= largest:
+                continue
+            allowed = str(largest) if largest else "none (the window is too long for it)"
+            raise RateLimitConfigError(
+                f"rate '{policy.text}': the largest limit {self.name} decides exactly over "
+                f"a window of {rate.window_s} seconds is {allowed}, got {rate.limit}; lower the "
+                "limit, shorten the window or choose another algorithm"
+            )
+
+
+def capacity_and_window(rate: Rate) -> tuple[ScriptArg, ...]:
+    """The script arguments of most algorithms: capacity_scaled, window_s."""
+    return (rate.capacity_scaled, rate.window_s)
+
+
+def any_limit(window_s: int) -> int:
+    """Counters and sums that never multiply by the window: every limit is exact."""
+    return MAX_LIMIT

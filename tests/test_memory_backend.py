@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -301,7 +300,7 @@ async def test_bad_backend_arguments_are_config_errors(
 ) -> None:
     backend = memory_backend(limiter)
     with pytest.raises(RateLimitConfigError, match=message):
-        await backend.decide(ALGORITHMS["fixed_window"], [b"k"], args)  # type: ignore[arg-type]
+        backend.decide_now(ALGORITHMS["fixed_window"], [b"k"], args)  # type: ignore[arg-type]
     with pytest.raises(RateLimitConfigError, match=r"^reset: MODERATO_ARG ARGV\[1\]"):
         await backend.reset([b"k"], [0])
     assert len(backend.store) == 0
@@ -315,10 +314,10 @@ async def test_unusable_state_is_a_backend_error_and_writes_nothing(
     backend.store.load(key, -5, -1)
     before = backend.store.dump(clock.now_ms)
     with pytest.raises(BackendError, match=r'^fixed_window: MODERATO_STATE key "k:\d+" holds "-5"'):
-        await backend.decide(ALGORITHMS["fixed_window"], [b"k"], (1000, 1, 5000, 60))
+        await backend.decide(b"k", capacity_scaled=5000, window_s=60)
     backend.store.load(b"t:bucket:v2", 7, -1)
     with pytest.raises(BackendError, match=r"MODERATO_STATE .* cannot be read: WRONGTYPE"):
-        await backend.decide(ALGORITHMS["token_bucket"], [b"t"], (1000, 1, 5000, 60, ""))
+        await backend.decide(b"t", capacity_scaled=5000, window_s=60, algorithm="token_bucket")
     assert backend.store.dump(clock.now_ms) == {**before, b"t:bucket:v2": (7, -1)}
 
 
@@ -365,19 +364,21 @@ def test_the_per_process_warning_is_logged_once(
 
 SEED_BURST = 20
 SEED_RATE_PER_S = 50
-TOKEN_BUCKET = ALGORITHMS["token_bucket"]
 
 
-def seed_args(apply: bool = True) -> tuple[object, ...]:
-    # Burst 20 refilled at 50 per second: a direct backend call with a custom refill rate.
-    return (1000, 1 if apply else 0, SEED_BURST * 1000, 1, str(SEED_RATE_PER_S * 1000))
+async def seed_decide(backend: MemoryBackend, key: bytes) -> tuple[bool, int]:
+    """One seed-004 token-bucket decision: (allowed, retry ms).
 
-
-async def seed_decide(backend: MemoryBackend, key: bytes) -> tuple[bool, int, Any]:
-    """One seed-004 token-bucket decision on the backend, decoded."""
-    reply = await backend.decide(TOKEN_BUCKET, [key], seed_args())  # type: ignore[arg-type]
-    decision: tuple[bool, int, Any] = _accel.decode_decision(reply, 1)
-    return decision
+    Burst 20 refilled at 50 per second: a direct backend call with a custom refill rate.
+    """
+    result = await backend.decide(
+        key,
+        capacity_scaled=SEED_BURST * 1000,
+        window_s=1,
+        algorithm="token_bucket",
+        refill_scaled_per_s=SEED_RATE_PER_S * 1000,
+    )
+    return result.allowed, result.retry_after
 
 
 async def test_seed_004_a_200_request_burst_admits_exactly_the_bucket(
@@ -388,13 +389,13 @@ async def test_seed_004_a_200_request_burst_admits_exactly_the_bucket(
     admitted, retry_after = 0, set()
     for i in range(200):
         clock.now_ms = start_ms + i * 18 // 200  # 200 requests within 18 ms
-        allowed, _, ((_, retry_ms, _),) = await seed_decide(backend, b"key-a")
+        allowed, retry_ms = await seed_decide(backend, b"key-a")
         if allowed:
             admitted += 1
         else:
             retry_after.add(-(-retry_ms // 1000))  # seconds, rounded up
         if i == 100:  # another key in the middle of the burst
-            other, _, _ = await seed_decide(backend, b"key-b")
+            other, _ = await seed_decide(backend, b"key-b")
             assert other
     assert admitted == SEED_BURST
     assert retry_after == {1}
@@ -409,7 +410,7 @@ async def test_seed_004_a_client_paced_at_80_percent_is_never_limited(
         assert (await seed_decide(backend, b"paced"))[0]
     for _ in range(80):
         clock.advance(1000 // 40)
-        allowed, _, _ = await seed_decide(backend, b"paced")
+        allowed, _ = await seed_decide(backend, b"paced")
         assert allowed
 
 

@@ -14,18 +14,26 @@ remote one splits a check in three so the limiter awaits the client's own
 future, with no coroutine of the backend's around it: ``start_check``
 (keys, arguments, send), then ``finish_check`` (decode) or ``check_failed``
 (map the error).
+
+Direct callers, who build their own keys and scaled numbers, use ``decide``
+(``DirectDecisions``): one policy, a window of 1 to 86,400 whole seconds,
+and a ``BackendResult`` in the scripts' own units. Longer windows are the
+limiter's (its rate strings reach them through ``start_check``/``check_now``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Sequence
-from typing import Any, Callable, Optional, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Union
 
 from .. import _accel
-from ..algorithms import Algorithm, ScriptArg
+from ..algorithms import Algorithm, ScriptArg, get_algorithm
 from ..errors import BackendError, RateLimitConfigError
 from ..keys import KeySpace
 from ..plans import Plan
+from ..policy import MAX_WINDOW_S, SCALE, Rate
 from ..redis.errors import RedisClientError, RedisReplyError
 from ..results import CheckResult
 
@@ -84,6 +92,144 @@ def decoded(plan: Plan, reply: object) -> CheckResult:
     return result
 
 
+@dataclass(frozen=True)
+class BackendResult:
+    """What a direct ``decide`` call answers: the script's numbers, in its units.
+
+    Public results (CheckResult, RateLimitExceeded) speak whole requests and
+    seconds, and None for the retry of a permanent denial; this record keeps
+    the contract's units and its -1.
+    """
+
+    allowed: bool
+    remaining_scaled: int
+    """Capacity left in 1/1000 units, net of the cost when admitted (nothing is charged on a
+    denial)."""
+    retry_after: int
+    """Milliseconds until the same cost could fit (0 when admitted); -1 for a permanent denial:
+    the cost is larger than the capacity, and waiting cannot help."""
+    reset_at: Optional[int]
+    """Unix time in milliseconds on Redis's clock (admitted: the window's end or the full-refill
+    instant; denied: when the same cost fits); None for a permanent denial."""
+
+    @property
+    def permanent(self) -> bool:
+        """Denied for good: the cost exceeds the capacity."""
+        return self.retry_after == -1
+
+
+def _scaled_integer(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RateLimitConfigError(
+            f"{name} must be an int (1/1000 units: {SCALE} is one request), got {value!r}"
+        )
+    return value
+
+
+def direct_arguments(
+    algorithm: Algorithm,
+    *,
+    capacity_scaled: object,
+    window_s: object,
+    cost_scaled: object,
+    refill_scaled_per_s: object,
+    apply: bool,
+) -> tuple[ScriptArg, ...]:
+    """The script arguments of one direct decision, or RateLimitConfigError before any I/O.
+
+    The window is checked here, against the direct contract (1 to 86,400
+    whole seconds); the scripts check every other range themselves, also
+    before touching a key, and their refusal is a RateLimitConfigError too.
+    """
+    if (
+        isinstance(window_s, bool)
+        or not isinstance(window_s, int)
+        or not 1 <= window_s <= MAX_WINDOW_S
+    ):
+        raise RateLimitConfigError(
+            f"window_s must be a whole number of seconds from 1 to {MAX_WINDOW_S} "
+            f"(the direct backend contract), got {window_s!r}; longer windows are for "
+            f"RateLimiter's rates, e.g. check(key, '100/week')"
+        )
+    capacity = _scaled_integer("capacity_scaled", capacity_scaled)
+    cost = _scaled_integer("cost_scaled", cost_scaled)
+    # The algorithm's own per-policy layout, with the caller's capacity: capacity
+    # and window, then (the token bucket) a refill rate, "" for the public rule.
+    layout = list(algorithm.policy_args(Rate(1, window_s)))
+    layout[0] = capacity
+    if refill_scaled_per_s is not None:
+        if len(layout) < 3:
+            raise RateLimitConfigError(
+                f"refill_scaled_per_s does not apply to {algorithm.name}: only an algorithm "
+                f"that refills at a rate (token_bucket) takes one"
+            )
+        if (
+            isinstance(refill_scaled_per_s, bool)
+            or not isinstance(refill_scaled_per_s, (int, float))
+            or not math.isfinite(refill_scaled_per_s)
+        ):
+            raise RateLimitConfigError(
+                f"refill_scaled_per_s must be a finite number of 1/1000 units per second, "
+                f"got {refill_scaled_per_s!r}"
+            )
+        layout[2] = repr(refill_scaled_per_s)
+    return (cost, 1 if apply else 0, *layout)
+
+
+class DirectDecisions:
+    """``decide`` for direct callers, over a backend's raw ``direct_reply``."""
+
+    async def direct_reply(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> object:
+        """The decision's raw reply; moderato's errors only."""
+        raise NotImplementedError
+
+    async def decide(
+        self,
+        key: Union[bytes, str],
+        *,
+        capacity_scaled: int,
+        window_s: int,
+        cost_scaled: int = SCALE,
+        algorithm: str = "fixed_window",
+        refill_scaled_per_s: Optional[float] = None,
+        apply: bool = True,
+    ) -> BackendResult:
+        """One decision on a key the caller built (docs/internals.md, "The direct backend API").
+
+        ``capacity_scaled`` and ``cost_scaled`` are in 1/1000 units (1000 is
+        one request); ``window_s`` is 1 to 86,400 whole seconds; the token
+        bucket takes ``refill_scaled_per_s`` (default: one capacity per
+        window). ``apply=False`` peeks: the same answer, nothing written.
+        Anything outside the contract raises RateLimitConfigError before a
+        key is read or written; a backend that cannot decide raises
+        BackendError.
+        """
+        chosen = get_algorithm(algorithm)
+        args = direct_arguments(
+            chosen,
+            capacity_scaled=capacity_scaled,
+            window_s=window_s,
+            cost_scaled=cost_scaled,
+            refill_scaled_per_s=refill_scaled_per_s,
+            apply=apply,
+        )
+        if not isinstance(key, (bytes, str)):
+            raise RateLimitConfigError(f"key must be bytes or str, got {type(key).__name__}")
+        encoded = key.encode() if isinstance(key, str) else key
+        reply = await self.direct_reply(chosen, [encoded], args)
+        try:
+            allowed, _, ((remaining_scaled, retry_ms, reset_ms),) = _accel.decode_decision(reply, 1)
+        except (TypeError, ValueError) as error:
+            raise BackendError(
+                f"malformed reply from the {chosen.name} script: {error}"
+            ) from None
+        return BackendResult(
+            allowed, remaining_scaled, retry_ms, None if reset_ms < 0 else reset_ms
+        )
+
+
 class KeySpaceBound:
     """``bind`` and ``decision_keys`` as every backend does them: the keys come
     from the bound KeySpace with the algorithm's key tag, whatever the store."""
@@ -122,16 +268,18 @@ class Backend(Protocol):
 
     async def close(self) -> None: ...
 
-    def decide(
-        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> Awaitable[DecisionReply]:
-        """The raw decision on keys already built: the script call, or the store's.
-
-        ``args`` is ``(cost_scaled, apply, *per-policy arguments)`` as
-        docs/internals.md lays out. A refused argument raises
-        RateLimitConfigError, or RedisReplyError (for script_refusal() to
-        map); a backend that cannot decide, BackendError.
-        """
+    async def decide(
+        self,
+        key: Union[bytes, str],
+        *,
+        capacity_scaled: int,
+        window_s: int,
+        cost_scaled: int = SCALE,
+        algorithm: str = "fixed_window",
+        refill_scaled_per_s: Optional[float] = None,
+        apply: bool = True,
+    ) -> BackendResult:
+        """One direct decision on a caller's key (DirectDecisions.decide)."""
         ...
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:

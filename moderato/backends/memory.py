@@ -23,7 +23,7 @@ from ..algorithms import Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError
 from ..plans import Plan
 from ..results import CheckResult
-from .base import DecisionReply, KeySpaceBound, decoded
+from .base import DecisionReply, DirectDecisions, KeySpaceBound, decoded
 
 logger = logging.getLogger("moderato")
 
@@ -67,7 +67,7 @@ def _store_error(script: str, error: ValueError) -> Exception:
     return BackendError(f"memory:// {script}: {message}")
 
 
-class MemoryBackend(KeySpaceBound):
+class MemoryBackend(DirectDecisions, KeySpaceBound):
     """The Backend protocol over one in-process ``MemoryStore``.
 
     ``max_entries`` caps the table (least recently used entries are evicted
@@ -135,7 +135,11 @@ class MemoryBackend(KeySpaceBound):
     def decide_now(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
     ) -> DecisionReply:
-        """decide(), synchronously: the store never waits, so the limiter need not either."""
+        """The raw decision in the scripts' argument layout (long windows included), at once.
+
+        ``check_now`` uses it: the store never waits, so the limiter need not
+        either. Direct callers use ``decide``, which holds the direct contract.
+        """
         clock = self.clock
         # The store reads the wall clock itself (None) unless a test replaced it.
         now_ms = None if clock is wall_clock_ms else clock()
@@ -145,9 +149,9 @@ class MemoryBackend(KeySpaceBound):
             raise _store_error(algorithm.name, error) from None
         return reply
 
-    async def decide(
+    async def direct_reply(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> DecisionReply:
+    ) -> object:
         return self.decide_now(algorithm, keys, args)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:

@@ -12,7 +12,7 @@ from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
-from .base import DecisionReply, KeySpaceBound, decoded, translated
+from .base import DirectDecisions, KeySpaceBound, decoded, translated
 from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
@@ -21,7 +21,7 @@ Execute = Callable[..., Awaitable[Any]]
 """A client's (or one node's) ``execute``."""
 
 
-class RedisBackend(KeySpaceBound):
+class RedisBackend(DirectDecisions, KeySpaceBound):
     """Runs the scripts through a RedisClient (one server), a ClusterClient (a cluster),
     a SentinelClient (the primary the sentinels name) or a RedisPyClient (a user's
     own redis-py client).
@@ -72,12 +72,13 @@ class RedisBackend(KeySpaceBound):
         except RedisClientError as error:
             raise translated(error) from None
 
-    def decide(
+    async def direct_reply(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> Awaitable[DecisionReply]:
-        # The raw call: the client's own errors (RedisReplyError, for
-        # script_refusal() to map; RedisConnectionError).
-        return self.client.evalsha(load_script(algorithm.name), keys, args)
+    ) -> object:
+        try:
+            return await self.client.evalsha(load_script(algorithm.name), keys, args)
+        except RedisClientError as error:
+            raise translated(error, algorithm.name) from None
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import time
 from typing import Any, Optional, cast
@@ -59,6 +60,7 @@ import hiredis
 
 from .redis import RedisClient
 from .redis._encoding import encode_command
+from .redis.forks import abandon_in_children
 
 logger = logging.getLogger("moderato")
 
@@ -142,6 +144,7 @@ class DenialCache:
         self._task: Optional[asyncio.Task[None]] = None
         self._next_attempt_s = 0.0
         self.clock = time.monotonic
+        abandon_in_children(self)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -281,6 +284,20 @@ class DenialCache:
         self.invalidate()
         self._next_attempt_s = max(self._next_attempt_s, self.clock() + _RETRY_SUBSCRIBE_S)
 
+    def after_fork_in_child(self) -> None:
+        """Right after fork(), in the child: the subscription is the parent's; let it go.
+
+        Nothing is remembered until the child has subscribed on its own
+        connection (at its next denial).
+        """
+        subscription, self._subscription = self._subscription, None
+        self._task = None
+        self._loop = None
+        self._next_attempt_s = 0.0
+        self.invalidate()
+        if subscription is not None:
+            subscription.abandon()
+
     def close(self) -> None:
         """Drop the subscription and every entry (the limiter is closing)."""
         subscription, self._subscription = self._subscription, None
@@ -301,6 +318,7 @@ class _Subscription(asyncio.Protocol):
         self._loop = loop
         self._reader = hiredis.Reader()
         self._transport: Optional[asyncio.Transport] = None
+        self._pid = os.getpid()  # only this process may close the socket (see redis/forks.py)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -345,8 +363,14 @@ class _Subscription(asyncio.Protocol):
         self._cache._lost(self)
 
     def close(self) -> None:
-        if self._transport is not None:
+        if self._pid != os.getpid():
+            self.abandon()
+        elif self._transport is not None:
             self._transport.close()
+
+    def abandon(self) -> None:
+        """Inherited across fork(): drop the transport untouched (the parent still reads it)."""
+        self._transport = None
 
 
 async def announce_reset(client: RedisClient, key_prefix: str) -> None:

@@ -20,6 +20,11 @@ first; a parked one closes the pool then, see _Pool.arm_shutdown_hook); loops
 closed without that step are swept out whenever another loop registers and on
 close(). Finished loops do not pile up, and their connections are closed.
 
+fork(): in the child, every connection inherited from the parent is
+abandoned at once (forks.py), never closed or shut down (the socket is the
+parent's too); the pools stay, so the child's first command on any loop
+opens a connection of its own.
+
 Reconnect: a lost connection fails its pending commands with RedisConnectionError; the
 next command opens a new connection at once. A connect that fails (refused,
 timed out, handshake refused or unanswered) starts a backoff (BACKOFF_START_S,
@@ -42,6 +47,7 @@ from typing import Any, TypedDict
 from ._encoding import Arg, encode_command, encode_evalsha
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .errors import RedisClientError, RedisReplyError
+from .forks import abandon_in_children
 from .url import RedisAddress, address_of, client_name_problem, parse_url
 from .url_options import client_from_url
 
@@ -203,6 +209,16 @@ class _Pool:
             if connection is not None:
                 connection.close_nowait()
 
+    def abandon(self) -> None:
+        """In a fork()ed child: let go of the parent's connections; the next command reconnects."""
+        self.batching = None
+        for slot in self.slots:
+            connection, slot.connection = slot.connection, None
+            slot.failures = 0
+            slot.retry_at = 0.0
+            if connection is not None:
+                connection.abandon()
+
     def discard(self) -> None:
         """Drop the connections of a loop that is already closed (nothing can run on it)."""
         self._shutdown_hook = None
@@ -291,6 +307,7 @@ class RedisClient:
 
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._pools_lock = threading.Lock()
+        abandon_in_children(self)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisClient:
@@ -438,6 +455,13 @@ class RedisClient:
             for slot in pool.slots
             if slot.connection is not None and slot.connection.usable
         ]
+
+    def after_fork_in_child(self) -> None:
+        """Right after fork(), in the child: abandon the parent's connections (forks.py)."""
+        # Another thread of the parent may have held the lock at the fork.
+        self._pools_lock = threading.Lock()
+        for pool in self._pools.values():
+            pool.abandon()
 
     # -- internals ---------------------------------------------------------------
 

@@ -34,12 +34,17 @@ How a command travels:
   instead: only such a command is certainly safe to retry. One that was
   written may have run (a script may have charged) even though its reply was
   lost, cut short or garbled.
+- A connection belongs to the process that opened it (``pid``). In a child
+  made by ``fork()`` it is abandoned, never closed or shut down: the socket
+  and the event loop's epoll instance are shared with the parent (see
+  forks.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 from collections import deque
@@ -121,6 +126,8 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._ssl_context = ssl_context
         self._client_name = client_name if client_name is not None else address.client_name
         self._on_close = on_close
+        # The process that opened it: only that one may close or shut down its socket.
+        self.pid = os.getpid()
 
         self._state = _CONNECTING
         # True while commands may be queued (connecting or ready): the client's
@@ -544,6 +551,9 @@ class RedisConnection(asyncio.BufferedProtocol):
         """Close without waiting (safe from loop callbacks); see close()."""
         if self._state == _CLOSED:
             return
+        if self.pid != os.getpid():
+            self.abandon()
+            return
         transport = self._transport
         self._fail(None)
         if transport is not None:
@@ -556,6 +566,9 @@ class RedisConnection(asyncio.BufferedProtocol):
         as they are and the socket is shut down directly; the file descriptor
         goes when the transport is garbage-collected.
         """
+        if self.pid != os.getpid():
+            self.abandon()
+            return
         self._state = _CLOSED
         self.usable = False
         self._flush_due = False
@@ -572,8 +585,38 @@ class RedisConnection(asyncio.BufferedProtocol):
                 with contextlib.suppress(OSError):  # already disconnected
                     sock.shutdown(socket.SHUT_RDWR)
 
+    def abandon(self) -> None:
+        """Let go of a connection inherited across ``fork()``, touching nothing shared.
+
+        The socket is the parent's too (a shutdown would end its connection,
+        a TLS close alert would corrupt its stream), and so is the loop's
+        epoll instance (unregistering the socket would unregister it for the
+        parent). The parent's pending commands are not failed either: their
+        callbacks belong to the parent. The child's copy of the descriptor
+        closes when the transport is collected, which the parent never sees.
+        """
+        self._state = _CLOSED
+        self.usable = False
+        self._flush_due = False
+        self._held = 0
+        self._pending = deque()
+        self._write_buffer.clear()
+        self._batches.clear()
+        self._scripts.clear()
+        self._ready_waiters.clear()
+        self._timer = None  # if it ever fires here, it finds the connection closed
+        self._connect_task = None
+        self._transport = None
+        self.error = RedisConnectionError(
+            f"connection to {self._label} was opened by process {self.pid}; "
+            "it is not used after fork()"
+        )
+
     def _abort(self, error: RedisClientError) -> None:
         if self._state == _CLOSED:
+            return
+        if self.pid != os.getpid():
+            self.abandon()
             return
         transport = self._transport
         self._fail(error)

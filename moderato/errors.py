@@ -20,6 +20,13 @@ class RateLimitConfigError(ModeratoError, ValueError):
     """A rate, cost, algorithm or option is invalid; raised before Redis is contacted."""
 
 
+class UnknownOptionError(RateLimitConfigError, TypeError):
+    """A keyword moderato does not take (often another library's name for one it does).
+
+    A TypeError too, as Python's own answer to an unexpected keyword would be.
+    """
+
+
 class BackendError(ModeratoError):
     """The backend could not give a decision (connection, timeout, error reply, bad reply)."""
 

@@ -22,6 +22,13 @@ class KeyPartError(RateLimitConfigError):
     """A part of a key was refused before the backend was asked anything."""
 
 
+_OPTION_NAMES = (
+    ("build_keys() prefix", "key_prefix (the start of every key)"),
+    ("build_keys() secret", "identity_secret"),
+)
+"""``_accel.build_keys``'s names for RateLimiter's options, as its refusals spell them."""
+
+
 class KeySpace:
     """A key prefix and an optional identity secret, validated once."""
 
@@ -30,8 +37,15 @@ class KeySpace:
     def __init__(self, prefix: str, identity_secret: Optional[bytes], probe_tag: str) -> None:
         self.prefix = prefix
         self.identity_secret = identity_secret
-        # Building one key validates the prefix and the secret up front.
-        self.build(_accel.build_keys, probe_tag, "", "", "", (1,))
+        # Building one key validates the prefix and the secret up front; the
+        # refusal is reworded to name the options the user wrote.
+        try:
+            _accel.build_keys(prefix, probe_tag, "", "", "", (1,), identity_secret)
+        except (TypeError, ValueError) as error:
+            message = str(error)
+            for part, option in _OPTION_NAMES:
+                message = message.replace(part, option)
+            raise RateLimitConfigError(message) from None
 
     def build(self, function: Any, *parts: object) -> Any:
         """``function(prefix, *parts, secret)``, its refusals as RateLimitConfigError."""

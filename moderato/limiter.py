@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import ssl
 import time
@@ -19,9 +20,10 @@ from .denial_cache import DenialCache, announce_reset
 from .errors import BackendError, RateLimitConfigError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
+from .habits import HABITS, refuse_habits
 from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, tenant_part
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
-from .options import count_option, seconds_option
+from .options import count_option, request_callback_option, seconds_option
 from .plans import Plan, Plans
 from .policy import cost_scaled, policy_for, validate_cost
 from .redis import RedisClient, RedisClientError
@@ -86,6 +88,15 @@ class RateLimiter:
     for up to 10 s); docs/operations.md ("The denial cache") says when it
     pays and what it changes. The default, 0, keeps it off.
     """
+
+    def __new__(cls, *args: Any, **options: Any) -> RateLimiter:
+        # Only to answer other libraries' keywords (storage_uri=, key_func=...)
+        # with moderato's names before __init__'s bare TypeError would; type
+        # checkers and editors read __init__'s signature.
+        if options and not HABITS.keys().isdisjoint(options):
+            accepted = inspect.signature(cls.__init__).parameters
+            refuse_habits(f"{cls.__name__}()", options, accepted)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -231,11 +242,15 @@ class RateLimiter:
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
+        tenant: Optional[str] = None,
     ) -> bool:
         """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
 
         Returns True when admitted (also for a fail-open bypass or a shadow denial).
+        ``tenant`` is an alias of ``tenant_type`` (the rules' name for it).
         """
+        if tenant is not None:
+            tenant_type = tenant_alias("check()", tenant_type, tenant)
         result = await self.check_with_info(
             key,
             rate,
@@ -259,12 +274,16 @@ class RateLimiter:
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
+        tenant: Optional[str] = None,
     ) -> CheckResult:
         """Decide and charge; always returns a CheckResult, denied or not.
 
         ``shadow`` (default: the limiter's setting) turns a denial into an
-        admission that is logged and counted as ``shadow_denied``.
+        admission that is logged and counted as ``shadow_denied``. ``tenant``
+        is an alias of ``tenant_type``.
         """
+        if tenant is not None:
+            tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
         plan = self._plans.get(rate, algorithm)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
@@ -303,12 +322,16 @@ class RateLimiter:
         tenant_type: Optional[str] = None,
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
+        tenant: Optional[str] = None,
     ) -> dict[str, Any]:
         """A read-only snapshot (not a reservation) of the identity's quota.
 
         ``current`` and ``remaining`` are whole requests of the most
         restrictive policy; ``policies`` lists every policy of ``rate``.
+        ``tenant`` is an alias of ``tenant_type``.
         """
+        if tenant is not None:
+            tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
         plan = self._plans.get(rate, algorithm)
         result = await self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
         return {
@@ -339,20 +362,23 @@ class RateLimiter:
         tenant_type: Optional[str] = None,
         scope: Optional[str] = None,
         algorithm: Optional[str] = None,
+        tenant: Optional[str] = None,
     ) -> int:
         """Forget the identity's usage; returns the number of keys deleted.
 
         ``scope=None`` (the default) means every scope: the identity's usage on
-        every route, whatever the rate and algorithm. ``tenant_type`` selects
-        one tenant's keys; without it only the keys checked without a tenant
-        are reset. ``rate`` and ``algorithm`` narrow the reset to those
-        policies' windows and that algorithm.
+        every route, whatever the rate and algorithm. ``tenant_type`` (alias
+        ``tenant``) selects one tenant's keys; without it only the keys checked
+        without a tenant are reset. ``rate`` and ``algorithm`` narrow the reset
+        to those policies' windows and that algorithm.
 
         With both ``rate`` and ``scope`` the keys are known exactly and deleted
         in one script call. Otherwise they are found with SCAN, which walks the
         whole keyspace (every primary of a cluster when no scope is given):
         fine for an admin action, not for a request path.
         """
+        if tenant is not None:
+            tenant_type = tenant_alias("reset()", tenant_type, tenant)
         keyspace = self._keyspace
         tenant = tenant_part(tenant_type)
         identity = identity_part(key)
@@ -597,6 +623,15 @@ class RateLimiter:
         return MessageLimit(self, rate, **options)
 
 
+def tenant_alias(where: str, tenant_type: Optional[str], tenant: str) -> str:
+    """``tenant=``, the rules' name, given to a manual call whose own is ``tenant_type=``."""
+    if tenant_type is not None:
+        raise RateLimitConfigError(
+            f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
+        )
+    return tenant
+
+
 def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
     """The rules' defaults have the rules' types (checked here: the core has no Starlette)."""
     if key is not None and not isinstance(key, (str, bytes)) and not callable(key):
@@ -609,6 +644,9 @@ def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
         )
     if cost is not None and not callable(cost):
         validate_cost(cost)
+    request_callback_option("key", key, "str or bytes")
+    request_callback_option("tenant", tenant, "str or None")
+    request_callback_option("cost", cost, "int")
 
 
 def reset_patterns(

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from example_helpers import clear_of_boundary
 from redis_servers import RedisServer
 
 from moderato import (
@@ -382,3 +383,47 @@ async def test_reset_with_rate_covers_every_algorithm(limiter: RateLimiter) -> N
 def test_unknown_algorithm_lists_every_algorithm() -> None:
     with pytest.raises(RateLimitConfigError, match="'gcra', 'sliding_log', 'leaky_bucket'"):
         RateLimiter("redis://localhost:1", default_algorithm="gcra2")
+
+
+async def test_tenant_is_an_alias_of_tenant_type_on_every_manual_call(
+    limiter: RateLimiter,
+) -> None:
+    # The rules call it tenant=, the manual API tenant_type=: both name one counter.
+    await clear_of_boundary(86_400, margin_s=30.0)  # one fixed day window throughout
+    rate = "3/day"
+    for _ in range(3):
+        assert await limiter.check("user:7", rate, tenant="gold", scope="alias")
+    denied = await limiter.check_with_info("user:7", rate, tenant_type="gold", scope="alias")
+    assert (denied.allowed, denied.remaining) == (False, 0)
+    denied = await limiter.check_with_info("user:7", rate, tenant="gold", scope="alias")
+    assert (denied.allowed, denied.remaining) == (False, 0)
+    other = await limiter.check_with_info("user:7", rate, scope="alias")  # no tenant
+    assert (other.allowed, other.remaining) == (True, 2)
+    usage = await limiter.get_usage("user:7", rate, tenant="gold", scope="alias")
+    assert (usage["current"], usage["remaining"]) == (3, 0)
+    assert await limiter.reset("user:7", rate=rate, tenant="gold", scope="alias") == 1
+    usage = await limiter.get_usage("user:7", rate, tenant_type="gold", scope="alias")
+    assert (usage["current"], usage["remaining"]) == (0, 3)
+    usage = await limiter.get_usage("user:7", rate, scope="alias")  # untouched by the reset
+    assert (usage["current"], usage["remaining"]) == (1, 2)
+
+
+async def test_tenant_and_tenant_type_together_are_refused_before_anything_is_charged(
+    limiter: RateLimiter,
+) -> None:
+    both = {"tenant": "gold", "tenant_type": "silver"}
+    calls = {
+        "check()": lambda: limiter.check("user:8", "3/day", **both),
+        "check_with_info()": lambda: limiter.check_with_info("user:8", "3/day", **both),
+        "get_usage()": lambda: limiter.get_usage("user:8", "3/day", **both),
+        "reset()": lambda: limiter.reset("user:8", **both),
+    }
+    for where, call in calls.items():
+        with pytest.raises(RateLimitConfigError) as refused:
+            await call()
+        assert str(refused.value) == (
+            f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
+        )
+    for tenant in ("gold", "silver"):
+        usage = await limiter.get_usage("user:8", "3/day", tenant=tenant)
+        assert usage["current"] == 0

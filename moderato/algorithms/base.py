@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..errors import RateLimitConfigError
-from ..policy import MAX_LIMIT, Policy, Rate
+from ..policy import MAX_LIMIT, MAX_LONG_WINDOW_S, Policy, Rate
 
 ScriptArg = Union[int, str]
 
@@ -46,12 +46,33 @@ class Algorithm:
             largest = self.max_limit(rate.window_s)
             if rate.limit <= largest:
                 continue
-            allowed = str(largest) if largest else "none (the window is too long for it)"
+            if largest == 0:  # no limit fits: only a shorter window helps
+                longest_s = self.longest_window_s(rate.limit)
+                raise RateLimitConfigError(
+                    f"rate '{policy.text}': a window of {rate.window_s} seconds is too long "
+                    f"for {self.name}, whose exact range ends at windows of {longest_s} "
+                    f"seconds ({longest_s * 10 // 86_400 / 10} days); shorten the window or "
+                    "choose another algorithm"
+                )
             raise RateLimitConfigError(
                 f"rate '{policy.text}': the largest limit {self.name} decides exactly over "
-                f"a window of {rate.window_s} seconds is {allowed}, got {rate.limit}; lower the "
+                f"a window of {rate.window_s} seconds is {largest}, got {rate.limit}; lower the "
                 "limit, shorten the window or choose another algorithm"
             )
+
+    def longest_window_s(self, limit: int) -> int:
+        """The longest window over which ``limit`` is in the exact range (0 if none).
+
+        The range only narrows as windows grow, so a binary search finds it.
+        """
+        low, high = 0, MAX_LONG_WINDOW_S
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.max_limit(middle) >= limit:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
 
 def capacity_and_window(rate: Rate) -> tuple[ScriptArg, ...]:

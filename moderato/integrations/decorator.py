@@ -35,7 +35,7 @@ from starlette.requests import HTTPConnection, Request
 from ..errors import RateLimitConfigError
 from ..policy import policy_for
 from .order import remember
-from .rule import LimitRule, RateSpec, RuleOptions
+from .rule import LimitRule, RateSpec, RuleOptions, check_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +58,7 @@ def limit(limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]) 
     the capacity of the rate's smallest policy) raise RateLimitConfigError
     here, at decoration time.
     """
+    check_options("limit()", options)
     rule = LimitRule(limiter, rate, **options)
 
     def decorate(func: F) -> F:

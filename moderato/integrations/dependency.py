@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from starlette.requests import HTTPConnection
 
 from ..results import CheckResult
-from .rule import LimitRule, RateSpec, RuleOptions
+from .rule import LimitRule, RateSpec, RuleOptions, check_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -30,6 +30,7 @@ def dependency(
     limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]
 ) -> RateLimitDependency:
     """A dependency enforcing ``rate``; configuration errors raise here, not per request."""
+    check_options("dependency()", options)
     rule = LimitRule(limiter, rate, **options)
 
     # HTTPConnection, not Request: FastAPI fills it on websocket routes too.

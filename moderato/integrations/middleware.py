@@ -21,6 +21,7 @@ see websocket_errors.py.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NoReturn, Optional, cast
@@ -30,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..errors import RateLimitConfigError
+from ..options import request_callback_option
 from .callbacks import RequestCallback, call_callback, callback_failed
 from .decisions import claim_headers, mark_middleware, recorded
 from .headers import HeaderList, HeaderStyle, legacy_for_one, render, report, validate_style
@@ -37,7 +39,7 @@ from .identity import ClientIdentity, ProxyHeader
 from .order import log_misplaced
 from .paths import ExemptPaths, exact_paths, normalize
 from .responses import denial_headers, error_response, send_json
-from .rule import CostSpec, LimitRule, RateSpec, RuleOptions
+from .rule import RULE_OPTIONS, CostSpec, LimitRule, RateSpec, RuleOptions, check_options
 from .websocket_errors import refuse
 
 if TYPE_CHECKING:
@@ -111,6 +113,7 @@ class RateLimitMiddleware:
         proxy_header: ProxyHeader = "x-forwarded-for",
         **options: Unpack[RuleOptions],
     ) -> None:
+        check_options("RateLimitMiddleware()", options, RULE_OPTIONS | MIDDLEWARE_OPTIONS)
         self.app = app
         self.headers = validate_style(headers)
         # An app-wide rule's own default: one "app" bucket.
@@ -147,6 +150,7 @@ class RateLimitMiddleware:
                 raise RateLimitConfigError(
                     f"exempt predicates must be callable, got {predicate!r:.80}"
                 )
+            request_callback_option("exempt", predicate, "bool")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and self.websockets:
@@ -206,6 +210,12 @@ class RateLimitMiddleware:
             if verdict:
                 return True
         return False
+
+
+MIDDLEWARE_OPTIONS: frozenset[str] = frozenset(
+    inspect.signature(RateLimitMiddleware.__init__).parameters
+) - {"self", "app", "options"}
+"""RateLimitMiddleware's own keywords, besides the rule options it forwards."""
 
 
 async def serve(

@@ -14,7 +14,7 @@ requests and to websocket handshakes alike (both are ``HTTPConnection``s).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypedDict, Union, cast
 
 from starlette.requests import HTTPConnection, Request
@@ -29,6 +29,8 @@ from ..errors import (
     RateLimitExceeded,
     exceeded,
 )
+from ..habits import refuse_unknown
+from ..options import request_callback_option
 from ..policy import validate_cost
 from ..results import CheckResult
 from .callbacks import RequestCallback, call_callback, call_failed, callback_failed
@@ -78,6 +80,20 @@ class RuleOptions(MessageOptions, total=False):
 
     exempt_when: Optional[ExemptWhen]
     """A predicate of the request: True skips the rule (nothing is charged)."""
+
+
+MESSAGE_OPTIONS: frozenset[str] = frozenset(MessageOptions.__annotations__)
+RULE_OPTIONS: frozenset[str] = frozenset(RuleOptions.__annotations__)
+
+
+def check_options(
+    where: str, options: Mapping[str, object], accepted: frozenset[str] = RULE_OPTIONS
+) -> None:
+    """Refuse keywords ``where`` does not take, naming it and, for another library's
+    keyword, the moderato equivalent (habits.py): before LimitRule's own TypeError
+    would name LimitRule instead."""
+    if not options.keys() <= accepted:
+        refuse_unknown(where, options, accepted)
 
 
 class LimitRule:
@@ -145,6 +161,12 @@ class LimitRule:
                 "exempt_when must be a callable of the request returning bool, "
                 f"got {type(self.exempt_when).__name__}"
             )
+        # A callback that cannot take the request would fail (503) every request.
+        request_callback_option("rate", self.rate, "str")
+        request_callback_option("key", self.key, "str or bytes")
+        request_callback_option("tenant", self.tenant, "str or None")
+        request_callback_option("cost", self.cost, "int")
+        request_callback_option("exempt_when", self.exempt_when, "bool")
         if self.cost is None or callable(self.cost):
             return
         cost = validate_cost(self.cost)

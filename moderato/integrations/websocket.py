@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from starlette.websockets import WebSocket
 
 from ..results import CheckResult
-from .rule import LimitRule, MessageOptions, RateSpec
+from .rule import MESSAGE_OPTIONS, LimitRule, MessageOptions, RateSpec, check_options
 from .scope import WEBSOCKET_METHOD, route_scope
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class MessageLimit:
     def __init__(
         self, limiter: RateLimiter, rate: RateSpec, **options: Unpack[MessageOptions]
     ) -> None:
+        check_options("message_limit()", options, MESSAGE_OPTIONS)
         self.rule = LimitRule(limiter, rate, **options)
 
     async def check(self, websocket: WebSocket) -> CheckResult:

@@ -10,6 +10,7 @@ limiter closes.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,9 +22,9 @@ from starlette.types import Receive, Scope, Send
 from ..errors import BackendError, RateLimitConfigError
 from ..limiter import check_rule_defaults
 from .headers import HeaderStyle, validate_style
-from .middleware import RateLimitHeadersMiddleware, RateLimitMiddleware
+from .middleware import MIDDLEWARE_OPTIONS, RateLimitHeadersMiddleware, RateLimitMiddleware
 from .order import check_order
-from .rule import CostSpec, KeySpec, RateSpec, TenantSpec
+from .rule import RULE_OPTIONS, CostSpec, KeySpec, RateSpec, TenantSpec, check_options
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
@@ -69,6 +70,7 @@ def install(
         )
     if getattr(app.state, _INSTALLED, None) is not None:
         raise RateLimitConfigError("install() was already called for this application")
+    check_options("install()", app_limit, INSTALL_OPTIONS)
     validate_style(headers)
     _set_defaults(limiter, key=key, tenant=tenant, cost=cost)
     if rate is not None:
@@ -98,6 +100,12 @@ def install(
             await limiter.close()
 
     app.router.lifespan_context = lifespan
+
+
+INSTALL_OPTIONS: frozenset[str] = (
+    frozenset(inspect.signature(install).parameters) | MIDDLEWARE_OPTIONS | RULE_OPTIONS
+) - {"app", "limiter", "app_limit"}
+"""install()'s keywords: its own, and the app-wide limit's (RateLimitMiddleware's)."""
 
 
 def _set_defaults(limiter: RateLimiter, **defaults: Any) -> None:

@@ -2,7 +2,8 @@
 
 The suite never touches a Redis it did not start: each server here runs on a
 free loopback port with no persistence, so tests can kill, pause, restart and
-flush it freely.
+flush it freely. The benchmark image runs it too, without pytest: pytest's
+part (skipping without TLS) is in skips.py.
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
-
-import pytest
-
-T = TypeVar("T")
 
 INSTALL_HINT = (
     "redis-server was not found on PATH. The test suite starts its own Redis "
@@ -82,16 +78,6 @@ def make_tls_files(directory: Path) -> TlsFiles:
     )
 
 
-def skip_without_tls(start: Callable[[], T]) -> T:
-    """``start()``, or skip the test if this redis-server was built without TLS."""
-    try:
-        return start()
-    except RuntimeError as error:
-        if "tls" in str(error).lower():
-            pytest.skip(f"this redis-server was built without TLS: {error}")
-        raise
-
-
 class RedisServer:
     """One redis-server child process on 127.0.0.1:<port>.
 
@@ -129,12 +115,18 @@ class RedisServer:
         args = [
             redis_server_binary(),
             *ports,
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.dir),
-            "--logfile", str(self.dir / "redis.log"),
-            "--protected-mode", "no",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.dir / "redis.log"),
+            "--protected-mode",
+            "no",
             *self.extra_args,
         ]
         self._launch(args, "redis-server", timeout_s)

@@ -15,8 +15,13 @@ and CI cannot reach (Debian ships only the retired Python docker-compose 1.x).
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import fnmatch
+import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -310,3 +315,114 @@ def test_dockerignore_keeps_local_builds_out_of_the_context() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     for entry in (".git", ".venv", "build", "dist", "moderato/*.so", "test-artifacts"):
         assert entry in ignored, entry
+
+
+# -- the benchmark stage, run for real (without Docker) ---------------------------------------
+
+# What the image's steps would do, done here: the builder's COPY and `pip wheel`,
+# then the benchmark stage's `pip install` into a clean venv and its COPY lines.
+
+
+def context_ignored(relative: str) -> bool:
+    """Whether .dockerignore keeps a path (relative to the repository) out of the build context."""
+    patterns = (ROOT / ".dockerignore").read_text().split()
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    for pattern in patterns:
+        if pattern.startswith("**/"):
+            if any(fnmatch.fnmatchcase(part, pattern[3:]) for part in parts):
+                return True
+        elif any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes):
+            return True
+    return False
+
+
+def run_copy(copy: str, workdir: Path) -> None:
+    """A COPY line from the build context (the repository, less .dockerignore) into workdir.
+
+    As Docker copies: a file into a folder (a destination ending in /) by its name, else
+    to the destination; a folder's contents into the destination folder.
+    """
+    *sources, destination = [word for word in copy.split() if not word.startswith("--")]
+    target = workdir / destination
+    for source in sources:
+        for path in sorted(ROOT.glob(source)):
+            if path.is_file():
+                files = {path: target / path.name if destination.endswith("/") else target}
+            else:
+                files = {file: target / file.relative_to(path) for file in path.rglob("*")}
+            for file, placed in files.items():
+                if file.is_dir() or context_ignored(file.relative_to(ROOT).as_posix()):
+                    continue
+                placed.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, placed)
+
+
+def run_step(command: str, cwd: Path, timeout_s: float) -> None:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", command],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+def imported_modules(files: list[Path]) -> set[str]:
+    """Every module the files import, at any depth (deferred imports too), but relative ones."""
+    modules: set[str] = set()
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module)
+    return modules
+
+
+@pytest.mark.slow
+def test_the_benchmark_stage_installs_everything_the_quick_run_imports(tmp_path: Path) -> None:
+    builder, benchmark = stage("builder"), stage("benchmark")
+    dist, source, app = tmp_path / "dist", tmp_path / "src", tmp_path / "app"
+    # builder: the context's files, then its `pip wheel` (here into tmp_path/dist).
+    for copy in builder.all("COPY"):
+        run_copy(copy, source)
+    (wheel_step,) = [run for run in builder.all("RUN") if "pip wheel" in run]
+    run_step(wheel_step.replace("python ", f"{sys.executable} ", 1).replace("/dist", str(dist)),
+             source, timeout_s=600)  # fmt: skip
+    # benchmark: a clean venv (the image's own Python has nothing else), the stage's install
+    # (the wheel's [bench] extra; pip's cache allowed here, which changes nothing installed),
+    # then its COPY lines.
+    venv = tmp_path / "venv"
+    run_step(f"{sys.executable} -m venv {venv}", tmp_path, timeout_s=120)
+    (install_step,) = [run for run in benchmark.all("RUN") if "pip install" in run]
+    install = re.sub(r"--mount=\S+\s+", "", install_step).replace("--no-cache-dir ", "")
+    install = install.replace("python ", f"{venv}/bin/python ", 1).replace("/tmp/dist", str(dist))
+    run_step(install, tmp_path, timeout_s=900)
+    for copy in benchmark.all("COPY"):
+        run_copy(copy, app)
+    harness = sorted(app.rglob("*.py"))
+    local = {path.stem for path in harness} | {"benchmarks", "tests"}
+    needed = sorted(
+        module for module in imported_modules(harness) if module.split(".")[0] not in local
+    )
+    assert "limits" in needed and "slowapi" in needed and "uvloop" in needed  # the scan works
+    apps = sorted(
+        f"benchmarks.apps.{path.stem}" for path in (app / "benchmarks/apps").glob("[!_]*.py")
+    )
+    check = (
+        "import importlib, importlib.util, sys\n"
+        "assert importlib.util.find_spec('pytest') is None, 'not a clean venv'\n"
+        f"for name in {needed + apps!r}:\n"
+        "    importlib.import_module(name)\n"
+        "import moderato\n"
+        "assert 'site-packages' in moderato.__file__, moderato.__file__\n"
+        "print('imported', len(sys.modules))\n"
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path))}
+    for command in (
+        [f"{venv}/bin/python", "-c", check],
+        [f"{venv}/bin/python", "benchmarks/performance.py", "--help"],
+    ):
+        done = subprocess.run(
+            command, cwd=app, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, f"{command[1:]}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

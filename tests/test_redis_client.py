@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from redis_servers import RedisServer, free_port, make_tls_files, skip_without_tls
+from redis_servers import RedisServer, free_port, make_tls_files
+from skips import skip_without_tls
 
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
 from moderato.redis.errors import RedisClientError, RedisReplyError

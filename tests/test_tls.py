@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from cluster import RedisCluster, call, identities_per_shard, report
-from redis_servers import RedisServer, TlsFiles, make_tls_files, skip_without_tls
+from redis_servers import RedisServer, TlsFiles, make_tls_files
+from skips import skip_without_tls
 
 from moderato import RateLimiter
 from moderato.policy import SCALE

@@ -1,9 +1,9 @@
 """Every moderato snippet of the migration guides runs, and the apps they build behave as told.
 
 A snippet is a fenced block opened with ```` ```python moderato id=<name> ````
-(GitHub highlights it as Python and ignores the rest). Each runs on its own,
-with ``"redis://localhost:6379"`` replaced by ``"memory://"``, and the
-memory backend's clock frozen so that windows cannot roll over mid-test. An
+(doc_snippets.py). Each runs on its own, with ``"redis://localhost:6379"``
+replaced by ``"memory://"``, and the memory backend's clock frozen so that
+windows cannot roll over mid-test. An
 exerciser per snippet then drives what it built (over httpx in process, or
 real uvicorn and a websocket client) and asserts exact counts. A snippet
 without an exerciser, or an exerciser without a snippet, fails the suite.
@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import websockets
+from doc_snippets import snippets
 from http_helpers import client
 from uvicorn_helpers import running
 from websockets.exceptions import InvalidStatus
@@ -26,22 +26,11 @@ from websockets.exceptions import InvalidStatus
 from moderato import RateLimiter
 from moderato.backends.memory import MemoryBackend
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 GUIDES = ("migrating-from-slowapi.md", "migrating-from-fastapi-limiter.md")
-SNIPPET = re.compile(r"^```python moderato id=(?P<id>[\w-]+)\n(?P<code>.*?)^```$", re.M | re.S)
 FROZEN_MS = 1_800_000_000_000  # the frozen clock: no window rolls over mid-test
 
 Namespace = dict[str, Any]
 Exerciser = Callable[[Namespace], Awaitable[None]]
-
-
-def snippets(guide: str) -> dict[str, str]:
-    text = (DOCS / guide).read_text(encoding="utf-8")
-    found: dict[str, str] = {}
-    for match in SNIPPET.finditer(text):
-        assert match["id"] not in found, f"{guide}: two snippets named {match['id']}"
-        found[match["id"]] = match["code"]
-    return found
 
 
 def run(code: str) -> Namespace:

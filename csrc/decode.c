@@ -79,25 +79,28 @@ check_range(const char *function, Py_ssize_t position, PyObject *value, const lo
     }
     switch ((position - DECODE_HEADER_INTS) % DECODE_POLICY_INTS) {
     case REMAINING_SCALED:
-        if (number < 0 || number > ACCEL_MAX_SCALED) {
-            return value_error(function, position, value, "0..9007199254740992");
+        if (number < 0 || number > ACCEL_MAX_SAFE_INTEGER) {
+            return value_error(function, position, value, "0.." ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER));
         }
         return 0;
     case RETRY_MS:
         if (values[0] == 1 && number != 0) {
             return value_error(function, position, value, "0 on an admission");
         }
-        if (number < -1 || number > ACCEL_MAX_SCALED) {
-            return value_error(function, position, value, "-1 (permanent) or 0..9007199254740992");
+        if (number < -1 || number > ACCEL_MAX_SAFE_INTEGER) {
+            return value_error(function, position, value,
+                               "-1 (permanent) or 0.." ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER));
         }
         return 0;
     default: /* RESET_MS */
         if (number == -1 && values[position - 1] != -1) {
             return value_error(function, position, value,
-                               "0..9007199254740992 (-1 only for a permanent denial)");
+                               "0.." ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER) " (-1 only for a "
+                                                                         "permanent denial)");
         }
-        if (number < -1 || number > ACCEL_MAX_SCALED) {
-            return value_error(function, position, value, "-1 (none) or 0..9007199254740992");
+        if (number < -1 || number > ACCEL_MAX_SAFE_INTEGER) {
+            return value_error(function, position, value,
+                               "-1 (none) or 0.." ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER));
         }
         return 0;
     }
@@ -156,7 +159,9 @@ parse_policies(PyObject *value)
     if (overflow || policies < 1 || policies > ACCEL_MAX_POLICIES) {
         PyObject *quoted = accel_quote(value);
         if (quoted != NULL) {
-            PyErr_Format(PyExc_ValueError, "decode_decision() policies must be 1..16, got %U",
+            PyErr_Format(PyExc_ValueError,
+                         "decode_decision() policies must be 1.." ACCEL_TEXT(
+                             ACCEL_MAX_POLICIES) ", got %U",
                          quoted);
             Py_DECREF(quoted);
         }
@@ -277,7 +282,7 @@ read_plan(const accel_state *state, PyObject *plan, int *policies)
     PyObject *rates = PyTuple_GET_ITEM(plan, 4);
     if (!PyTuple_Check(rates) || PyTuple_GET_SIZE(rates) < 1 ||
         PyTuple_GET_SIZE(rates) > ACCEL_MAX_POLICIES) {
-        return plan_error("item 4 must be a tuple of 1 to 16 rates");
+        return plan_error("item 4 must be a tuple of 1 to " ACCEL_TEXT(ACCEL_MAX_POLICIES) " rates");
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rates); i++) {
         PyObject *rate = PyTuple_GET_ITEM(rates, i);

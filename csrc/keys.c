@@ -31,7 +31,7 @@
 #define KEYS_DIGEST_SHOWN_BYTES 16
 #define KEYS_HASHED_BYTES (1 + 2 * KEYS_DIGEST_SHOWN_BYTES)
 #define KEYS_MAX_COMPONENT_BYTES KEYS_MAX_KEPT_BYTES
-#define KEYS_MAX_WINDOW_DIGITS 9 /* "311040000" */
+#define KEYS_MAX_WINDOW_DIGITS ((int)sizeof(ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S)) - 1)
 
 /* "{" tenant ":" scope ":" identity "}" */
 #define KEYS_MAX_TAG_BYTES (1 + 3 * KEYS_MAX_COMPONENT_BYTES + 2 + 1)
@@ -144,7 +144,9 @@ parse_windows(PyObject *windows, long long windows_s_out[ACCEL_MAX_POLICIES])
     Py_ssize_t count = PySequence_Fast_GET_SIZE(windows);
     if (count < 1 || count > ACCEL_MAX_POLICIES) {
         PyErr_Format(PyExc_ValueError,
-                     "build_keys() windows_s must hold 1 to 16 windows, got %zd", count);
+                     "build_keys() windows_s must hold 1 to " ACCEL_TEXT(
+                         ACCEL_MAX_POLICIES) " windows, got %zd",
+                     count);
         return -1;
     }
     /* Nothing below runs Python code until an error, so the list cannot
@@ -162,8 +164,9 @@ parse_windows(PyObject *windows, long long windows_s_out[ACCEL_MAX_POLICIES])
             PyObject *quoted = accel_quote(items[i]);
             if (quoted != NULL) {
                 PyErr_Format(PyExc_ValueError,
-                             "build_keys() windows_s[%zd] must be 1..311040000 seconds, got %U", i,
-                             quoted);
+                             "build_keys() windows_s[%zd] must be "
+                             "1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S) " seconds, got %U",
+                             i, quoted);
                 Py_DECREF(quoted);
             }
             return -1;

@@ -63,9 +63,9 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *keys = NULL, *windows = NULL, *result = NULL;
     memory_call call_space;
     memory_call *call = &call_space;
-    long long windows_s[MAX_RESET_KEYS];
-    const char *bases[MAX_RESET_KEYS];
-    Py_ssize_t base_sizes[MAX_RESET_KEYS];
+    long long windows_s[ACCEL_MAX_RESET_KEYS];
+    const char *bases[ACCEL_MAX_RESET_KEYS];
+    Py_ssize_t base_sizes[ACCEL_MAX_RESET_KEYS];
 
     if (accel_check_arity("MemoryStore.reset", "keys, windows_s, now_ms", 3, 3, nargs) < 0) {
         return NULL;

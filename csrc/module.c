@@ -26,8 +26,9 @@ PyDoc_STRVAR(parse_rate_doc,
 "Parse a rate string into ((limit, window_s), ...), one pair per policy.\n"
 "\n"
 "Accepts '<count>/<unit>', '<count> per <unit>' and '<count>/<n> <units>',\n"
-"unit second, minute, hour or day (singular or plural, any case), up to 16\n"
-"joined by ';', each with a different window of at most a day.");
+"unit second, minute, hour, day, week, month or year (singular, plural or\n"
+"abbreviated, any case), up to " ACCEL_TEXT(ACCEL_MAX_POLICIES) " joined by ';', ',' or '|', each with a\n"
+"different window of at most ten 360-day years (" ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S) " s).");
 
 PyDoc_STRVAR(build_keys_doc,
 "build_keys($module, prefix, algorithm, tenant, scope, identity, windows_s, /,\n"
@@ -133,12 +134,13 @@ accel_exec(PyObject *module)
     if (results_add_to_module(module) < 0) {
         return -1;
     }
-    if (add_long_long(module, "MAX_POLICIES", ACCEL_MAX_POLICIES) < 0 ||
-        add_long_long(module, "MAX_WINDOW_S", ACCEL_MAX_WINDOW_S) < 0 ||
-        add_long_long(module, "MAX_LIMIT", ACCEL_MAX_LIMIT) < 0 ||
-        add_long_long(module, "MAX_SCALED", ACCEL_MAX_SCALED) < 0) {
-        return -1;
+    /* The contract's numbers, every one of contract.h's list. */
+#define ACCEL_EXPORT_NUMBER(name)                                                      \
+    if (add_long_long(module, #name, (long long)ACCEL_##name) < 0) {                   \
+        return -1;                                                                     \
     }
+    ACCEL_CONTRACT_NUMBERS(ACCEL_EXPORT_NUMBER)
+#undef ACCEL_EXPORT_NUMBER
     /* memory://'s store, a type of this module object (memory.c). */
     return memory_add_to_module(module);
 }

@@ -289,7 +289,7 @@ parse_policy(rate_parser *parser, rate_policy *policy)
     }
     if (policy->limit < 1 || policy->limit > ACCEL_MAX_LIMIT) {
         return span_error(parser, "count", count_start, parser->pos,
-                          " is out of range 1..9007199254");
+                          " is out of range 1.." ACCEL_TEXT(ACCEL_MAX_LIMIT));
     }
     if (parse_separator(parser) < 0) {
         return -1;
@@ -302,7 +302,7 @@ parse_policy(rate_parser *parser, rate_policy *policy)
         multiple = scan_number(parser, ACCEL_MAX_LONG_WINDOW_S);
         if (multiple < 1 || multiple > ACCEL_MAX_LONG_WINDOW_S) {
             return span_error(parser, "multiple", window_start, parser->pos,
-                              " is out of range 1..311040000");
+                              " is out of range 1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S));
         }
         skip_blanks(parser);
     }
@@ -318,11 +318,13 @@ parse_policy(rate_parser *parser, rate_policy *policy)
     if (unit_s == 0) {
         return span_error(parser, "unknown unit", unit_start, parser->pos, "");
     }
-    /* multiple <= 311040000 and unit_s <= 31104000: the product fits a long long. */
+    /* multiple <= ACCEL_MAX_LONG_WINDOW_S and unit_s <= 31104000 (a 360-day year):
+     * the product fits a long long. */
     policy->window_s = multiple * unit_s;
     if (policy->window_s > ACCEL_MAX_LONG_WINDOW_S) {
         return span_error(parser, "window", window_start, parser->pos,
-                          " is longer than 10 years (3600 days, 311040000 seconds)");
+                          " is longer than 10 years (3600 days, " ACCEL_TEXT(
+                              ACCEL_MAX_LONG_WINDOW_S) " seconds)");
     }
 
     skip_blanks(parser);
@@ -401,7 +403,8 @@ rate_parse(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 
     for (int count = 0;; count++) {
         if (count == ACCEL_MAX_POLICIES) {
-            rate_error(&parser, 0, PyUnicode_FromString("more than 16 policies"));
+            rate_error(&parser, 0,
+                       PyUnicode_FromString("more than " ACCEL_TEXT(ACCEL_MAX_POLICIES) " policies"));
             return NULL;
         }
         rate_policy *policy = &policies[count];

@@ -21,20 +21,8 @@
 #include "errors.h"
 #include "store_table.h"
 
-#define MAX_SAFE_INTEGER ACCEL_MAX_SCALED                   /* 2^53 */
-#define MAX_CAPACITY_SCALED (ACCEL_MAX_LIMIT * ACCEL_SCALE) /* 9007199254000 */
-#define MAX_STATE_TIME_MS 4503599627370496LL                /* 2^52 */
-/* The year 2255: now in microseconds, plus two GCRA windows, stays below 2^53. */
-#define MAX_NOW_MS 9000000000000LL
-/* The long-window path's bounds (prelude.lua, gcra.lua; docs/internals.md, "Long windows"). */
-#define ACCRUAL_EXACT_WINDOW_MS 94906266LL
-#define MAX_GCRA_WINDOW_S 3599627LL
-#define EXPIRY_MARGIN_MS 60000LL
-#define DRAINED_EXPIRY_MARGIN_MS 1000LL /* GCRA, log, leaky: past reading as empty */
 #define US_PER_MS 1000LL
-#define LOG_TOTAL_DIGITS 16
 #define LOG_TEXT_BYTES 48 /* 16 digits, ":", a 64-bit cost */
-#define MAX_RESET_KEYS 256
 #define MAX_SEARCH_STEPS 1000
 
 #define MAX_TARGETS 2       /* keys one policy of one decision reads or writes */

@@ -82,7 +82,7 @@ refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
         else {
             full = due_scaled - (double)credited_scaled >= (double)(capacity_scaled - tokens_scaled);
             if (!full) {
-                if (due_scaled > (double)MAX_SAFE_INTEGER) {
+                if (due_scaled > (double)ACCEL_MAX_SAFE_INTEGER) {
                     return refuse_key_state(
                         key, key_size,
                         "custom refill accrual of %U passed 2^53 scaled units without the "
@@ -187,7 +187,7 @@ bucket_ttl_ms(const memory_policy *policy)
             ceil((double)policy->capacity_scaled * 1000.0 / policy->refill_scaled_per_s);
         full_refill_ms = refill_ms > full_refill_ms ? refill_ms : full_refill_ms;
     }
-    return 2.0 * full_refill_ms + (double)EXPIRY_MARGIN_MS;
+    return 2.0 * full_refill_ms + (double)ACCEL_BUCKET_EXPIRY_MARGIN_MS;
 }
 
 /* ---- the token bucket's verdict (token_bucket, leaky_bucket) ---------------- */

@@ -177,10 +177,10 @@ load_log_item(PyObject *pair, log_item *item)
         colon++;
     }
     long long total, cost;
-    int readable = colon == LOG_TOTAL_DIGITS && colon + 1 < size && text[colon] == ':' &&
-                   parse_digits(text, (size_t)colon, 1, MAX_SAFE_INTEGER, &total) &&
+    int readable = colon == ACCEL_LOG_TOTAL_DIGITS && colon + 1 < size && text[colon] == ':' &&
+                   parse_digits(text, (size_t)colon, 1, ACCEL_MAX_SAFE_INTEGER, &total) &&
                    parse_digits(text + colon + 1, (size_t)(size - colon - 1), 1,
-                                MAX_SAFE_INTEGER, &cost) &&
+                                ACCEL_MAX_SAFE_INTEGER, &cost) &&
                    cost <= total;
     if (readable) {
         item->total_scaled = total;

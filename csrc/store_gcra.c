@@ -39,7 +39,7 @@ ceil_ms(int64_t us, int64_t frac)
 static int
 gcra_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
-    static const long long highs[2] = {MAX_SAFE_INTEGER, MAX_SAFE_INTEGER};
+    static const long long highs[2] = {ACCEL_MAX_SAFE_INTEGER, ACCEL_MAX_SAFE_INTEGER};
     int64_t now_ms = call->now_ms, cost_scaled = call->cost_scaled;
     int64_t capacity_scaled = policy->capacity_scaled;
     int64_t window_us = policy->window_ms * US_PER_MS;
@@ -97,7 +97,7 @@ gcra_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
         verdict->reset_charged_ms = ceil_ms(new_us, new_frac);
         policy->write_value[GCRA_TAT] = new_us;
         policy->write_value[GCRA_FRAC] = new_frac;
-        policy->write_expire_at_ms = verdict->reset_charged_ms + DRAINED_EXPIRY_MARGIN_MS;
+        policy->write_expire_at_ms = verdict->reset_charged_ms + ACCEL_DRAINED_EXPIRY_MARGIN_MS;
     }
     else {
         /* The cost fits once the new TAT is no more than a window ahead. */

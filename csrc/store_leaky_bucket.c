@@ -26,7 +26,7 @@ leaky_bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *poli
     }
     policy->write_value[0] = policy->capacity_scaled - bucket.tokens_scaled + call->cost_scaled;
     /* Allowed: reset_charged_ms is when the level has drained to zero. */
-    policy->write_expire_at_ms = policy->verdict.reset_charged_ms + DRAINED_EXPIRY_MARGIN_MS;
+    policy->write_expire_at_ms = policy->verdict.reset_charged_ms + ACCEL_DRAINED_EXPIRY_MARGIN_MS;
     return 0;
 }
 

@@ -113,9 +113,9 @@ log_parse(const memory_target *target, const log_item *item, log_entry *entry)
     /* A member the store wrote (no loaded text) is canonical by construction:
      * its numbers are what its text would read as, so check them without
      * formatting it (the hot path of every denial). */
-    if (item->text == NULL && item->at_ms >= 0 && item->at_ms <= MAX_STATE_TIME_MS &&
+    if (item->text == NULL && item->at_ms >= 0 && item->at_ms <= ACCEL_MAX_STATE_TIME_MS &&
         item->cost_scaled >= 1 && item->cost_scaled <= item->total_scaled &&
-        item->total_scaled <= MAX_SAFE_INTEGER) {
+        item->total_scaled <= ACCEL_MAX_SAFE_INTEGER) {
         *entry = (log_entry){item->at_ms, item->total_scaled, item->cost_scaled};
         return 0;
     }
@@ -130,11 +130,11 @@ log_parse(const memory_target *target, const log_item *item, log_entry *entry)
     int matched = colon > 0 && colon < size && text[colon] == ':' && end > colon + 1 && end == size;
     arg_view score = {NULL, NULL, 0, 1, item->at_ms < 0 ? -1 : 0, item->at_ms};
     long long at_ms = 0, total = 0, cost = 0;
-    int at_ok = parse_integer(&score, 0, MAX_STATE_TIME_MS, &at_ms);
-    int total_ok = matched && colon == LOG_TOTAL_DIGITS &&
-                   parse_digits(text, colon, 1, MAX_SAFE_INTEGER, &total);
+    int at_ok = parse_integer(&score, 0, ACCEL_MAX_STATE_TIME_MS, &at_ms);
+    int total_ok = matched && colon == ACCEL_LOG_TOTAL_DIGITS &&
+                   parse_digits(text, colon, 1, ACCEL_MAX_SAFE_INTEGER, &total);
     int cost_ok = matched &&
-                  parse_digits(text + colon + 1, size - colon - 1, 1, MAX_SAFE_INTEGER, &cost);
+                  parse_digits(text + colon + 1, size - colon - 1, 1, ACCEL_MAX_SAFE_INTEGER, &cost);
     if (at_ok && total_ok && cost_ok && cost <= total) {
         *entry = (log_entry){at_ms, total, cost};
         return 0;
@@ -218,7 +218,7 @@ sliding_log_evaluate(MemoryStore *store, memory_call *call, memory_policy *polic
         return 0;
     }
     int64_t total_scaled = have_first ? newest.total_scaled + cost_scaled : cost_scaled;
-    int renumber = have_first && cost_scaled > MAX_SAFE_INTEGER - newest.total_scaled;
+    int renumber = have_first && cost_scaled > ACCEL_MAX_SAFE_INTEGER - newest.total_scaled;
     if (renumber) {
         /* The running total would pass 2^53: renumber the window's entries from zero. */
         for (size_t rank = first_rank; rank < count; rank++) {

@@ -181,7 +181,8 @@ parse_integer(const arg_view *view, long long low, long long high, long long *va
         Py_ssize_t start = 0;
         Py_ssize_t digits = significant_digits(view, &start);
         if (digits < 0 || digits > 16 ||
-            (digits == 16 && memcmp(view->data + start, "9007199254740992", 16) > 0)) {
+            (digits == 16 &&
+             memcmp(view->data + start, ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER), 16) > 0)) {
             return 0;
         }
         number = 0;
@@ -189,7 +190,7 @@ parse_integer(const arg_view *view, long long low, long long high, long long *va
             number = number * 10 + (view->data[i] - '0');
         }
     }
-    if (number > MAX_SAFE_INTEGER || number < low || number > high) {
+    if (number > ACCEL_MAX_SAFE_INTEGER || number < low || number > high) {
         return 0;
     }
     *value = number;
@@ -302,11 +303,11 @@ parse_now(const char *function, PyObject *object, int64_t *now_ms)
     if (value == -1 && PyErr_Occurred()) {
         return -1;
     }
-    if (overflow != 0 || value < 0 || value > MAX_NOW_MS) {
+    if (overflow != 0 || value < 0 || value > ACCEL_MAX_NOW_MS) {
         PyErr_Format(PyExc_ValueError,
                      "MemoryStore.%s() now_ms must be a Unix time in milliseconds, "
-                     "0..%lld, got %R",
-                     function, MAX_NOW_MS, object);
+                     "0.." ACCEL_TEXT(ACCEL_MAX_NOW_MS) ", got %R",
+                     function, object);
         return -1;
     }
     *now_ms = value;
@@ -373,7 +374,7 @@ read_counter(const memory_target *target, int64_t *value)
     if (entry->kind != KIND_COUNTER) {
         return refuse_wrong_type(target);
     }
-    if (entry->value.counter < 0 || entry->value.counter > MAX_SAFE_INTEGER) {
+    if (entry->value.counter < 0 || entry->value.counter > ACCEL_MAX_SAFE_INTEGER) {
         PyObject *key = shown_target(target);
         if (key == NULL) {
             return -1;
@@ -382,7 +383,8 @@ read_counter(const memory_target *target, int64_t *value)
         PyOS_snprintf(stored, sizeof(stored), "%lld", (long long)entry->value.counter);
         PyObject *value_shown = shown_bytes(stored, (Py_ssize_t)strlen(stored), SHOWN_ARG_BYTES);
         if (value_shown != NULL) {
-            refuse("MODERATO_STATE", "key %U holds %U, not a decimal integer 0..9007199254740992",
+            refuse("MODERATO_STATE",
+                   "key %U holds %U, not a decimal integer 0.." ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER),
                    key, value_shown);
             Py_DECREF(value_shown);
         }
@@ -408,7 +410,7 @@ const hash_layout store_hash_layouts[] = {
 const int store_hash_layout_count =
     (int)(sizeof(store_hash_layouts) / sizeof(store_hash_layouts[0]));
 
-const long long bucket_highs[3] = {MAX_SAFE_INTEGER, MAX_STATE_TIME_MS, MAX_SAFE_INTEGER};
+const long long bucket_highs[3] = {ACCEL_MAX_SAFE_INTEGER, ACCEL_MAX_STATE_TIME_MS, ACCEL_MAX_SAFE_INTEGER};
 
 const hash_layout *
 layout_of(int kind)
@@ -518,10 +520,11 @@ token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t ar
         /* The lower bound keeps a full refill within one day. */
         double lowest = (double)policy->capacity_scaled / (double)ACCEL_MAX_WINDOW_S;
         if (!parsed || rate != rate || rate >= HUGE_VAL || rate < lowest ||
-            rate > (double)MAX_CAPACITY_SCALED) {
+            rate > (double)ACCEL_MAX_CAPACITY_SCALED) {
             return refuse_arg(&view,
                               "ARGV[%zd] (refill_scaled_per_s of policy %d) must be \"\" or a "
-                              "finite number from capacity_scaled / 86400 to 9007199254000",
+                              "finite number from capacity_scaled / " ACCEL_TEXT(
+                                  ACCEL_MAX_WINDOW_S) " to " ACCEL_TEXT(ACCEL_MAX_CAPACITY_SCALED),
                               argv_index + 1, policy->number);
         }
         policy->custom_rate = 1;
@@ -539,8 +542,8 @@ token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t ar
 int
 check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv)
 {
-    int64_t largest_scaled = floor_div(MAX_SAFE_INTEGER, policy->window_ms);
-    if (policy->window_ms > ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
+    int64_t largest_scaled = floor_div(ACCEL_MAX_SAFE_INTEGER, policy->window_ms);
+    if (policy->window_ms > ACCEL_ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
         refuse("MODERATO_ARG",
                "ARGV[%zd] (capacity_scaled of policy %d) must be at most %lld for a window of "
                "%lld s (accrual stays below 2^53), got %lld",
@@ -551,15 +554,17 @@ check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv)
     return 0;
 }
 
-/* gcra.lua's window bound: a TAT reaches now + 2 windows in us, below 2^53 until MAX_NOW_MS. */
+/* gcra.lua's window bound: a TAT reaches now + 2 windows in us, below 2^53 until
+ * ACCEL_MAX_NOW_MS. */
 int
 gcra_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy, Py_ssize_t argv_index)
 {
-    if (policy->window_s > MAX_GCRA_WINDOW_S) {
+    if (policy->window_s > ACCEL_GCRA_MAX_WINDOW_S) {
         refuse("MODERATO_ARG",
-               "ARGV[%zd] (window_s of policy %d) must be at most %lld for gcra (its microsecond "
-               "times stay below 2^53), got %lld",
-               argv_index, policy->number, MAX_GCRA_WINDOW_S, (long long)policy->window_s);
+               "ARGV[%zd] (window_s of policy %d) must be at most " ACCEL_TEXT(
+                   ACCEL_GCRA_MAX_WINDOW_S) " for gcra (its microsecond times stay below 2^53), "
+                                            "got %lld",
+               argv_index, policy->number, (long long)policy->window_s);
         return -1;
     }
     return 0;
@@ -618,8 +623,10 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
     if (view_arg("decide", "args", 0, call->argv[0], &view) < 0) {
         return -1;
     }
-    if (!parse_integer(&view, call->apply ? 1 : 0, MAX_SAFE_INTEGER, &value)) {
-        return refuse_arg(&view, "ARGV[1] (cost_scaled) must be an integer %s..9007199254740992%s",
+    if (!parse_integer(&view, call->apply ? 1 : 0, ACCEL_MAX_SAFE_INTEGER, &value)) {
+        return refuse_arg(&view,
+                          "ARGV[1] (cost_scaled) must be an integer "
+                          "%s.." ACCEL_TEXT(ACCEL_MAX_SAFE_INTEGER) "%s",
                           call->apply ? "1" : "0", call->apply ? " when charging" : "");
     }
     call->cost_scaled = value;
@@ -630,10 +637,10 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
         if (view_arg("decide", "args", first, call->argv[first], &view) < 0) {
             return -1;
         }
-        if (!parse_integer(&view, 1, MAX_CAPACITY_SCALED, &value)) {
+        if (!parse_integer(&view, 1, ACCEL_MAX_CAPACITY_SCALED, &value)) {
             return refuse_arg(&view,
                               "ARGV[%zd] (capacity_scaled of policy %d) must be an integer "
-                              "1..9007199254000",
+                              "1.." ACCEL_TEXT(ACCEL_MAX_CAPACITY_SCALED),
                               first + 1, policy->number);
         }
         policy->capacity_scaled = value;
@@ -641,8 +648,10 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
             return -1;
         }
         if (!parse_integer(&view, 1, ACCEL_MAX_LONG_WINDOW_S, &value)) {
-            return refuse_arg(&view, "ARGV[%zd] (window_s of policy %d) must be an integer 1..%lld",
-                              first + 2, policy->number, ACCEL_MAX_LONG_WINDOW_S);
+            return refuse_arg(&view,
+                              "ARGV[%zd] (window_s of policy %d) must be an integer "
+                              "1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S),
+                              first + 2, policy->number);
         }
         policy->window_s = value;
         policy->window_ms = value * 1000;
@@ -660,9 +669,9 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
 int
 refuse_reset_key_count(Py_ssize_t count, Py_ssize_t window_count)
 {
-    if (count < 1 || count > MAX_RESET_KEYS) {
+    if (count < 1 || count > ACCEL_MAX_RESET_KEYS) {
         return refuse("MODERATO_ARG", "expected 1..%d keys (one base key per policy), got %zd",
-                      MAX_RESET_KEYS, count);
+                      ACCEL_MAX_RESET_KEYS, count);
     }
     if (window_count != count) {
         return refuse("MODERATO_ARG", "expected one window_s argument per key (%zd), got %zd",
@@ -696,8 +705,9 @@ parse_reset_windows(PyObject *windows, Py_ssize_t count, long long *windows_s)
         }
         if (!parse_reset_window(&view, &windows_s[i])) {
             return refuse_arg(&view,
-                              "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer 1..%lld",
-                              i + 1, i + 1, ACCEL_MAX_LONG_WINDOW_S);
+                              "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer "
+                              "1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S),
+                              i + 1, i + 1);
         }
     }
     return 0;
@@ -736,8 +746,9 @@ refuse_log_member(const memory_target *target, const char *text, size_t size, in
     if (at != NULL) {
         refuse("MODERATO_STATE",
                "log %U holds member %U at %U, not \"<16-digit total>:<cost>\" "
-               "(1 <= cost <= total <= 2^53) at an integer ms 0..%lld",
-               key, member, at, MAX_STATE_TIME_MS);
+               "(1 <= cost <= total <= 2^53) at an integer ms 0.." ACCEL_TEXT(
+                   ACCEL_MAX_STATE_TIME_MS),
+               key, member, at);
     }
     Py_XDECREF(at);
     Py_XDECREF(member);

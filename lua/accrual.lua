@@ -102,11 +102,11 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local expire_at_ms
     if AMOUNT_IS_LEVEL then
       redis.call('HSET', key, AMOUNT_FIELD, need_scaled, 'base', base_ms, ACCRUED_FIELD, accrued_arg)
-      expire_at_ms = reset_ms + 1000 -- 1 s after the level has drained (leaky_bucket.lua)
+      expire_at_ms = reset_ms + 1000 -- DRAINED_EXPIRY_MARGIN_MS past drained (leaky_bucket.lua)
     else
       redis.call('HSET', key, AMOUNT_FIELD, capacity_scaled - need_scaled, 'base', base_ms,
         ACCRUED_FIELD, accrued_arg)
-      expire_at_ms = now_ms + 2 * window_ms + 60000 -- a full refill, twice, and a margin
+      expire_at_ms = now_ms + 2 * window_ms + 60000 -- a full refill, twice: BUCKET_EXPIRY_MARGIN_MS
     end
     -- Set on every write: this also repairs a bucket that lost its expiry.
     redis.call('PEXPIREAT', key, expire_at_ms)

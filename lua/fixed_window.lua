@@ -37,7 +37,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- A counter INCRBY took, as it was (used_scaled - cost_scaled), is valid when 0..2^53
   -- (a reply below 2^53 is exact). Anything else is undone and left to the general path.
   if type(used_scaled) == 'number' then
-    local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992
+    local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992 -- MAX_SAFE_INTEGER
     if valid and used_scaled <= capacity_scaled then
       if used_scaled == cost_scaled then
         -- Found at 0: just created. (A number argument Redis would write with '%.17g'.)

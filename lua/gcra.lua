@@ -46,7 +46,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
   local start_us, start_frac
   if tat_text and frac_text and #frac_text < 16
-      and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992'))
+      and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992')) -- MAX_SAFE_INTEGER
       and string.find(tat_text .. ' ' .. frac_text, '^%d+ %d+$') then
     start_us, start_frac = tat_text + 0, frac_text + 0
     if start_us >= now_us + window_us then
@@ -64,7 +64,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
   local backlog_product = start_us and (start_us - now_us) * capacity_scaled
   local step_product = cost_scaled * window_us
-  if backlog_product and backlog_product < 9007199254740992 and step_product < 9007199254740992 then
+  if backlog_product and backlog_product < 9007199254740992 -- MAX_SAFE_INTEGER
+      and step_product < 9007199254740992 then -- MAX_SAFE_INTEGER
     -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
     local backlog_remainder = backlog_product % window_us
     local rounded_up = backlog_remainder + start_frac + window_us - 1
@@ -95,7 +96,7 @@ end
 
 local GCRA_SUFFIX = ':gcra'
 local US_PER_MS = 1000
-local EXPIRY_MARGIN_MS = 1000
+local DRAINED_EXPIRY_MARGIN_MS = 1000
 
 -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs, for a stored
 -- TAT (whole µs, frac).
@@ -208,7 +209,7 @@ local function write(key, tat_us, tat_frac, reset_ms)
   -- A whole-µs TAT stores frac 0 as a literal, which Redis need not format.
   redis.call('HSET', key, 'tat', tat_us, 'frac', tat_frac == 0 and '0' or tat_frac)
   -- Set on every write: this also repairs a key that lost its expiry.
-  redis.call('PEXPIREAT', key, reset_ms + EXPIRY_MARGIN_MS)
+  redis.call('PEXPIREAT', key, reset_ms + DRAINED_EXPIRY_MARGIN_MS)
 end
 
 return decide(2, nil, evaluate, write, 'gcra_window')

@@ -39,7 +39,7 @@ local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'l
 
 -- Leaky bucket (policing).
 
-local EXPIRY_MARGIN_MS = 1000
+local DRAINED_EXPIRY_MARGIN_MS = 1000
 
 -- Brings a bucket, as read_bucket() returns it, up to now. Returns level_scaled, base_ms,
 -- drained_scaled and elapsed_ms (now - base, never negative), with
@@ -121,7 +121,7 @@ local function write(key, level_scaled, base_ms, drained_scaled, empty_at_ms)
   redis.call('HSET', key, 'level', level_scaled, 'base', base_ms, 'drained',
     drained_scaled == 0 and '0' or drained_scaled)
   -- Set on every write: this also repairs a bucket that lost its expiry.
-  redis.call('PEXPIREAT', key, empty_at_ms + EXPIRY_MARGIN_MS)
+  redis.call('PEXPIREAT', key, empty_at_ms + DRAINED_EXPIRY_MARGIN_MS)
 end
 
 return decide(2, nil, evaluate, write, 'exact_accrual')

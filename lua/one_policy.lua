@@ -27,7 +27,8 @@ if #KEYS == 1 and #ARGV == 2 + FIELDS_PER_POLICY and ARGV[2] == '1'
       and window_length > 0 and window_length < 6
       and not string.find(cost_text .. capacity_text .. window_text, '%D') then
     local cost, capacity, window = cost_text + 0, capacity_text + 0, window_text + 0
-    if cost >= 1 and capacity >= 1 and capacity <= 9007199254000 and window >= 1 and window <= 86400 then
+    if cost >= 1 and capacity >= 1 and capacity <= 9007199254000 -- MAX_CAPACITY_SCALED
+        and window >= 1 and window <= 86400 then -- MAX_WINDOW_S
       cost_scaled, capacity_scaled, window_s = cost, capacity, window
     end
   end

@@ -13,6 +13,8 @@
 -- %.17g, exact for every integer up to 2^53) and checks the arguments in one
 -- pass; everything a refusal needs is built only on the way to one (refusals()).
 
+-- The contract's numbers (csrc/contract.h, the one source; tests/test_algorithms.py checks
+-- every copy in the scripts against it, each named where it is written as a literal).
 local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
 local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53
 local MAX_WINDOW_S = 86400 -- a day: the direct contract's windows (and custom refill rates)
@@ -48,7 +50,8 @@ end
 local function stored_integer(text)
   if type(text) == 'string' then
     local length = #text
-    if (length < 16 or (length == 16 and text <= '9007199254740992')) and string.find(text, '^%d+$') then
+    if (length < 16 or (length == 16 and text <= '9007199254740992')) -- MAX_SAFE_INTEGER
+        and string.find(text, '^%d+$') then
       return text + 0
     end
   end
@@ -89,7 +92,7 @@ local function refusals()
       return nil
     end
     local digits = string.gsub(text, '^0+', '')
-    if #digits > 16 or (#digits == 16 and digits > '9007199254740992') then
+    if #digits > 16 or (#digits == 16 and digits > decimal(MAX_SAFE_INTEGER)) then
       return nil
     end
     local value = tonumber('0' .. digits)
@@ -104,12 +107,14 @@ local function refusals()
   -- passes arguments_fit, so it is checked here, up to ten 360-day years, and by its
   -- algorithm's rule for the range it keeps exact (named by decide()'s long_window).
   local MAX_LONG_WINDOW_S = 311040000
+  local ACCRUAL_EXACT_WINDOW_MS = 94906266
+  local GCRA_MAX_WINDOW_S = 3599627
   local long_window_rules = {
-    -- Token and leaky bucket: past 94,906,266 ms, capacity <= 2^53 / window keeps
+    -- Token and leaky bucket: past ACCRUAL_EXACT_WINDOW_MS, capacity <= 2^53 / window keeps
     -- capacity < window, so elapsed * (capacity mod window) <= 2^53 (accrual.lua).
     exact_accrual = function(policy_number, first, capacity, window)
       local largest_scaled = floor_div(MAX_SAFE_INTEGER, window * 1000)
-      if window * 1000 > 94906266 and capacity > largest_scaled then
+      if window * 1000 > ACCRUAL_EXACT_WINDOW_MS and capacity > largest_scaled then
         fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. policy_number
           .. ') must be at most ' .. decimal(largest_scaled) .. ' for a window of ' .. decimal(window)
           .. ' s (accrual stays below 2^53), got ' .. decimal(capacity))
@@ -117,10 +122,10 @@ local function refusals()
     end,
     -- GCRA: times in µs reach now + 2 windows, below 2^53 until now_ms = 9e12 (2255).
     gcra_window = function(policy_number, first, capacity, window)
-      if window > 3599627 then
+      if window > GCRA_MAX_WINDOW_S then
         fail('MODERATO_ARG', 'ARGV[' .. (first + 1) .. '] (window_s of policy ' .. policy_number
-          .. ') must be at most 3599627 for gcra (its microsecond times stay below 2^53), got '
-          .. decimal(window))
+          .. ') must be at most ' .. GCRA_MAX_WINDOW_S .. ' for gcra (its microsecond times stay'
+          .. ' below 2^53), got ' .. decimal(window))
       end
     end,
   }
@@ -154,7 +159,8 @@ local function refusals()
     local apply = apply_text == '1'
     if not parse_integer(ARGV[1], apply and 1 or 0, MAX_SAFE_INTEGER) then
       fail('MODERATO_ARG', 'ARGV[1] (cost_scaled) must be an integer ' .. (apply and '1' or '0')
-        .. '..9007199254740992' .. (apply and ' when charging' or '') .. ', got ' .. shown(ARGV[1]))
+        .. '..' .. decimal(MAX_SAFE_INTEGER) .. (apply and ' when charging' or '') .. ', got '
+        .. shown(ARGV[1]))
     end
     for i = 1, policy_count do
       local first = 3 + fields_per_policy * (i - 1)
@@ -196,7 +202,7 @@ local function refusals()
     local used_scaled = parse_integer(stored, 0, MAX_SAFE_INTEGER)
     if not used_scaled then
       fail('MODERATO_STATE', 'key ' .. shown(key, 1024) .. ' holds ' .. shown(stored)
-        .. ', not a decimal integer 0..9007199254740992')
+        .. ', not a decimal integer 0..' .. decimal(MAX_SAFE_INTEGER))
     end
     return used_scaled
   end
@@ -238,9 +244,10 @@ end
 -- An algorithm's third field (the token bucket's refill rate) fits when it is empty.
 local function arguments_fit(fields_per_policy)
   local policy_count, argc = #KEYS, #ARGV
-  -- The limits are literals here (MAX_POLICIES, MAX_CAPACITY_SCALED, MAX_WINDOW_S): each
-  -- named local a function uses is one more upvalue to find when Redis builds it.
-  if policy_count < 1 or policy_count > 16 or argc ~= 2 + fields_per_policy * policy_count then
+  -- The limits are literals here, each named on its line: each named local a function
+  -- uses is one more upvalue to find when Redis builds it.
+  if policy_count < 1 or policy_count > 16 -- MAX_POLICIES
+      or argc ~= 2 + fields_per_policy * policy_count then
     return false
   end
   local cost_text, apply_text = ARGV[1], ARGV[2]
@@ -265,7 +272,8 @@ local function arguments_fit(fields_per_policy)
   end
   for first = 3, argc, fields_per_policy do
     local capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
-    if capacity_scaled < 1 or capacity_scaled > 9007199254000 or window_s < 1 or window_s > 86400 then
+    if capacity_scaled < 1 or capacity_scaled > 9007199254000 -- MAX_CAPACITY_SCALED
+        or window_s < 1 or window_s > 86400 then -- MAX_WINDOW_S
       return false
     end
   end

@@ -14,8 +14,9 @@ the number of keys deleted. A bad argument is "MODERATO_ARG ..." and deletes
 nothing.
 ]]
 
-local MAX_WINDOW_S = 311040000 -- the longest window a rate names: ten 360-day years
-local MAX_KEYS = 256
+-- The contract's numbers (csrc/contract.h, the one source).
+local MAX_LONG_WINDOW_S = 311040000 -- the longest window a rate names: ten 360-day years
+local MAX_RESET_KEYS = 256
 local WINDOW_INDEX = ':#'
 
 local function fail(message)
@@ -43,7 +44,7 @@ local function parse_window_s(text)
     return nil
   end
   local window_s = tonumber('0' .. digits)
-  if window_s < 1 or window_s > MAX_WINDOW_S then
+  if window_s < 1 or window_s > MAX_LONG_WINDOW_S then
     return nil
   end
   return window_s
@@ -56,8 +57,8 @@ end
 
 local function reset()
   local policy_count = #KEYS
-  if policy_count < 1 or policy_count > MAX_KEYS then
-    fail('expected 1..' .. MAX_KEYS .. ' keys (one base key per policy), got ' .. policy_count)
+  if policy_count < 1 or policy_count > MAX_RESET_KEYS then
+    fail('expected 1..' .. MAX_RESET_KEYS .. ' keys (one base key per policy), got ' .. policy_count)
   end
   if #ARGV <= policy_count then
     fail('expected one window_s argument per key (' .. policy_count
@@ -68,7 +69,7 @@ local function reset()
     windows_s[i] = parse_window_s(ARGV[i])
     if not windows_s[i] then
       fail('ARGV[' .. i .. '] (window_s of KEYS[' .. i .. ']) must be an integer 1..'
-        .. MAX_WINDOW_S .. ', got ' .. shown(ARGV[i]))
+        .. MAX_LONG_WINDOW_S .. ', got ' .. shown(ARGV[i]))
     end
   end
 

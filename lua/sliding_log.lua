@@ -48,7 +48,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local member, score = found[1], found[2]
     if member and #score < 16 and string.find(score, '^%d+$') then
       local total_text, cost_text = string.match(member, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d):(%d+)$')
-      if total_text and total_text <= '9007199254740992' and #cost_text < 16 then
+      if total_text and total_text <= '9007199254740992' and #cost_text < 16 then -- MAX_SAFE_INTEGER
         -- Digits only (checked): arithmetic reads them as tonumber would, with no call.
         local total, cost = total_text + 0, cost_text + 0
         if cost >= 1 and cost <= total then
@@ -75,7 +75,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- A running total that would pass 2^53 (compared by subtraction: the sum could
     -- round) means renumbering: the general path's.
     if first_at_ms and newest_total >= first_total
-        and cost_scaled <= 9007199254740992 - newest_total then
+        and cost_scaled <= 9007199254740992 - newest_total then -- MAX_SAFE_INTEGER
       usage_scaled = newest_total - (first_total - first_cost)
       total_scaled = newest_total + cost_scaled
     else
@@ -104,7 +104,7 @@ end
 -- Sliding log.
 
 local LOG_SUFFIX = ':log'
-local TOTAL_DIGITS = 16
+local LOG_TOTAL_DIGITS = 16
 local RENUMBER_BATCH = 1000 -- members per ZADD when renumbering
 
 local function member_text(total_scaled, cost_scaled)
@@ -115,7 +115,7 @@ end
 local function parse_entry(key, member, score)
   local total_text, cost_text = string.match(member, '^(%d+):(%d+)$')
   local at_ms = stored_integer(score)
-  local total = total_text and #total_text == TOTAL_DIGITS and stored_integer(total_text)
+  local total = total_text and #total_text == LOG_TOTAL_DIGITS and stored_integer(total_text)
   local cost = stored_integer(cost_text)
   if at_ms and total and cost and at_ms <= MAX_STATE_TIME_MS and total >= 1 and cost >= 1
       and cost <= total then
@@ -124,7 +124,7 @@ local function parse_entry(key, member, score)
   -- Anything unusual: the exact reading, which refuses an unusable entry.
   local R = refusals()
   at_ms = R.parse_integer(score, 0, MAX_STATE_TIME_MS)
-  total = total_text and #total_text == TOTAL_DIGITS and R.parse_integer(total_text, 1, MAX_SAFE_INTEGER)
+  total = total_text and #total_text == LOG_TOTAL_DIGITS and R.parse_integer(total_text, 1, MAX_SAFE_INTEGER)
   cost = cost_text and R.parse_integer(cost_text, 1, MAX_SAFE_INTEGER)
   if not at_ms or not total or not cost or cost > total then
     fail('MODERATO_STATE', 'log ' .. R.shown(key, 1024) .. ' holds member ' .. R.shown(member)

@@ -59,7 +59,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       local used_scaled = redis.pcall('INCRBY', current_key, ARGV[1])
       if type(used_scaled) == 'number' then
         -- The counter as it was (used_scaled - cost_scaled) is valid when 0..2^53.
-        if used_scaled >= cost_scaled and used_scaled < 9007199254740992 then
+        if used_scaled >= cost_scaled and used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
           local headroom_scaled = room_scaled - used_scaled
           if headroom_scaled >= 0 then
             local window_end_ms = window_start_ms + window_ms

@@ -34,7 +34,7 @@ local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':bucket:v2'
 
 -- Token bucket.
 
-local EXPIRY_MARGIN_MS = 60000
+local BUCKET_EXPIRY_MARGIN_MS = 60000
 local MAX_SEARCH_STEPS = 1000 -- the float estimates below are off by a few ms at most
 
 -- The policy's custom rate (scaled units per second), nil for the exact public rule,
@@ -56,7 +56,7 @@ local function parse_refill_rate(R, policy_number, argv_index, capacity)
   if not rate or rate ~= rate or rate >= math.huge
       or rate < capacity / MAX_WINDOW_S or rate > MAX_CAPACITY_SCALED then
     fail('MODERATO_ARG', 'ARGV[' .. argv_index .. '] (refill_scaled_per_s of policy ' .. policy_number
-      .. ') must be "" or a finite number from capacity_scaled / 86400 to '
+      .. ') must be "" or a finite number from capacity_scaled / ' .. MAX_WINDOW_S .. ' to '
       .. R.decimal(MAX_CAPACITY_SCALED) .. ', got ' .. R.shown(text))
   end
 end
@@ -173,7 +173,7 @@ local function bucket_ttl_ms()
     full_refill_ms = math.max(full_refill_ms,
       math.ceil(capacity_scaled * 1000 / refill_scaled_per_s))
   end
-  return 2 * full_refill_ms + EXPIRY_MARGIN_MS
+  return 2 * full_refill_ms + BUCKET_EXPIRY_MARGIN_MS
 end
 
 local function evaluate(i, first, cost_scaled, now_ms, many)

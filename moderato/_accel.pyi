@@ -6,10 +6,22 @@ from typing import Optional, Union
 _Text = Union[str, bytes]
 _Arg = Union[bytes, bytearray, memoryview, str, int]
 
+# The contract's numbers (csrc/contract.h, where each is explained).
+SCALE: int
 MAX_POLICIES: int
 MAX_WINDOW_S: int
+MAX_LONG_WINDOW_S: int
 MAX_LIMIT: int
-MAX_SCALED: int
+MAX_CAPACITY_SCALED: int
+MAX_SAFE_INTEGER: int
+MAX_STATE_TIME_MS: int
+MAX_NOW_MS: int
+ACCRUAL_EXACT_WINDOW_MS: int
+GCRA_MAX_WINDOW_S: int
+MAX_RESET_KEYS: int
+BUCKET_EXPIRY_MARGIN_MS: int
+DRAINED_EXPIRY_MARGIN_MS: int
+LOG_TOTAL_DIGITS: int
 
 def parse_rate(text: str, /) -> tuple[tuple[int, int], ...]: ...
 def build_keys(

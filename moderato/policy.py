@@ -10,8 +10,8 @@ from .errors import RateLimitConfigError
 
 # The contract's numbers come from csrc/contract.h, through the C module;
 # tests/test_algorithms.py checks every other language's copy against it.
-SCALE = 1000
-"""Capacity and costs travel scaled by this factor (1/1000-unit precision): ACCEL_SCALE."""
+SCALE: int = _accel.SCALE
+"""Capacity and costs travel scaled by this factor (1/1000-unit precision)."""
 
 MAX_LIMIT: int = _accel.MAX_LIMIT
 """Largest public limit: scaled capacity times a permille weight stays below 2**53."""
@@ -19,7 +19,7 @@ MAX_LIMIT: int = _accel.MAX_LIMIT
 MAX_WINDOW_S: int = _accel.MAX_WINDOW_S
 """Longest window of the direct backend contract; every limit up to MAX_LIMIT is exact within it."""
 
-MAX_LONG_WINDOW_S = 3600 * 86_400
+MAX_LONG_WINDOW_S: int = _accel.MAX_LONG_WINDOW_S
 """Longest window a rate string may name (ten 360-day years): the long-window path.
 
 Above a day each algorithm admits the limits its integer arithmetic keeps

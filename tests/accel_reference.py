@@ -26,7 +26,7 @@ MAX_POLICIES = 16
 MAX_WINDOW_S = 86_400
 MAX_LONG_WINDOW_S = 3600 * 86_400
 MAX_LIMIT = 9_007_199_254
-MAX_SCALED = 2**53
+MAX_SAFE_INTEGER = 2**53
 
 Text = Union[str, bytes]
 Decision = tuple[bool, int, tuple[tuple[int, int, int], ...]]
@@ -263,11 +263,11 @@ def decode_decision(reply: list[int], policies: int, /) -> Decision:
         raise ValueError("deciding out of range")
     states = [(reply[i], reply[i + 1], reply[i + 2]) for i in range(2, len(reply), 3)]
     for remaining_scaled, retry_ms, reset_ms in states:
-        if not 0 <= remaining_scaled <= MAX_SCALED:
+        if not 0 <= remaining_scaled <= MAX_SAFE_INTEGER:
             raise ValueError("remaining_scaled out of range")
-        if not -1 <= retry_ms <= MAX_SCALED or (allowed and retry_ms != 0):
+        if not -1 <= retry_ms <= MAX_SAFE_INTEGER or (allowed and retry_ms != 0):
             raise ValueError("retry_ms out of range")
-        if not -1 <= reset_ms <= MAX_SCALED or (reset_ms == -1 and retry_ms != -1):
+        if not -1 <= reset_ms <= MAX_SAFE_INTEGER or (reset_ms == -1 and retry_ms != -1):
             raise ValueError("reset_ms out of range")
     if deciding != _deciding(allowed, states):
         raise ValueError("deciding is not the deciding policy")
@@ -311,4 +311,3 @@ def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
         algorithm,
         states,
     )
-

@@ -50,7 +50,7 @@ MAX_RESET_KEYS = 256
 """reset takes every algorithm's base keys at once: 16 policies of up to 16 algorithms."""
 MAX_STATE_TIME_MS = 2**52
 """A stored token-bucket base beyond this is corrupt (room is left to add waits below 2^53)."""
-TOKEN_EXPIRY_MARGIN_MS = 60_000
+BUCKET_EXPIRY_MARGIN_MS = 60_000
 BUCKET_SUFFIX = ":bucket:v2"
 GCRA_SUFFIX = ":gcra"
 LOG_SUFFIX = ":log"
@@ -401,7 +401,7 @@ def bucket_ttl_ms(policy: Policy) -> int:
             full_refill_ms,
             math.ceil(float(policy.capacity_scaled) * 1000.0 / policy.refill_scaled_per_s),
         )
-    return 2 * full_refill_ms + TOKEN_EXPIRY_MARGIN_MS
+    return 2 * full_refill_ms + BUCKET_EXPIRY_MARGIN_MS
 
 
 def _bucket_verdict(

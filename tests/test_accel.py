@@ -100,7 +100,7 @@ def test_constants_match_the_contract() -> None:
     assert accel.MAX_POLICIES == reference.MAX_POLICIES == 16
     assert accel.MAX_WINDOW_S == reference.MAX_WINDOW_S == 86_400
     assert accel.MAX_LIMIT == reference.MAX_LIMIT == 9_007_199_254
-    assert accel.MAX_SCALED == reference.MAX_SCALED == 2**53
+    assert accel.MAX_SAFE_INTEGER == reference.MAX_SAFE_INTEGER == 2**53
 
 
 def test_signatures_are_documented() -> None:

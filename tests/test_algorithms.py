@@ -3,9 +3,9 @@
 docs/architecture.md's checklist for adding an algorithm is enforced here:
 every registry entry has its Lua script, its C implementation in the store,
 its Python module, a reference model entry and differential tests against
-that model. And the
-numbers of csrc/contract.h, the one source of the contract's constants, are
-the numbers every other language states.
+that model. And the numbers of csrc/contract.h, the one source of the
+contract's constants, are the numbers every other language states: Python
+reads them from the C module, the scripts name every copy they hold.
 """
 
 from __future__ import annotations
@@ -30,89 +30,164 @@ NOW_MS = 1_700_000_000_000
 
 
 def contract() -> dict[str, int]:
-    """``#define ACCEL_<NAME> <integer>`` of csrc/contract.h, by NAME."""
+    """``#define ACCEL_<NAME> <digits>`` of csrc/contract.h, by NAME."""
     text = (CSRC / "contract.h").read_text()
-    found = re.findall(r"^#define ACCEL_(\w+) (\d+)(?:LL)?\s*$", text, re.M)
+    found = re.findall(r"^#define ACCEL_(\w+) (\d+)\s*$", text, re.M)
     return {name: int(value) for name, value in found}
 
 
-def lua_constants(name: str) -> dict[str, int]:
-    text = (scripts_dir() / name).read_text()
-    found = re.findall(r"^\s*local (MAX_\w+) = (\d+)", text, re.M)
-    return {name: int(value) for name, value in found}
+def distinctive(numbers: dict[str, int]) -> dict[int, set[str]]:
+    """The numbers long enough to be found by their digits alone (5 or more), by value."""
+    by_value: dict[int, set[str]] = {}
+    for name, value in numbers.items():
+        if value >= 10_000:
+            by_value.setdefault(value, set()).add(name)
+    return by_value
+
+
+def lua_code_lines(text: str) -> list[str]:
+    """The lines of a script without comments, block comments blanked (the scripts
+    use '--' in no string)."""
+    blanked = re.sub(
+        r"--\[(=*)\[.*?\]\1\]", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S
+    )
+    return [line.split("--", 1)[0] for line in blanked.split("\n")]
+
+
+def lua_copies() -> dict[tuple[str, str], int]:
+    """Every ``local NAME = <digits>`` of the scripts whose NAME is a contract number."""
+    numbers = contract()
+    copies = {}
+    for path in sorted(scripts_dir().glob("*.lua")):
+        for name, value in re.findall(r"^\s*local (\w+) = (\d+)\b", path.read_text(), re.M):
+            if name in numbers:
+                copies[path.name, name] = int(value)
+    return copies
 
 
 # -- the contract's numbers --------------------------------------------------------------------
 
 
-def test_the_contract_header_defines_every_number() -> None:
-    assert contract() == {
+def test_the_contract_header_defines_every_number_once_and_lists_it() -> None:
+    numbers = contract()
+    assert numbers == {
+        "SCALE": 1000,
         "MAX_POLICIES": 16,
         "MAX_WINDOW_S": 86_400,
         "MAX_LONG_WINDOW_S": 3600 * 86_400,
         "MAX_LIMIT": 9_007_199_254,
-        "SCALE": 1000,
-        "MAX_SCALED": 2**53,
+        "MAX_CAPACITY_SCALED": 9_007_199_254_000,
+        "MAX_SAFE_INTEGER": 2**53,
+        "MAX_STATE_TIME_MS": 2**52,
+        "MAX_NOW_MS": 9 * 10**12,
+        "ACCRUAL_EXACT_WINDOW_MS": 94_906_266,
+        "GCRA_MAX_WINDOW_S": 3_599_627,
+        "MAX_RESET_KEYS": 256,
+        "BUCKET_EXPIRY_MARGIN_MS": 60_000,
+        "DRAINED_EXPIRY_MARGIN_MS": 1000,
+        "LOG_TOTAL_DIGITS": 16,
     }
+    text = (CSRC / "contract.h").read_text()
+    listed = re.findall(r"^\s+X\((\w+)\)", text, re.M)
+    assert sorted(listed) == sorted(numbers)  # module.c exports the list
 
 
-def test_the_c_module_exports_the_contract() -> None:
-    numbers = contract()
-    for name in ("MAX_POLICIES", "MAX_WINDOW_S", "MAX_LIMIT", "MAX_SCALED"):
-        assert getattr(_accel, name) == numbers[name]
-
-
-def test_python_states_the_contract() -> None:
-    numbers = contract()
-    assert (
-        numbers["SCALE"],
-        numbers["MAX_LIMIT"],
-        numbers["MAX_WINDOW_S"],
-    ) == (policy.SCALE, policy.MAX_LIMIT, policy.MAX_WINDOW_S)
-    for name in ("MAX_POLICIES", "MAX_WINDOW_S", "MAX_LIMIT", "MAX_SCALED"):
-        assert getattr(accel_reference, name) == numbers[name]
-
-
-def test_lua_states_the_contract() -> None:
-    numbers = contract()
-    prelude = lua_constants("prelude.lua")
-    assert prelude["MAX_SAFE_INTEGER"] == numbers["MAX_SCALED"]
-    assert prelude["MAX_CAPACITY_SCALED"] == numbers["MAX_LIMIT"] * numbers["SCALE"]
-    assert prelude["MAX_WINDOW_S"] == numbers["MAX_WINDOW_S"]
-    assert prelude["MAX_POLICIES"] == numbers["MAX_POLICIES"]
-    assert prelude["MAX_LONG_WINDOW_S"] == numbers["MAX_LONG_WINDOW_S"]
-    reset = lua_constants("reset.lua")
-    assert reset["MAX_WINDOW_S"] == numbers["MAX_LONG_WINDOW_S"]  # reset takes any window
+def test_the_contract_numbers_hold_what_they_promise() -> None:
+    n = contract()
+    safe = n["MAX_SAFE_INTEGER"]
+    assert n["MAX_CAPACITY_SCALED"] == n["MAX_LIMIT"] * n["SCALE"]
+    assert n["MAX_CAPACITY_SCALED"] * 1000 <= safe  # times a permille weight
+    assert len(str(safe)) == n["LOG_TOTAL_DIGITS"]  # a running total up to 2^53
+    # the buckets' accrual: window_ms * (window_ms - 1) within 2^53, the largest such
+    window_ms = n["ACCRUAL_EXACT_WINDOW_MS"]
+    assert window_ms * (window_ms - 1) <= safe < (window_ms + 1) * window_ms
+    # GCRA: now + 2 windows + 1, in microseconds, within 2^53 until MAX_NOW_MS
+    now_us = n["MAX_NOW_MS"] * 1000
+    window_s = n["GCRA_MAX_WINDOW_S"]
+    assert now_us + 2 * window_s * 10**6 + 1 <= safe < now_us + 2 * (window_s + 1) * 10**6 + 1
     # reset takes every algorithm's base keys of one rate at once
-    assert reset["MAX_KEYS"] == numbers["MAX_POLICIES"] * 16 >= len(ALGORITHMS)
+    assert n["MAX_RESET_KEYS"] == n["MAX_POLICIES"] * 16 >= n["MAX_POLICIES"] * len(ALGORITHMS)
 
 
-def test_the_store_states_the_contract() -> None:
-    """The C store's own names for the contract's numbers derive from contract.h
-    or equal it; none restates a number differently."""
+def test_the_c_module_exports_every_number() -> None:
+    for name, value in contract().items():
+        assert getattr(_accel, name) == value, name
+
+
+def test_python_reads_the_contract_from_the_c_module() -> None:
     numbers = contract()
-    expected = {
-        "MAX_SAFE_INTEGER": numbers["MAX_SCALED"],
-        "MAX_CAPACITY_SCALED": numbers["MAX_LIMIT"] * numbers["SCALE"],
-        "MAX_WINDOW_S": numbers["MAX_WINDOW_S"],
-        "MAX_POLICIES": numbers["MAX_POLICIES"],
+    for name in ("SCALE", "MAX_LIMIT", "MAX_WINDOW_S", "MAX_LONG_WINDOW_S"):
+        assert getattr(policy, name) == numbers[name], name
+    # and spells none of them itself (a number reads as its digits, underscores or not)
+    by_value = distinctive(numbers)
+    for path in sorted((ROOT / "moderato").rglob("*.py")):
+        for line_number, line in enumerate(path.read_text().splitlines(), 1):
+            for digits in re.findall(r"(?<![\w.])\d[\d_]*(?![\w.])", line):
+                value = int(digits.replace("_", ""))
+                assert value not in by_value, (path.name, line_number, by_value[value])
+
+
+def test_the_test_references_state_the_contract() -> None:
+    """The pure-Python twins keep their own copies, on purpose: each is held to contract.h."""
+    numbers = contract()
+    checked = 0
+    for module in (accel_reference, model):
+        for name, value in numbers.items():
+            if hasattr(module, name):
+                assert getattr(module, name) == value, (module.__name__, name)
+                checked += 1
+    assert checked >= 15
+
+
+def test_lua_names_every_copy_of_the_contract() -> None:
+    numbers = contract()
+    copies = lua_copies()
+    for (script, name), value in copies.items():
+        assert value == numbers[name], (script, name)
+    assert set(copies) == {
+        ("prelude.lua", "MAX_SAFE_INTEGER"),
+        ("prelude.lua", "MAX_CAPACITY_SCALED"),
+        ("prelude.lua", "MAX_WINDOW_S"),
+        ("prelude.lua", "MAX_POLICIES"),
+        ("prelude.lua", "MAX_STATE_TIME_MS"),
+        ("prelude.lua", "MAX_LONG_WINDOW_S"),
+        ("prelude.lua", "ACCRUAL_EXACT_WINDOW_MS"),
+        ("prelude.lua", "GCRA_MAX_WINDOW_S"),
+        ("reset.lua", "MAX_LONG_WINDOW_S"),
+        ("reset.lua", "MAX_RESET_KEYS"),
+        ("token_bucket.lua", "BUCKET_EXPIRY_MARGIN_MS"),
+        ("gcra.lua", "DRAINED_EXPIRY_MARGIN_MS"),
+        ("leaky_bucket.lua", "DRAINED_EXPIRY_MARGIN_MS"),
+        ("sliding_log.lua", "LOG_TOTAL_DIGITS"),
     }
-    seen = 0
+    # A number written as digits where a named local would cost an upvalue names
+    # its contract number on its line (in a comment), so that it is found here.
+    by_value = distinctive(numbers)
+    unnamed = []
+    for path in sorted(scripts_dir().glob("*.lua")):
+        text = path.read_text()
+        for line_number, (line, code) in enumerate(zip(text.split("\n"), lua_code_lines(text)), 1):
+            for digits in re.findall(r"(?<![\w.])\d+(?![\w.])", code):
+                names = by_value.get(int(digits), set())
+                if names and not any(re.search(rf"\b{name}\b", line) for name in names):
+                    unnamed.append((path.name, line_number, digits))
+    assert unnamed == []
+
+
+def test_c_spells_the_contract_only_in_contract_h() -> None:
+    """Elsewhere in csrc/ a number is its ACCEL_ name (ACCEL_TEXT() in a message); no
+    file defines a name of its own for one."""
+    numbers = contract()
+    by_value = distinctive(numbers)
+    alias = re.compile(rf"^#define (?:ACCEL_)?({'|'.join(numbers)})\b", re.M)
     for path in sorted(CSRC.glob("*.[ch]")):
         if path.name == "contract.h":
             continue
-        for name, value in re.findall(
-            r"^#define (\w+) (.+?)\s*(?:/\*.*)?$", path.read_text(), re.M
-        ):
-            if name not in expected:
-                continue
-            seen += 1
-            literal = re.fullmatch(r"\(?(\d+)LL\)?", value)
-            if literal:
-                assert int(literal.group(1)) == expected[name], (path.name, name)
-            else:
-                assert "ACCEL_" in value, (path.name, name, value)
-    assert seen >= 2
+        text = path.read_text()
+        assert alias.findall(text) == [], path.name
+        for line_number, line in enumerate(text.splitlines(), 1):
+            for digits in re.findall(r"(?<![\w.])\d+(?![\w.])", line):
+                assert int(digits) not in by_value, (path.name, line_number, digits)
 
 
 # -- adding an algorithm: the checklist ---------------------------------------------------------

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from .. import _accel
 from ..policy import MAX_LIMIT, SCALE
 
-MAX_SAFE_INTEGER = 2**53
+MAX_SAFE_INTEGER: int = _accel.MAX_SAFE_INTEGER
+"""2**53: every integer up to here is exact in a Lua number."""
 
-ACCRUAL_EXACT_WINDOW_MS = 94_906_266
+ACCRUAL_EXACT_WINDOW_MS: int = _accel.ACCRUAL_EXACT_WINDOW_MS
 """Largest window_ms whose squared size stays within 2**53: window_ms * (window_ms - 1) <= 2**53."""
 
 

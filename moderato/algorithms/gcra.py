@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from .. import _accel
 from ..policy import MAX_LIMIT
 from .base import Algorithm, capacity_and_window
 
-GCRA_MAX_WINDOW_S = 3_599_627
+GCRA_MAX_WINDOW_S: int = _accel.GCRA_MAX_WINDOW_S
 """Largest GCRA window: now_us + 2 * window_us + 1 <= 2**53 up to now_ms = 9 * 10**12 (2255)."""
 
 

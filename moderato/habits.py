@@ -140,6 +140,25 @@ HABITS: dict[str, str] = {
 """Other libraries' keywords moderato does not take, with what to write instead."""
 
 
+LIMITS_STRATEGIES: dict[str, str] = {
+    "fixed-window": "fixed_window",
+    "moving-window": "sliding_log",
+    "sliding-window-counter": "sliding_window",
+}
+"""limits' (and so slowapi's) strategy names, and moderato's algorithm for each."""
+
+
+def algorithm_hint(name: object, known: Collection[str]) -> str:
+    """What an unknown algorithm name was probably meant to be: ``" (...)"``, or ""."""
+    if not isinstance(name, str):
+        return ""
+    spelled = LIMITS_STRATEGIES.get(name.lower())
+    if spelled is not None:
+        return f" (limits' {name} is moderato's {spelled!r})"
+    candidate = name.lower().replace("-", "_").replace(" ", "_")
+    return f" (did you mean {candidate!r}?)" if candidate in known else ""
+
+
 def refuse_unknown(where: str, given: Iterable[str], accepted: Collection[str]) -> None:
     """Raise UnknownOptionError for the first keyword in ``given`` not in ``accepted``."""
     for name in given:

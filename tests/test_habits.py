@@ -228,3 +228,31 @@ async def test_a_refused_keyword_leaves_a_working_limit_behind() -> None:
     async with client(app) as http:
         statuses = [(await http.get("/items")).status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
+
+
+EVERY_ALGORITHM = (
+    "'fixed_window', 'token_bucket', 'sliding_window', 'gcra', 'sliding_log', 'leaky_bucket'"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("moving-window", "limits' moving-window is moderato's 'sliding_log'"),
+        ("fixed-window", "limits' fixed-window is moderato's 'fixed_window'"),
+        ("sliding-window-counter", "limits' sliding-window-counter is moderato's 'sliding_window'"),
+        ("token-bucket", "did you mean 'token_bucket'?"),
+    ],
+)
+async def test_a_limits_strategy_name_names_the_moderato_algorithm(name: str, hint: str) -> None:
+    expected = f"unknown algorithm '{name}' ({hint}); expected one of {EVERY_ALGORITHM}"
+    limiter = memory_limiter()
+    with pytest.raises(RateLimitConfigError) as refused:
+        limiter.limit("5/minute", algorithm=name)
+    assert str(refused.value) == expected
+    with pytest.raises(RateLimitConfigError) as refused:
+        await limiter.check("k", "5/minute", algorithm=name)
+    assert str(refused.value) == expected
+    with pytest.raises(RateLimitConfigError) as refused:
+        RateLimiter("memory://", default_algorithm=name)
+    assert str(refused.value) == expected

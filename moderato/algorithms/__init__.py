@@ -11,6 +11,7 @@ one is enforced by tests/test_algorithms.py.
 from __future__ import annotations
 
 from ..errors import RateLimitConfigError
+from ..habits import algorithm_hint
 from . import fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket
 from .base import WINDOW_INDEX, Algorithm, ScriptArg
 
@@ -50,7 +51,8 @@ def get_algorithm(name: object) -> Algorithm:
     algorithm = ALGORITHMS.get(name) if isinstance(name, str) else None
     if algorithm is None:
         known = ", ".join(repr(n) for n in ALGORITHMS)
-        raise RateLimitConfigError(f"unknown algorithm {name!r}; expected one of {known}")
+        hint = algorithm_hint(name, ALGORITHMS)
+        raise RateLimitConfigError(f"unknown algorithm {name!r}{hint}; expected one of {known}")
     return algorithm
 
 

@@ -40,7 +40,7 @@ from redis_servers import RedisServer  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.policy import policy_for  # noqa: E402
-from moderato.scripts import load_script  # noqa: E402
+from moderato.scripts import load_script, without_comments  # noqa: E402
 
 IDENTITIES = 1000  # redis-benchmark -r: the keys the calls spread over
 CLIENTS = 50
@@ -309,14 +309,15 @@ def _scripts_dir_at(ref: str) -> str:
 
 
 def source_at(ref: str, script: str) -> str:
-    """A script as it was at git `ref`, its ``--#include`` lines spliced as the loader does."""
+    """A script as it was at git `ref`, assembled as the loader does now: its
+    ``--#include`` lines spliced, its comments stripped."""
     directory = _scripts_dir_at(ref)
     lines = _git_text(ref, f"{directory}/{script}.lua").split("\n")
     for index, line in enumerate(lines):
         if line.startswith("--#include "):
             included = line[len("--#include ") :].strip()
             lines[index] = _git_text(ref, f"{directory}/{included}").rstrip("\n")
-    return "\n".join(lines)
+    return without_comments("\n".join(lines).encode()).decode()
 
 
 def before_subject(subject: ScriptSubject, ref: str) -> ScriptSubject:

@@ -55,6 +55,19 @@ def call(port: int, *args: str | bytes | int, timeout_s: float = 5.0) -> Any:
     return reply
 
 
+def script_calls(port: int) -> dict[str, tuple[int, int]]:
+    """{command: (calls, failed calls)} since the last CONFIG RESETSTAT, for the
+    commands a script call may take: EVALSHA, EVAL and SCRIPT LOAD."""
+    found = dict.fromkeys(("evalsha", "eval", "script|load"), (0, 0))
+    for line in text(call(port, "INFO", "commandstats")).splitlines():
+        name, _, fields = line.partition(":")
+        command = name.removeprefix("cmdstat_")
+        if command in found:
+            values = dict(field.split("=") for field in fields.split(","))
+            found[command] = (int(values["calls"]), int(values.get("failed_calls", 0)))
+    return found
+
+
 def text(reply: Any) -> str:
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 

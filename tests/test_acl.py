@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import RedisCluster, call, identity_slot
+from cluster import RedisCluster, call, identity_slot, script_calls
 from redis_servers import RedisServer
 
 from moderato import BackendError, RateLimiter
@@ -28,8 +28,9 @@ PREFIX = "aclapp"
 USER, PASSWORD = "limiter", "acl-test-secret"
 
 # What the client sends besides the scripts' own calls: the scripts themselves
-# (EVAL after a NOSCRIPT), and reset() without a rate (SCAN + UNLINK).
-CLIENT_COMMANDS = ("evalsha", "eval")
+# (SCRIPT LOAD after a NOSCRIPT, EVAL should that load fail), and reset()
+# without a rate (SCAN + UNLINK).
+CLIENT_COMMANDS = ("evalsha", "script|load", "eval")
 RESET_SCAN_COMMANDS = ("scan", "unlink")
 # Only on a Redis Cluster: the slot map, and following ASK during a migration.
 CLUSTER_COMMANDS = ("cluster|shards", "cluster|countkeysinslot", "asking")
@@ -130,6 +131,35 @@ async def test_a_missing_permission_is_reported_as_noperm(
                 await limiter.check_with_info("carol", "3/day", algorithm="gcra")
             else:
                 await limiter.check_with_info("carol", "3/day")
+    finally:
+        await limiter.close()
+
+
+async def test_without_script_load_a_flushed_cache_is_repaired_by_one_eval(
+    own_redis_server: RedisServer,
+) -> None:
+    """An ACL that predates ``+script|load``: the load is refused, so the calls
+    behind it meet NOSCRIPT again; the first of them carries the source (EVAL)
+    and the others follow it by SHA1. Every check is decided, exactly once."""
+    port = own_redis_server.port
+    set_user(own_redis_server, [c for c in needed_commands() if c != "script|load"])
+    limiter = RateLimiter(user_url(port), key_prefix=PREFIX)
+    burst, limit = 200, 100
+    try:
+        assert (await limiter.check_with_info("warm-up", "1/day")).allowed
+        assert own_redis_server.command("SCRIPT", "FLUSH") == b"+OK\r\n"
+        assert own_redis_server.command("CONFIG", "RESETSTAT") == b"+OK\r\n"
+        outcomes = await asyncio.gather(
+            *(limiter.check_with_info("frank", f"{limit}/day") for _ in range(burst))
+        )
+        assert sum(o.allowed for o in outcomes) == limit
+        stats = script_calls(port)
+        assert (await limiter.get_usage("frank", f"{limit}/day"))["current"] == limit
+        # Sent, answered NOSCRIPT; re-sent behind the refused load, NOSCRIPT again;
+        # then one EVAL and the rest by SHA1 behind it.
+        assert stats["evalsha"] == (3 * burst - 1, 2 * burst)
+        assert stats["eval"] == (1, 0)
+        assert stats["script|load"] == (0, 0)
     finally:
         await limiter.close()
 

@@ -20,6 +20,7 @@ from cluster import (
     identities_per_shard,
     identity_slot,
     report,
+    script_calls,
     slot_of,
 )
 
@@ -272,6 +273,62 @@ async def test_script_flush_on_every_primary_mid_load(cluster: RedisCluster) -> 
     assert admitted == {(n, a): 50 for n in names for a in ALGORITHMS}
     await admin.close()
     await limiter.close()
+
+
+async def test_a_cold_script_cache_under_a_burst_is_loaded_once_per_node(
+    cluster: RedisCluster,
+) -> None:
+    """4,000 checks in flight over three primaries whose script caches are empty.
+
+    Each node's connection loads the script once and re-sends each of its calls
+    once, as EVALSHA: every check is decided, one identity gets exactly its
+    limit. (A generous timeout: the counts are the test, not the machine's speed.)
+    """
+    burst, hot_limit = 4000, 3000
+    limiter = RateLimiter(cluster.url, key_prefix="cold", command_timeout_s=10.0)
+    primaries = [shard.primary for shard in cluster.shards()]
+    owner = {}
+    for shard in cluster.shards():
+        for start, end in shard.slots:
+            owner.update(dict.fromkeys(range(start, end + 1), shard.primary))
+    try:
+        await limiter.connect()
+        for identities, rate in (
+            ([f"user-{i}" for i in range(burst)], "10/day"),
+            (["hot"] * burst, f"{hot_limit}/day"),
+        ):
+            for port in primaries:
+                assert call(port, "SCRIPT", "FLUSH") == b"OK"
+                assert call(port, "CONFIG", "RESETSTAT") == b"OK"
+            outcomes = await asyncio.gather(
+                *(limiter.check_with_info(identity, rate) for identity in identities),
+                return_exceptions=True,
+            )
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            admitted = sum(1 for o in outcomes if not isinstance(o, BaseException) and o.allowed)
+            report(f"cluster, cold script caches, {burst} concurrent checks at {rate} over "
+                   f"{len(set(identities))} identities: admitted {admitted} / denied "
+                   f"{burst - admitted - len(errors)} / failed {len(errors)}")  # fmt: skip
+            assert errors == []
+            per_node = Counter(owner[identity_slot(identity)] for identity in identities)
+            for port in primaries:
+                checks = per_node[port]
+                assert script_calls(port) == {
+                    "evalsha": (2 * checks, checks),
+                    "eval": (0, 0),
+                    "script|load": (1 if checks else 0, 0),
+                }, port
+            if len(set(identities)) == 1:
+                assert admitted == hot_limit
+                usage = await limiter.get_usage("hot", rate)
+                assert (usage["current"], usage["remaining"]) == (hot_limit, 0)
+            else:
+                assert len(per_node) == len(primaries)  # the burst reached every node
+                assert admitted == burst
+        assert limiter.breaker.state == "closed"
+        assert set(limiter._breakers.nodes().values()) <= {"closed"}
+    finally:
+        await limiter.close()
 
 
 async def test_a_script_whose_reply_was_lost_is_not_retried(cluster: RedisCluster) -> None:

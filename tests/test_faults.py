@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import hiredis
 import pytest
-from cluster import call, report
+from cluster import call, report, script_calls
 from prometheus_client import CollectorRegistry
 from redis_servers import RedisServer
 
@@ -374,8 +374,10 @@ async def test_script_flush_mid_load_fails_no_check(own_redis_server: RedisServe
     flushing = asyncio.create_task(flusher())
     outcomes: Counter[tuple[str, str]] = Counter()
     started = time.monotonic()
-    rounds = 20
-    for _ in range(rounds):
+    rounds = 0
+    # At least 20 rounds, and on until 50 flushes fell among them (bounded).
+    while rounds < 20 or (flushes < 50 and rounds < 500):
+        rounds += 1
         batch = [algorithm for algorithm in ALGORITHMS for _ in range(30)]
         results = await asyncio.gather(
             *(limiter.check_with_info("flushed", f"{limit}/day", algorithm=a) for a in batch),
@@ -405,6 +407,57 @@ async def test_script_flush_mid_load_fails_no_check(own_redis_server: RedisServe
     for algorithm in ALGORITHMS:
         assert outcomes[(algorithm, "admitted")] == limit
         assert outcomes[(algorithm, "denied")] == rounds * 30 - limit
+
+
+COLD_BURST = 4000
+HOT_LIMIT = 3000
+
+
+async def test_a_cold_script_cache_under_a_burst_is_decided_like_a_warm_one(
+    own_redis_server: RedisServer,
+) -> None:
+    """4,000 checks in flight when the script cache is empty: all answered NOSCRIPT.
+
+    The connection loads the script once and re-sends each call once, as
+    EVALSHA: every check is decided, one identity gets exactly its limit, and
+    Redis sees one SCRIPT LOAD, no EVAL. (A generous timeout: the counts are
+    the test, not the machine's speed.)
+    """
+    port = own_redis_server.port
+    limiter = RateLimiter(own_redis_server.url, key_prefix="cold", command_timeout_s=10.0)
+    try:
+        assert (await limiter.check_with_info("warm-up", "1/day")).allowed
+        for identities, rate in (
+            ([f"user-{i}" for i in range(COLD_BURST)], "10/day"),
+            (["hot"] * COLD_BURST, f"{HOT_LIMIT}/day"),
+        ):
+            assert call(port, "SCRIPT", "FLUSH") == b"OK"
+            assert call(port, "CONFIG", "RESETSTAT") == b"OK"
+            outcomes = await asyncio.gather(
+                *(limiter.check_with_info(identity, rate) for identity in identities),
+                return_exceptions=True,
+            )
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            admitted = sum(1 for o in outcomes if not isinstance(o, BaseException) and o.allowed)
+            report(f"cold script cache, {COLD_BURST} concurrent checks at {rate} over "
+                   f"{len(set(identities))} identities: admitted {admitted} / denied "
+                   f"{COLD_BURST - admitted - len(errors)} / failed {len(errors)}")  # fmt: skip
+            assert errors == []
+            # Each call answered NOSCRIPT once, then re-sent once behind the one load.
+            assert script_calls(port) == {
+                "evalsha": (2 * COLD_BURST, COLD_BURST),
+                "eval": (0, 0),
+                "script|load": (1, 0),
+            }
+            if len(set(identities)) == 1:
+                assert admitted == HOT_LIMIT
+                usage = await limiter.get_usage("hot", rate)
+                assert (usage["current"], usage["remaining"]) == (HOT_LIMIT, 0)
+            else:
+                assert admitted == COLD_BURST
+        assert limiter.breaker.state == "closed"
+    finally:
+        await limiter.close()
 
 
 # -- min-replicas-to-write ------------------------------------------------------------

@@ -503,6 +503,11 @@ async def test_noscript_recovery_after_script_flush_with_a_batch_in_flight(
 
     assert replies == [2 * i for i in range(50)]
     assert writes[0].count(b"EVALSHA") == 50  # one batch, all answered NOSCRIPT
+    # Then one SCRIPT LOAD, and each call once more behind it, by its SHA1.
+    repair = b"".join(writes[1:])
+    assert repair.count(b"SCRIPT") == 1 and repair.count(DOUBLE.source) == 1
+    assert repair.index(b"LOAD") < repair.index(b"EVALSHA")
+    assert repair.count(b"EVALSHA") == 50 and b"EVAL\r\n" not in repair
     assert await client.execute("GET", "calls") == b"51"  # each ran exactly once
     assert await client.execute("SCRIPT", "EXISTS", DOUBLE.sha) == [1]
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from cluster import call, report, script_calls
 from redis_servers import SentinelDeployment, free_port
 
 from moderato import RateLimiter
@@ -263,3 +264,37 @@ async def test_failover_under_load(own_deployment: SentinelDeployment) -> None:
         await closed.close()
         await opened.close()
         await watcher.close()
+
+
+async def test_a_cold_script_cache_under_a_burst_through_sentinel(
+    deployment: SentinelDeployment,
+) -> None:
+    """4,000 checks in flight when the primary's script cache is empty: one SCRIPT
+    LOAD, each call re-sent once as EVALSHA, one identity gets exactly its limit."""
+    burst, limit = 4000, 3000
+    port = deployment.primary.port
+    limiter = RateLimiter(deployment.url, key_prefix="cold", command_timeout_s=10.0)
+    try:
+        await limiter.connect()
+        assert call(port, "SCRIPT", "FLUSH") == b"OK"
+        assert call(port, "CONFIG", "RESETSTAT") == b"OK"
+        outcomes = await asyncio.gather(
+            *(limiter.check_with_info("hot", f"{limit}/day") for _ in range(burst)),
+            return_exceptions=True,
+        )
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        admitted = sum(1 for o in outcomes if not isinstance(o, BaseException) and o.allowed)
+        report(f"sentinel, cold script cache, {burst} concurrent checks at {limit}/day on one "
+               f"identity: admitted {admitted} / denied {burst - admitted - len(errors)} / "
+               f"failed {len(errors)}")  # fmt: skip
+        assert errors == []
+        assert admitted == limit
+        assert script_calls(port) == {
+            "evalsha": (2 * burst, burst),
+            "eval": (0, 0),
+            "script|load": (1, 0),
+        }
+        usage = await limiter.get_usage("hot", f"{limit}/day")
+        assert (usage["current"], usage["remaining"]) == (limit, 0)
+    finally:
+        await limiter.close()

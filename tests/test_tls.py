@@ -2,7 +2,7 @@
 
 asyncio's TLS layer reads several TLS records into the buffer a
 BufferedProtocol hands it; these tests make the replies of one read span many
-records (a burst of EVALs after SCRIPT FLUSH, large ECHOs) and check that no
+records (a burst of checks re-sent after SCRIPT FLUSH, large ECHOs) and check that no
 byte is lost: exactly ``limit`` admitted, exactly ``limit`` charged (read back
 from Redis), no error. Rates are per day so that no window boundary falls
 inside a burst.
@@ -75,14 +75,20 @@ async def test_burst_after_script_flush_over_tls(tls_only_server: RedisServer) -
         await admin.execute("FLUSHALL")
         for round_number in range(3):
             # A cold script cache: every EVALSHA of the burst is answered NOSCRIPT
-            # and re-sent as EVAL, whose replies come back in many TLS records.
+            # and re-sent behind one SCRIPT LOAD; the replies of both rounds come
+            # back in many TLS records.
             assert await admin.execute("SCRIPT", "FLUSH") == b"OK"
+            assert await admin.execute("CONFIG", "RESETSTAT") == b"OK"
             key = f"k{round_number}"
             outcomes = await asyncio.gather(
                 *(limiter.check_with_info(key, RATE) for _ in range(BURST)),
                 return_exceptions=True,
             )
             assert admitted(outcomes) == LIMIT
+            stats = (await admin.execute("INFO", "commandstats")).decode()
+            assert f"cmdstat_evalsha:calls={2 * BURST}," in stats
+            assert "cmdstat_script|load:calls=1," in stats
+            assert "cmdstat_eval:" not in stats
         charged = await charged_units(admin.execute, "tlsburst")
         assert sorted(charged.values()) == [LIMIT, LIMIT, LIMIT]
         report(f"TLS single node: 3 bursts of {BURST} after SCRIPT FLUSH, {LIMIT} admitted "

@@ -258,7 +258,7 @@ class RedisClient:
     (TCP, TLS and the handshake) gets ``connect_timeout_s`` and goes on in the
     background for later commands even when the first ones time out. So no
     command waits longer than ``command_timeout_s`` (twice that when a NOSCRIPT
-    reply has to be repaired with EVAL), and ``connect()`` no longer than
+    reply has it re-sent behind a SCRIPT LOAD), and ``connect()`` no longer than
     ``connect_timeout_s``.
     """
 
@@ -346,9 +346,10 @@ class RedisClient:
 
         ``keys`` and ``args`` are tuples or lists, kept until the reply arrives
         (do not mutate them meanwhile). If the server lacks the script (SCRIPT
-        FLUSH, a restart, a failover) it is sent again as EVAL, which also
-        caches it; that second round trip has its own timeout, so such a call
-        may take up to twice ``command_timeout_s``.
+        FLUSH, a restart, a failover) the connection loads it once (SCRIPT
+        LOAD) and sends the call again behind the load, as every other call
+        of it answered NOSCRIPT meanwhile; that second round trip has its own
+        timeout, so such a call may take up to twice ``command_timeout_s``.
         """
         return self._send(encode_evalsha(script.sha, keys, args), script, keys, args)
 

@@ -5,7 +5,8 @@ from ``CLUSTER SHARDS`` (``CLUSTER SLOTS`` on servers before 7.0) of any node
 that answers: the known primaries first, then the other known nodes, then the
 URL's seeds. Every node gets its own RedisClient, so each node has the same
 per-event-loop multiplexed connections, auto-pipelining, reconnect backoff and
-NOSCRIPT-to-EVAL recovery a single server has. A command goes to the owner of
+NOSCRIPT recovery a single server has (a script missing on a node is loaded
+there once, by each connection that meets the NOSCRIPT). A command goes to the owner of
 the slot of its first key (``_accel.key_slot``: CRC16 of the key or of its
 ``{hash tag}``); keyless commands go to any primary, except SCAN, which goes to
 the owner of its MATCH pattern's hash tag (one slot: one node holds every key
@@ -15,7 +16,7 @@ The fast path is one slot lookup and the node client's own future. Only a
 failed command enters the recovery loop, which is bounded twice: by
 ``max_redirects`` redirections and by ``command_timeout_s`` counted from the
 call (the first attempt included), so no call waits longer than that timeout
-(twice it if a NOSCRIPT reply had to be repaired with EVAL, as for RedisClient).
+(twice it if a NOSCRIPT reply had the call re-sent, as for RedisClient).
 
 - ``MOVED slot host:port``: the slot has a new owner. The map entry is updated
   at once, the whole map is reloaded in the background (at most one reload in
@@ -250,7 +251,8 @@ class ClusterClient:
         """Run a Lua script on the node owning ``keys[0]``; returns the script's reply.
 
         Every key must share one slot (give them one ``{hash tag}``), as Redis
-        requires; NOSCRIPT is repaired with EVAL by the node's connection.
+        requires; NOSCRIPT is repaired by the node's connection (SCRIPT LOAD, then
+        the call again).
         """
         table = self._table
         slot = key_slot(_key_text(keys[0])) if keys else None

@@ -27,6 +27,15 @@ How a command travels:
   timed as usual but held back until every handshake reply is OK, so a failed
   SELECT can never let a command run in the wrong database, and a slow connect
   never holds a command past its own timeout.
+- A script is sent by its SHA1 (EVALSHA). When Redis no longer has it (a
+  restart, a failover, SCRIPT FLUSH) every call of it in flight is answered
+  NOSCRIPT, which means it did not run. The first such reply queues one
+  ``SCRIPT LOAD`` of the script; that call and every other one answered
+  NOSCRIPT behind it are re-sent once, still as EVALSHA, and reach Redis after
+  the load (one connection, one order). A cold cache under a burst of N calls
+  thus costs one load and N small commands, not N copies of the source. A
+  call answered NOSCRIPT again (the load was refused, or the cache was flushed
+  once more) is re-sent as EVAL, whose source cannot be missing.
 - Losing the connection fails every pending future with RedisConnectionError naming the
   server and the reason; the connection is then dead for good (the client opens
   a new one). A command that never left this process (still in the write
@@ -49,11 +58,11 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Callable, Optional, Protocol, cast
+from typing import Any, Callable, NamedTuple, Optional, Protocol, cast
 
 import hiredis
 
-from ._encoding import Arg, encode_command
+from ._encoding import Arg, encode_command, encode_evalsha
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import RedisAddress
 
@@ -67,6 +76,12 @@ STALL_FACTOR = 2.0
 # A timer may fire this early (the loop's clock granularity); a deadline within
 # it counts as reached rather than re-arming for a few microseconds.
 _DEADLINE_SLACK_S = 0.001
+
+# How often one script call may be re-sent as EVALSHA after NOSCRIPT replies;
+# the next NOSCRIPT sends its source (EVAL). Once behind a SCRIPT LOAD, once
+# behind another call's EVAL (the load was refused, or the cache was flushed
+# again meanwhile): a cache flushed over and over cannot keep a call going round.
+_EVALSHA_RESENDS = 2
 
 # Large enough for a full batch of small replies in one read; bigger replies
 # simply take several reads.
@@ -98,6 +113,24 @@ class ScriptLike(Protocol):
 
     @property
     def source(self) -> bytes: ...
+
+
+class _ScriptCall(NamedTuple):
+    """An EVALSHA in flight: what re-sending it after a NOSCRIPT reply takes."""
+
+    sequence: int
+    """Its place in the pipeline (the count of commands queued up to it)."""
+    script: ScriptLike
+    keys: Sequence[Arg]
+    args: Sequence[Arg]
+    resends: int
+    """How often it was re-sent after NOSCRIPT already."""
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Read the outcome of a future nobody awaits, so asyncio does not log it."""
+    if not future.cancelled():
+        future.exception()
 
 
 # Called once when the connection closes: (connection, error or None if closed
@@ -170,9 +203,13 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._stall_floor = 0.0
         # Commands with a sequence number up to this one have been failed by a timeout.
         self._expired_upto = 0
-        # One (sequence number, script, keys, args) per EVALSHA sent by send_script()
-        # and not yet known to be answered: what a NOSCRIPT reply needs for EVAL.
-        self._scripts: deque[tuple[int, ScriptLike, Sequence[Arg], Sequence[Arg]]] = deque()
+        # One record per EVALSHA sent by send_script() (or re-sent after NOSCRIPT)
+        # and not yet known to be answered: what a NOSCRIPT reply needs to re-send it.
+        self._scripts: deque[_ScriptCall] = deque()
+        # SHA1 -> sequence number of the latest command queued that caches that
+        # script (a SCRIPT LOAD, or an EVAL): a call sent before it and answered
+        # NOSCRIPT is re-sent behind it without loading again.
+        self._loads: dict[str, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._ready_waiters: list[asyncio.Future[None]] = []
@@ -217,14 +254,12 @@ class RedisConnection(asyncio.BufferedProtocol):
         """Queue an encoded ``EVALSHA script.sha keys args``; the future resolves to its reply.
 
         Should Redis answer NOSCRIPT (SCRIPT FLUSH, a restart, a failover), the
-        command is sent again as ``EVAL script.source ...`` (which also caches
-        the script) and the same future gets that reply: the caller never sees
-        the NOSCRIPT. The EVAL is a new command with its own timeout.
+        script is loaded once on this connection and the command sent again
+        (see the module doc); the same future gets that reply, so the caller
+        never sees the NOSCRIPT. The re-sent command has its own timeout.
         """
         future = self.send(payload)
-        # Its sequence number: every command ahead of it, in a batch or not, plus itself.
-        sequence = self._batched_total + len(self._write_buffer) - self._held
-        self._scripts.append((sequence, script, keys, args))
+        self._scripts.append(_ScriptCall(self._queued_total(), script, keys, args, 0))
         return future
 
     def send_many(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
@@ -277,7 +312,7 @@ class RedisConnection(asyncio.BufferedProtocol):
                 answered = batched_total - len(self._pending)
                 while batches and batches[0][1] <= answered:
                     batches.popleft()
-                while scripts and scripts[0][0] <= answered:
+                while scripts and scripts[0].sequence <= answered:
                     scripts.popleft()
             batches.append((self._batch_deadline, batched_total))
             if self._timer is None:
@@ -295,6 +330,10 @@ class RedisConnection(asyncio.BufferedProtocol):
             transport.write(buffer[0] if len(buffer) == 1 else b"".join(buffer))
             buffer.clear()
         self._held = 0
+
+    def _queued_total(self) -> int:
+        """Commands queued so far (not the handshake): the sequence number of the latest."""
+        return self._batched_total + len(self._write_buffer) - self._held
 
     def _answered(self) -> int:
         """Replies received so far (negative while handshake replies are awaited)."""
@@ -319,7 +358,7 @@ class RedisConnection(asyncio.BufferedProtocol):
                     elif not (
                         self._scripts
                         and reply.message.startswith("NOSCRIPT")
-                        and self._resend_as_eval(future)
+                        and self._resend_after_noscript(future)
                     ):
                         future.set_exception(reply)
                 reply = reader.gets()
@@ -328,23 +367,51 @@ class RedisConnection(asyncio.BufferedProtocol):
         except hiredis.ProtocolError as error:
             self._abort(RedisConnectionError(f"{self._label} sent malformed RESP: {error}"))
 
-    def _resend_as_eval(self, future: asyncio.Future[Any]) -> bool:
-        """Re-send the EVALSHA just answered NOSCRIPT as an EVAL for the same future.
+    def _resend_after_noscript(self, future: asyncio.Future[Any]) -> bool:
+        """Re-send the script call just answered NOSCRIPT, for the same future.
 
-        False if that reply was not for an EVALSHA sent by send_script().
+        Behind a SCRIPT LOAD of its script: the one queued since this call was
+        sent, else a new one. After ``_EVALSHA_RESENDS`` re-sends, as EVAL.
+        False if that reply was not for a call sent by send_script().
         """
         # The reply's future was just popped: the answered count is its number.
         answered = self._answered()
         scripts = self._scripts
-        while scripts and scripts[0][0] < answered:
+        while scripts and scripts[0].sequence < answered:
             scripts.popleft()
-        if not scripts or scripts[0][0] != answered:
+        if not scripts or scripts[0].sequence != answered:
             return False
-        _, script, keys, args = scripts.popleft()
-        payload = encode_command("EVAL", script.source, len(keys), *keys, *args)
-        # The future takes the EVAL's slot at the end of the pipeline.
-        self._queue(future, payload)
+        call = scripts.popleft()
+        script = call.script
+        loaded_after_sending = self._loads.get(script.sha, 0) > call.sequence
+        if not loaded_after_sending and call.resends == 0:
+            # The first NOSCRIPT of this script since it was last loaded here.
+            self._load(script)
+        elif not loaded_after_sending or call.resends >= _EVALSHA_RESENDS:
+            # The load did not take (refused, or the cache flushed again): this
+            # call carries the source, and the calls answered NOSCRIPT after
+            # it follow as EVALSHA.
+            self._queue(
+                future,
+                encode_command("EVAL", script.source, len(call.keys), *call.keys, *call.args),
+            )
+            self._loads[script.sha] = self._queued_total()
+            return True
+        # The future takes the new command's slot at the end of the pipeline.
+        self._queue(future, encode_evalsha(script.sha, call.keys, call.args))
+        scripts.append(call._replace(sequence=self._queued_total(), resends=call.resends + 1))
         return True
+
+    def _load(self, script: ScriptLike) -> None:
+        """Queue ``SCRIPT LOAD`` of ``script``; its reply is awaited by nobody.
+
+        An error (no ``script|load`` in the ACL, say) shows in the calls behind
+        it, answered NOSCRIPT once more and then re-sent with the source.
+        """
+        loaded: asyncio.Future[Any] = _Future(loop=self._loop)
+        loaded.add_done_callback(_retrieve)
+        self._queue(loaded, encode_command("SCRIPT", "LOAD", script.source))
+        self._loads[script.sha] = self._queued_total()
 
     # -- timeouts ----------------------------------------------------------------
 

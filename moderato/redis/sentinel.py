@@ -101,7 +101,7 @@ class SentinelClient:
         return await self._run(lambda client: client.execute(*args))
 
     async def evalsha(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """Run a script on the primary (EVALSHA, repaired with EVAL after NOSCRIPT)."""
+        """Run a script on the primary (EVALSHA; after NOSCRIPT, loaded and sent again)."""
         return await self._run(lambda client: client.evalsha(script, keys, args))
 
     async def _run(self, send: Callable[[RedisClient], Awaitable[Any]]) -> Any:

@@ -27,13 +27,6 @@
 #include "memory.h"
 #include "store.h"
 
-/* Suffixes reset.lua deletes under each base, besides <base>:<index> and
- * <base>:<index - 1> of the fixed and sliding windows. */
-static const char *const reset_suffixes[] = {":bucket:v2", ":bucket", ":gcra", ":log",
-                                             ":leaky",     ""};
-
-#define RESET_SUFFIX_COUNT ((int)(sizeof(reset_suffixes) / sizeof(reset_suffixes[0])))
-
 /* Delete the key if present; 1 if it was live. */
 static int
 delete_key(MemoryStore *store, const unsigned char *key, size_t key_size, int64_t now_ms)
@@ -48,26 +41,28 @@ delete_key(MemoryStore *store, const unsigned char *key, size_t key_size, int64_
 }
 
 PyDoc_STRVAR(reset_doc,
-"reset($self, keys, windows_s, now_ms, /)\n"
+"reset($self, keys, args, now_ms, /)\n"
 "--\n"
 "\n"
-"Run reset.lua at now_ms: delete every key the algorithms derive from each\n"
-"base key (window counters of now and the window before, buckets, the base\n"
-"itself); returns how many existed. A bad argument raises\n"
-"ValueError('MODERATO_ARG ...') and deletes nothing.");
+"Run reset.lua at now_ms: args is its ARGV, the window_s of each base key\n"
+"and then the state suffixes to delete under every base (the registry's\n"
+"RESET_SUFFIXES; \":#\" stands for the window counters of now and the window\n"
+"before). Deletes those keys and each base itself; returns how many existed.\n"
+"A bad argument raises ValueError('MODERATO_ARG ...') and deletes nothing.");
 
 static PyObject *
 store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     MemoryStore *store = (MemoryStore *)self;
-    PyObject *keys = NULL, *windows = NULL, *result = NULL;
+    PyObject *keys = NULL, *argv = NULL, *result = NULL;
     memory_call call_space;
     memory_call *call = &call_space;
     long long windows_s[ACCEL_MAX_RESET_KEYS];
     const char *bases[ACCEL_MAX_RESET_KEYS];
     Py_ssize_t base_sizes[ACCEL_MAX_RESET_KEYS];
+    reset_suffix *suffixes = NULL;
 
-    if (accel_check_arity("MemoryStore.reset", "keys, windows_s, now_ms", 3, 3, nargs) < 0) {
+    if (accel_check_arity("MemoryStore.reset", "keys, args, now_ms", 3, 3, nargs) < 0) {
         return NULL;
     }
     call->key_space = NULL;
@@ -76,12 +71,21 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (fast_sequences(args[0], "MemoryStore.reset() keys must be a sequence", &keys, args[1],
-                       "MemoryStore.reset() windows_s must be a sequence", &windows) < 0) {
+                       "MemoryStore.reset() args must be a sequence", &argv) < 0) {
         return NULL;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(keys);
-    if (refuse_reset_key_count(count, PySequence_Fast_GET_SIZE(windows)) < 0 ||
-        parse_reset_windows(windows, count, windows_s) < 0) {
+    Py_ssize_t argc = PySequence_Fast_GET_SIZE(argv);
+    if (refuse_reset_counts(count, argc) < 0) {
+        goto done;
+    }
+    Py_ssize_t suffix_count = argc - count;
+    suffixes = PyMem_New(reset_suffix, (size_t)suffix_count);
+    if (suffixes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (parse_reset_args(PySequence_Fast_ITEMS(argv), argc, count, windows_s, suffixes) < 0) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -90,32 +94,41 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    if (reserve_key_space(call, 2 + RESET_SUFFIX_COUNT, base_sizes, (int)count) < 0) {
+    size_t keys_per_base = 1; /* the base itself */
+    for (Py_ssize_t j = 0; j < suffix_count; j++) {
+        keys_per_base += suffixes[j].window_index ? 2 : 1;
+    }
+    if (reserve_key_space(call, keys_per_base, base_sizes, (int)count) < 0) {
         goto done;
     }
     store->version++;
     long long deleted = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t window_index = floor_div(now_ms, windows_s[i] * 1000);
-        char suffix[MAX_SUFFIX_BYTES];
-        size_t key_size, suffix_size;
+        char index_text[MAX_SUFFIX_BYTES];
+        size_t key_size;
         unsigned char *key;
-        for (int back = 0; back <= 1; back++) {
-            suffix_size = index_suffix(window_index - back, suffix);
-            key = derive_key(call, bases[i], base_sizes[i], suffix, suffix_size, &key_size);
-            deleted += delete_key(store, key, key_size, now_ms);
+        for (Py_ssize_t j = 0; j < suffix_count; j++) {
+            for (int back = 0; back <= (suffixes[j].window_index ? 1 : 0); back++) {
+                const char *suffix = suffixes[j].data;
+                size_t suffix_size = (size_t)suffixes[j].size;
+                if (suffixes[j].window_index) {
+                    suffix_size = index_suffix(window_index - back, index_text);
+                    suffix = index_text;
+                }
+                key = derive_key(call, bases[i], base_sizes[i], suffix, suffix_size, &key_size);
+                deleted += delete_key(store, key, key_size, now_ms);
+            }
         }
-        for (int j = 0; j < RESET_SUFFIX_COUNT; j++) {
-            key = derive_key(call, bases[i], base_sizes[i], reset_suffixes[j],
-                             strlen(reset_suffixes[j]), &key_size);
-            deleted += delete_key(store, key, key_size, now_ms);
-        }
+        key = derive_key(call, bases[i], base_sizes[i], "", 0, &key_size);
+        deleted += delete_key(store, key, key_size, now_ms);
     }
     table_maybe_shrink(store);
     result = PyLong_FromLongLong(deleted);
 done:
     release_key_space(call);
-    Py_XDECREF(windows);
+    PyMem_Free(suffixes);
+    Py_XDECREF(argv);
     Py_XDECREF(keys);
     return result;
 }

@@ -26,7 +26,7 @@
 #define MAX_SEARCH_STEPS 1000
 
 #define MAX_TARGETS 2       /* keys one policy of one decision reads or writes */
-#define MAX_SUFFIX_BYTES 24 /* ":" and a 64-bit index, or ":bucket:v2" */
+#define MAX_SUFFIX_BYTES 32 /* a state suffix: ":" and up to 31 bytes; ":" and a 64-bit index */
 #define INLINE_KEY_BYTES 2048
 #define SHOWN_ARG_BYTES 40
 #define SHOWN_KEY_BYTES 1024
@@ -220,9 +220,21 @@ int token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_
 int check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv);
 /* gcra.lua's window bound. */
 int gcra_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t argv_index);
-/* reset()'s windows_s: one per key, each 1..ACCEL_MAX_LONG_WINDOW_S. */
-int parse_reset_windows(PyObject *windows, Py_ssize_t count, long long *windows_s);
-int refuse_reset_key_count(Py_ssize_t count, Py_ssize_t window_count);
+/* One of reset()'s state suffixes: a window index (":#": <base>:<index> and
+ * <base>:<index - 1>) or the text to append to each base key. */
+typedef struct {
+    const char *data;
+    Py_ssize_t size;
+    int window_index;
+} reset_suffix;
+
+/* reset.lua's checks of its counts: 1..ACCEL_MAX_RESET_KEYS keys, and more
+ * arguments than keys. */
+int refuse_reset_counts(Py_ssize_t key_count, Py_ssize_t argc);
+/* reset()'s args as reset.lua's ARGV: window_s of each key (1..
+ * ACCEL_MAX_LONG_WINDOW_S), then argc - key_count state suffixes. */
+int parse_reset_args(PyObject *const *args, Py_ssize_t argc, Py_ssize_t key_count,
+                     long long *windows_s, reset_suffix *suffixes);
 
 /* Typed reads of the state as the scripts read it, refusing what they refuse. */
 const hash_layout *layout_of(int kind);

@@ -667,15 +667,17 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
 /* ---- reset()'s arguments ---------------------------------------------------------- */
 
 int
-refuse_reset_key_count(Py_ssize_t count, Py_ssize_t window_count)
+refuse_reset_counts(Py_ssize_t key_count, Py_ssize_t argc)
 {
-    if (count < 1 || count > ACCEL_MAX_RESET_KEYS) {
+    if (key_count < 1 || key_count > ACCEL_MAX_RESET_KEYS) {
         return refuse("MODERATO_ARG", "expected 1..%d keys (one base key per policy), got %zd",
-                      ACCEL_MAX_RESET_KEYS, count);
+                      ACCEL_MAX_RESET_KEYS, key_count);
     }
-    if (window_count != count) {
-        return refuse("MODERATO_ARG", "expected one window_s argument per key (%zd), got %zd",
-                      count, window_count);
+    if (argc <= key_count) {
+        return refuse("MODERATO_ARG",
+                      "expected one window_s argument per key (%zd) and then at least one state "
+                      "suffix, got %zd arguments",
+                      key_count, argc);
     }
     return 0;
 }
@@ -688,27 +690,62 @@ parse_reset_window(const arg_view *view, long long *window_s)
     if (!view->is_int) {
         Py_ssize_t start = 0;
         Py_ssize_t digits = significant_digits(view, &start);
-        if (digits < 0 || digits > 9) {
+        if (digits < 0 || digits > (Py_ssize_t)sizeof(ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S)) - 1) {
             return 0;
         }
     }
     return parse_integer(view, 1, ACCEL_MAX_LONG_WINDOW_S, window_s);
 }
 
-int
-parse_reset_windows(PyObject *windows, Py_ssize_t count, long long *windows_s)
+/* reset.lua's state suffix: ":#", or ":" and 1 to 31 of [A-Za-z0-9_:-]. */
+static int
+is_state_suffix(const arg_view *view)
 {
-    for (Py_ssize_t i = 0; i < count; i++) {
+    if (view->is_int || view->size < 2 || view->size > 32 || view->data[0] != ':') {
+        return 0; /* an int's text never starts with ":" */
+    }
+    if (view->size == 2 && view->data[1] == '#') {
+        return 1;
+    }
+    for (Py_ssize_t i = 1; i < view->size; i++) {
+        char c = view->data[i];
+        int allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == ':' || c == '-';
+        if (!allowed) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int
+parse_reset_args(PyObject *const *args, Py_ssize_t argc, Py_ssize_t key_count,
+                 long long *windows_s, reset_suffix *suffixes)
+{
+    for (Py_ssize_t i = 0; i < argc; i++) {
         arg_view view;
-        if (view_arg("reset", "windows_s", i, PySequence_Fast_GET_ITEM(windows, i), &view) < 0) {
+        if (view_arg("reset", "args", i, args[i], &view) < 0) {
             return -1;
         }
-        if (!parse_reset_window(&view, &windows_s[i])) {
-            return refuse_arg(&view,
-                              "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer "
-                              "1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S),
-                              i + 1, i + 1);
+        if (i < key_count) {
+            if (!parse_reset_window(&view, &windows_s[i])) {
+                return refuse_arg(&view,
+                                  "ARGV[%zd] (window_s of KEYS[%zd]) must be an integer "
+                                  "1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S),
+                                  i + 1, i + 1);
+            }
+            continue;
         }
+        if (!is_state_suffix(&view)) {
+            return refuse_arg(&view,
+                              "ARGV[%zd] (a state suffix) must be \":\" and up to 31 of "
+                              "[A-Za-z0-9_:-], or \":#\"",
+                              i + 1);
+        }
+        reset_suffix *suffix = &suffixes[i - key_count];
+        suffix->data = view.data;
+        suffix->size = view.size;
+        suffix->window_index = view.size == 2 && view.data[1] == '#';
     }
     return 0;
 }

@@ -20,6 +20,7 @@ import reference_model as model
 
 from moderato import _accel, policy
 from moderato.algorithms import ALGORITHMS, RESET_SUFFIXES, WINDOW_INDEX
+from moderato.backends.memory import MemoryBackend
 from moderato.plans import Plan
 from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir
 
@@ -248,10 +249,22 @@ def test_key_tags_and_suffixes_are_distinct_and_reset_knows_every_suffix() -> No
     for algorithm in ALGORITHMS.values():
         assert algorithm.state_suffixes
         assert set(algorithm.state_suffixes) <= set(RESET_SUFFIXES)
-    c_sources = "".join(path.read_text() for path in CSRC.glob("*.c"))
-    for suffix in RESET_SUFFIXES:  # the C store's reset deletes the same keys
-        if suffix != WINDOW_INDEX:
-            assert f'"{suffix}"' in c_sources, suffix
+
+
+async def test_both_backends_reset_every_suffix_the_registry_names() -> None:
+    """The suffixes live in the registry alone: reset.lua and the C store take them as
+    arguments (the store's reset has no list of its own)."""
+    assert '":bucket"' not in (CSRC / "memory.c").read_text()
+    backend = MemoryBackend(clock=lambda: NOW_MS)
+    base = b"m:tb:{t:s:i}:60"
+    index = NOW_MS // 60_000
+    keys = [base, *(base + suffix.encode() for suffix in RESET_SUFFIXES if suffix != WINDOW_INDEX)]
+    keys += [b"%s:%d" % (base, index), b"%s:%d" % (base, index - 1)]
+    for key in keys:
+        backend.store.load(key, 1, -1)
+    backend.store.load(base + b":other", 1, -1)
+    assert await backend.reset([base], [60]) == len(keys) == 2 + len(RESET_SUFFIXES)
+    assert list(backend.store.dump(NOW_MS)) == [base + b":other"]
 
 
 def test_the_registry_names_and_tags() -> None:

@@ -654,7 +654,7 @@ def test_expired_keys_read_as_absent_and_are_not_counted() -> None:
         (lambda s: s.decide(b"fixed_window", [b"k"], (1000, 1, 5000, 1), START_MS), TypeError),
         (lambda s: s.decide("fixed_window", b"k", (1000, 1, 5000, 1), START_MS), TypeError),
         (lambda s: s.decide("fixed_window", [b"k"], 5, START_MS), TypeError),
-        (lambda s: s.reset([b"k"], [1.0], START_MS), TypeError),
+        (lambda s: s.reset([b"k"], [1.0, ":#"], START_MS), TypeError),
         (lambda s: s.load(b"k", {"tokens": 1}, -1), ValueError),
         (lambda s: s.load(b"k", 1, -2), ValueError),
         (lambda s: s.sweep(START_MS, "all"), TypeError),

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pytest
 
 from moderato import _accel
+from moderato.algorithms import RESET_SUFFIXES
 
 CALLS = 100_000
 WARM_UP_CALLS = 2_000
@@ -88,14 +89,14 @@ def refusal_case(name: str, args: list[Any], keys: list[Any]) -> tuple[str, Any,
 
 def reset_case() -> tuple[str, Callable[..., Any], list[Any]]:
     keys = [blob(b"leak:fixed_window:{c}:1"), text("leak:{c}:60")]
-    windows = [1, text("60")]
+    args = [1, text("60"), *(text(suffix) for suffix in RESET_SUFFIXES)]
 
     def run(store: _accel.MemoryStore, clock: Clock) -> Any:
         now_ms = clock()
         store.decide("fixed_window", keys, [1000, 1, 5000, 1, 5000, 60], now_ms)
-        return store.reset(keys, windows, now_ms)
+        return store.reset(keys, args, now_ms)
 
-    return "reset", run, [keys, windows]
+    return "reset", run, [keys, args]
 
 
 def delete_matching_case() -> tuple[str, Callable[..., Any], list[Any]]:

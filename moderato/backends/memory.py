@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from urllib.parse import parse_qsl, urlsplit
 
 from .. import _accel
-from ..algorithms import Algorithm, ScriptArg
+from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError
 from ..plans import Plan
 from ..results import CheckResult
@@ -156,7 +156,8 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         try:
-            return self.store.reset(keys, windows_s, self.clock())
+            # reset.lua's ARGV: the registry's suffixes follow the windows, as for Redis.
+            return self.store.reset(keys, [*windows_s, *RESET_SUFFIXES], self.clock())
         except ValueError as error:
             raise _store_error("reset", error) from None
 

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from .errors import (
     BackendError,
+    BackendUnavailableError,
     ModeratoError,
     RateLimitCallbackError,
     RateLimitConfigError,
@@ -44,6 +45,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BackendError",
+    "BackendUnavailableError",
     "CheckResult",
     "ClientIdentity",
     "MessageLimit",

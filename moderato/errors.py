@@ -28,7 +28,23 @@ class UnknownOptionError(RateLimitConfigError, TypeError):
 
 
 class BackendError(ModeratoError):
-    """The backend could not give a decision (connection, timeout, error reply, bad reply)."""
+    """The backend could not give a decision (connection, timeout, error reply, bad reply).
+
+    Raised as such when Redis answered this one call with an error (its
+    message names Redis's: NOPERM, WRONGTYPE, OOM, a script's refusal of
+    stored state) or with a reply of the wrong shape: the backend is
+    reachable. BackendUnavailableError when it gave no answer at all.
+    """
+
+
+class BackendUnavailableError(BackendError):
+    """No answer from the backend: it could not be reached, did not reply within
+    the command timeout or dropped the connection, or the circuit breaker,
+    open after such failures, refused the call.
+
+    Only these failures count toward the circuit breaker: an error reply is
+    an answer, and concerns its own call only.
+    """
 
 
 class RateLimitCallbackError(ModeratoError):

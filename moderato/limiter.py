@@ -17,7 +17,7 @@ from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.schemes import make_backend
 from .breaker import CLOSED, BreakerSet, CircuitBreaker
 from .denial_cache import DenialCache, announce_reset
-from .errors import BackendError, RateLimitConfigError
+from .errors import BackendError, BackendUnavailableError, RateLimitConfigError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S, OutageLog
 from .habits import HABITS, refuse_habits
@@ -474,8 +474,16 @@ class RateLimiter:
             breaker.success()
             if self.failure_log.active:
                 self.failure_log.recovered()
-        elif isinstance(error, BackendError):
+        elif isinstance(error, BackendUnavailableError):
+            # No answer (unreachable, timed out, connection lost): what the breaker is for.
             breaker.failure()
+            self._count_operation(operation, "error")
+            self.failure_log.failed("errors", error)
+        elif isinstance(error, BackendError):
+            # An answer, if an error one (NOPERM, WRONGTYPE, OOM, corrupt state):
+            # the backend is up and the failure is this call's alone, so other
+            # calls, routes and algorithms must not be short-circuited for it.
+            breaker.success()
             self._count_operation(operation, "error")
             self.failure_log.failed("errors", error)
         else:  # cancelled, or a bug: it proved nothing either way
@@ -484,7 +492,7 @@ class RateLimiter:
     def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
         """The error of a call the open breaker refused (counted here)."""
         self._count_operation(operation, "short_circuited")
-        return BackendError(
+        return BackendUnavailableError(
             f"{breaker.describe()} is open after repeated failures; "
             f"next attempt in {breaker.retry_in_s():.2f} s"
         )

@@ -14,12 +14,14 @@ import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster import RedisCluster, call, identity_slot, script_calls
+from prometheus_client import CollectorRegistry
 from redis_servers import RedisServer
 
-from moderato import BackendError, RateLimiter
+from moderato import BackendError, BackendUnavailableError, CheckResult, RateLimiter
 from moderato.algorithms import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,6 +133,72 @@ async def test_a_missing_permission_is_reported_as_noperm(
                 await limiter.check_with_info("carol", "3/day", algorithm="gcra")
             else:
                 await limiter.check_with_info("carol", "3/day")
+    finally:
+        await limiter.close()
+
+
+# Kept alive: moderato.metrics caches collectors by the registry's id.
+_REGISTRIES: list[CollectorRegistry] = []
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+async def test_a_missing_permission_fails_only_the_checks_that_need_it(
+    own_redis_server: RedisServer, fail_open: bool
+) -> None:
+    """Without +zadd the sliding log cannot admit; every other algorithm must not notice.
+
+    An error reply is an answer: each sliding-log check reports NOPERM itself
+    (or, failing open, is let through and counted), the circuit breaker stays
+    closed, and the other algorithms' checks, before, after and among them,
+    are decided exactly.
+    """
+    set_user(own_redis_server, [c for c in needed_commands() if c != "zadd"])
+    registry = CollectorRegistry()
+    _REGISTRIES.append(registry)
+    limiter = RateLimiter(
+        user_url(own_redis_server.port),
+        key_prefix=PREFIX,
+        fail_open=fail_open,
+        enable_metrics=True,
+        metrics_registry=registry,
+        breaker_failures=2,
+    )
+    others = [name for name in ALGORITHMS if name != "sliding_log"]
+    rounds = 10
+
+    async def at_once(algorithms: list[str]) -> list[Any]:
+        return await asyncio.gather(
+            *(limiter.check_with_info("henry", "5/day", algorithm=name) for name in algorithms),
+            return_exceptions=True,
+        )
+
+    def reported(log: list[Any]) -> None:
+        if fail_open:
+            assert all(isinstance(o, CheckResult) and o.bypassed for o in log), log
+        else:
+            assert all(isinstance(o, BackendError) for o in log), log
+            assert all(not isinstance(o, BackendUnavailableError) for o in log), log
+            assert all(re.match(r"NOPERM: .* the sliding_log script needs", str(o)) for o in log)
+
+    try:
+        for number in range(rounds):
+            # Ten sliding-log checks at once (more than breaker_failures), then the others.
+            reported(await at_once(["sliding_log"] * 10))
+            rest = await at_once(others)
+            # Five admissions per algorithm, then denials: never an error, never a bypass.
+            assert [(o.allowed, o.bypassed) for o in rest] == [(number < 5, False)] * len(others)
+        reported(await at_once(["sliding_log"] * 10))
+        assert limiter.breaker.state == "closed"
+        assert registry.get_sample_value("moderato_circuit_breaker_state") == 0
+        bypassed = registry.get_sample_value(
+            "moderato_fail_open_total", {"algorithm": "sliding_log"}
+        )
+        assert (bypassed or 0) == (10 * (rounds + 1) if fail_open else 0)
+        short_circuited = registry.get_sample_value(
+            "moderato_backend_operations_total",
+            {"operation": "decide", "status": "short_circuited"},
+        )
+        assert (short_circuited or 0) == 0
     finally:
         await limiter.close()
 

@@ -237,21 +237,21 @@ async def test_an_outage_is_logged_at_once_then_summarised(
     assert len(messages) == 3, messages
     assert all(record.levelno == logging.WARNING for record in logged)
     assert re.fullmatch(
-        r"moderato: the backend could not decide \(BackendError: .+\), failing closed: "
-        r"checks raise BackendError \(503 over HTTP\); further failures are summarised "
-        r"at most every 10 s",
+        r"moderato: the backend could not decide \(BackendUnavailableError: .+\), "
+        r"failing closed: checks raise BackendError \(503 over HTTP\); further failures "
+        r"are summarised at most every 10 s",
         messages[0],
     ), messages[0]
     # Checks 0..10 (the first five reached Redis), then 11..20.
     assert re.fullmatch(
         r"moderato: the backend is still failing after 10\.0 s; since the last report: "
-        r"0 bypassed, 11 denied, 5 errors; last error: BackendError: .+",
+        r"0 bypassed, 11 denied, 5 errors; last error: BackendUnavailableError: .+",
         messages[1],
     ), messages[1]
     assert messages[2].startswith(
         "moderato: the backend is still failing after 20.0 s; since the last report: "
-        "0 bypassed, 10 denied, 0 errors; last error: BackendError: backend circuit breaker "
-        "is open"
+        "0 bypassed, 10 denied, 0 errors; last error: BackendUnavailableError: backend "
+        "circuit breaker is open"
     ), messages[2]
     # Metrics count every one of the 30.
     assert sample(registry, "moderato_checks_total", algorithm="fixed_window", result="error") == 30

@@ -10,7 +10,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis_servers import RedisServer
 
-from moderato import BackendError, RateLimitConfigError, RateLimiter, RateLimitExceeded
+from moderato import (
+    BackendError,
+    BackendUnavailableError,
+    RateLimitConfigError,
+    RateLimiter,
+    RateLimitExceeded,
+)
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -119,7 +125,7 @@ async def test_breaker_opens_fails_fast_and_closes_after_a_probe(
     assert await limiter.check("k", "50/minute")
     own_redis_server.stop()
     for _ in range(3):
-        with pytest.raises(BackendError):
+        with pytest.raises(BackendUnavailableError):  # no answer: what the breaker counts
             await limiter.check("k", "50/minute")
     assert limiter.breaker.state == "open"
     assert sample(registry, "moderato_circuit_breaker_state") == 1
@@ -144,6 +150,63 @@ async def test_breaker_opens_fails_fast_and_closes_after_a_probe(
     assert result.allowed and limiter.breaker.state == "closed"
     assert sample(registry, "moderato_circuit_breaker_state") == 0
     await limiter.close()
+
+
+async def test_an_error_reply_fails_its_own_check_and_never_opens_the_breaker(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    """One identity's state is of the wrong type: Redis answers its checks with an
+    error. They fail, each with that error; the other identity is decided exactly
+    in between, and the breaker (two failures would open it) stays closed."""
+    registry = CollectorRegistry()
+    limiter = RateLimiter(
+        redis_url,
+        key_prefix="poison",
+        enable_metrics=True,
+        metrics_registry=registry,
+        breaker_failures=2,
+    )
+    rate = "5/day"
+    assert (await limiter.check_with_info("broken", rate, algorithm="token_bucket")).allowed
+    reply = redis_server.command("KEYS", "poison:*broken*")
+    keys = [line for line in reply.split(b"\r\n") if line.startswith(b"poison:")]
+    assert len(keys) == 1
+    redis_server.command("DEL", keys[0].decode())
+    redis_server.command("RPUSH", keys[0].decode(), "not a bucket")
+    try:
+        for number in range(8):
+            failed = await asyncio.gather(
+                *(
+                    limiter.check_with_info("broken", rate, algorithm="token_bucket")
+                    for _ in range(3)
+                ),
+                return_exceptions=True,
+            )
+            for error in failed:
+                assert isinstance(error, BackendError), error
+                assert not isinstance(error, BackendUnavailableError), error
+                assert "MODERATO_STATE" in str(error) and "WRONGTYPE" in str(error), error
+            result = await limiter.check_with_info("fine", rate, algorithm="token_bucket")
+            assert (result.allowed, result.remaining) == (number < 5, max(4 - number, 0))
+        assert limiter.breaker.state == "closed"
+        assert sample(registry, "moderato_circuit_breaker_state") == 0
+        assert (
+            sample(
+                registry, "moderato_backend_operations_total", operation="decide", status="error"
+            )
+            == 3 * 8
+        )
+        assert (
+            sample(
+                registry,
+                "moderato_backend_operations_total",
+                operation="decide",
+                status="short_circuited",
+            )
+            == 0
+        )
+    finally:
+        await limiter.close()
 
 
 async def test_a_bad_identity_is_a_config_error_even_with_the_breaker_open(

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, Protocol, Union
 
 from .. import _accel
 from ..algorithms import Algorithm, ScriptArg, get_algorithm
-from ..errors import BackendError, RateLimitConfigError
+from ..errors import BackendError, BackendUnavailableError, RateLimitConfigError
 from ..keys import KeySpace
 from ..plans import Plan
 from ..policy import MAX_WINDOW_S, SCALE, Rate
@@ -72,12 +72,13 @@ def script_refusal(script: str, error: RedisReplyError) -> Exception:
 
 def translated(error: BaseException, script: Optional[str] = None) -> BaseException:
     """The client's error as moderato's: an error reply (of ``script``, if one
-    ran) as script_refusal() reads it, anything else the client raised as a
-    BackendError with its text; any other exception unchanged."""
+    ran) as script_refusal() reads it, anything else the client raised (no
+    reply: unreachable, timed out, connection lost) as a BackendUnavailableError
+    with its text; any other exception unchanged."""
     if isinstance(error, RedisReplyError):
         return script_refusal(script, error) if script else BackendError(error.message)
     if isinstance(error, RedisClientError):
-        return BackendError(str(error))
+        return BackendUnavailableError(str(error))
     return error
 
 

@@ -497,8 +497,9 @@ class ClusterClient:
             )
         except RedisReplyError as error:
             if error.message.startswith("NOPERM"):
-                # Waiting could never end: say why instead of timing out.
-                raise RedisConnectionError(
+                # Waiting could never end: say why instead of timing out (an
+                # error reply still: the node answered, it is not down).
+                raise RedisReplyError(
                     f"{source.name}: {error.message} (needed to follow ASK for a script "
                     f"while slot {slot} migrates; see the ACL in docs/operations.md)"
                 ) from None
@@ -827,7 +828,7 @@ def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> RedisClientErro
         return None
     error = asking.exception()
     if isinstance(error, RedisReplyError) and error.message.startswith("NOPERM"):
-        return RedisConnectionError(
+        return RedisReplyError(
             f"{node.name}: {error.message} (needed to follow ASK during a slot migration; "
             "see the ACL in docs/operations.md)"
         )

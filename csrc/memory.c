@@ -8,10 +8,11 @@
  * scripts use it (custom token refill rates), the same reply. A key whose
  * expiry has passed (now > expiry, as in Redis) reads as absent.
  *
- * This file is the type and its small methods (reset, sweep, clear); store.h
- * maps the rest: the table (store_table.c), one decision (store_decide.c),
- * the refusals (store_validate.c), one file per algorithm, glob deletion
- * (store_glob.c), and the test-only dump/load (store_debug.c).
+ * This file is the type and its small methods (reset, sweep, clear);
+ * store_call.h maps the rest: the table (store_table.c), the refusals
+ * (store_validate.c), keys (store_keys.c), the buckets' refill
+ * (store_bucket.c), one file per algorithm, one decision (store_decide.c),
+ * glob deletion (store_glob.c), and the test-only dump/load (store_debug.c).
  *
  * sweep() walks the slots from a cursor and drops expired entries and token
  * buckets that have refilled completely (a full bucket decides exactly as a
@@ -25,7 +26,7 @@
 #include <string.h>
 
 #include "memory.h"
-#include "store.h"
+#include "store_decide.h"
 
 /* Delete the key if present; 1 if it was live. */
 static int
@@ -134,13 +135,6 @@ done:
 }
 
 /* ---- sweeping ------------------------------------------------------------------------ */
-
-/* Whether an entry decides exactly as a missing key would: a full bucket. */
-int
-store_entry_idle(const memory_entry *entry, int64_t now_ms)
-{
-    return entry->kind == KIND_BUCKET && bucket_idle_full(entry, now_ms);
-}
 
 PyDoc_STRVAR(sweep_doc,
 "sweep($self, now_ms, max_slots=-1, /)\n"

@@ -5,7 +5,24 @@
 #include <math.h>
 #include <string.h>
 
-#include "store.h"
+#include "store_bucket.h"
+
+/* Above ACCEL_ACCRUAL_EXACT_WINDOW_MS (26 h) a capacity of at most 2^53 / window keeps
+ * elapsed * per_ms_rest within 2^53 (prelude.lua's exact_accrual). */
+int
+check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv)
+{
+    int64_t largest_scaled = floor_div(ACCEL_MAX_SAFE_INTEGER, policy->window_ms);
+    if (policy->window_ms > ACCEL_ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
+        refuse("MODERATO_ARG",
+               "ARGV[%zd] (capacity_scaled of policy %d) must be at most %lld for a window of "
+               "%lld s (accrual stays below 2^53), got %lld",
+               capacity_argv, policy->number, (long long)largest_scaled,
+               (long long)policy->window_s, (long long)policy->capacity_scaled);
+        return -1;
+    }
+    return 0;
+}
 
 void
 bucket_public_rate(memory_policy *policy)
@@ -263,7 +280,7 @@ bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy,
 
 /* Whether the bucket decides exactly as a missing one would under the
  * policy it was last written with: full by now, its base not ahead. */
-int
+static int
 bucket_idle_full(const memory_entry *entry, int64_t now_ms)
 {
     const bucket_value *bucket = &entry->value.bucket;
@@ -293,3 +310,8 @@ bucket_idle_full(const memory_entry *entry, int64_t now_ms)
            refilled.credited_scaled == 0;
 }
 
+int
+store_entry_idle(const memory_entry *entry, int64_t now_ms)
+{
+    return entry->kind == KIND_BUCKET && bucket_idle_full(entry, now_ms);
+}

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store.h"
+#include "store_decide.h"
 
 /* A log as a list of (member, score). The members are copied first: building
  * the list may run a garbage collection, hence code that changes the log. */

@@ -1,6 +1,6 @@
 /* fixed_window over its typed state (a counter at <base>:<window index>):
  * fixed_window.lua's math, in process. */
-#include "store.h"
+#include "store_algorithms.h"
 
 static int
 fixed_window_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)

@@ -1,8 +1,24 @@
 /* gcra over its typed state (a gcra_value at <base>:gcra): the theoretical
  * arrival time (TAT) in whole us plus frac / capacity of a us. */
-#include "store.h"
+#include "store_algorithms.h"
 
 static const char gcra_suffix[] = ":gcra";
+
+/* gcra.lua's window bound: a TAT reaches now + 2 windows in us, below 2^53 until
+ * ACCEL_MAX_NOW_MS. */
+static int
+gcra_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy, Py_ssize_t argv_index)
+{
+    if (policy->window_s > ACCEL_GCRA_MAX_WINDOW_S) {
+        refuse("MODERATO_ARG",
+               "ARGV[%zd] (window_s of policy %d) must be at most " ACCEL_TEXT(
+                   ACCEL_GCRA_MAX_WINDOW_S) " for gcra (its microsecond times stay below 2^53), "
+                                            "got %lld",
+               argv_index, policy->number, (long long)policy->window_s);
+        return -1;
+    }
+    return 0;
+}
 
 /* floor(a * b / m) and (a * b) mod m, exactly, for 0 <= a <= m < 2^44 and
  * 0 <= b < 2^53: b in base-256 digits keeps every partial below 2^53. */

@@ -4,7 +4,7 @@
  * patterns _accel.key_pattern() builds. */
 #include <stdint.h>
 
-#include "store.h"
+#include "store_decide.h"
 
 /* Whether the pattern item at *at ("?", "[...]", "\x" or a byte) matches c;
  * moves *at past the item. */

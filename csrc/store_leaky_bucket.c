@@ -1,7 +1,7 @@
 /* leaky_bucket over its typed state (a leaky_value at <base>:leaky):
  * the token bucket's dual, tokens = capacity - level, with the public
  * accrual (store_bucket.c). */
-#include "store.h"
+#include "store_algorithms.h"
 
 static const char leaky_suffix[] = ":leaky";
 

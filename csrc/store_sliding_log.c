@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "store.h"
+#include "store_algorithms.h"
 
 static const char log_suffix[] = ":log";
 

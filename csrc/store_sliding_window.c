@@ -1,6 +1,6 @@
 /* sliding_window over its typed state (counters at <base>:<index> and
  * <base>:<index - 1>): the previous window weighted by what is left of it. */
-#include "store.h"
+#include "store_algorithms.h"
 
 static int64_t
 previous_weight_permille(int64_t window_s, int64_t elapsed_s)

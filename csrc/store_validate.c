@@ -1,13 +1,13 @@
 /* Everything memory:// refuses, worded as the decision scripts word it: the
  * argument checks of decide() and reset() (MODERATO_ARG ...) and the typed
  * reads of stored state (MODERATO_STATE ...), in one place so that the texts
- * stay next to each other and to lua/prelude.lua's. */
-#include <math.h>
+ * stay next to each other and to lua/prelude.lua's. An algorithm's own
+ * fields are checked in its store_<algorithm>.c, with refuse_arg(). */
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
-#include "store.h"
+#include "store_validate.h"
 
 static const char wrongtype_error[] =
     "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -23,7 +23,7 @@ is_shown_byte(unsigned char c)
 
 /* The scripts' shown(): quoted, cut to max_bytes and marked with "...",
  * every byte but letters, digits, punctuation and space replaced by "?". */
-PyObject *
+static PyObject *
 shown_bytes(const char *data, Py_ssize_t size, Py_ssize_t max_bytes)
 {
     int truncated = size > max_bytes;
@@ -96,7 +96,7 @@ view_arg(const char *function, const char *what, Py_ssize_t position, PyObject *
 }
 
 /* shown() of an argument's text. */
-PyObject *
+static PyObject *
 shown_arg(const arg_view *view)
 {
     if (!view->is_int) {
@@ -125,9 +125,7 @@ shown_arg(const arg_view *view)
     return shown;
 }
 
-/* MODERATO_ARG "<what> must be <expected>, got <shown argument>": format
- * names the argument and what it must be. Always returns -1. */
-static int
+int
 refuse_arg(const arg_view *view, const char *format, ...)
 {
     va_list vargs;
@@ -146,7 +144,7 @@ refuse_arg(const arg_view *view, const char *format, ...)
 /* The number of significant digits of a decimal text (leading zeros skipped),
  * or -1 if it is empty or holds anything but ASCII digits; *start is set to
  * the first significant digit. */
-Py_ssize_t
+static Py_ssize_t
 significant_digits(const arg_view *view, Py_ssize_t *start)
 {
     if (view->size == 0) {
@@ -194,73 +192,6 @@ parse_integer(const arg_view *view, long long low, long long high, long long *va
         return 0;
     }
     *value = number;
-    return 1;
-}
-
-/* The scripts' parse_refill_rate: "" (-> 0, the public rule) or a plain or
- * exponent decimal, read as a double exactly as Lua's tonumber reads it.
- * Returns 1 and sets rate (0 for ""), or 0 when it is not such a text. */
-static int
-parse_rate_text(const arg_view *view, double *rate)
-{
-    if (view->is_int) {
-        if (view->int_sign < 0) {
-            return 0;
-        }
-        /* Correctly rounded, as strtod reads the same digits. */
-        *rate = view->int_sign > 0 ? HUGE_VAL : (double)view->value;
-        return 1;
-    }
-    const char *text = view->data;
-    Py_ssize_t size = view->size, at = 0;
-    if (size == 0) {
-        *rate = 0.0;
-        return 1;
-    }
-    /* ^%d+%.?%d* then nothing or [eE][+-]?%d+ to the end */
-    while (at < size && text[at] >= '0' && text[at] <= '9') {
-        at++;
-    }
-    if (at == 0) {
-        return 0;
-    }
-    if (at < size && text[at] == '.') {
-        at++;
-    }
-    while (at < size && text[at] >= '0' && text[at] <= '9') {
-        at++;
-    }
-    if (at < size) {
-        if (text[at] != 'e' && text[at] != 'E') {
-            return 0;
-        }
-        at++;
-        if (at < size && (text[at] == '+' || text[at] == '-')) {
-            at++;
-        }
-        Py_ssize_t digits_start = at;
-        while (at < size && text[at] >= '0' && text[at] <= '9') {
-            at++;
-        }
-        if (at == digits_start || at < size) {
-            return 0;
-        }
-    }
-    char *copy = PyMem_Malloc((size_t)size + 1);
-    if (copy == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memcpy(copy, text, (size_t)size);
-    copy[size] = '\0';
-    char *end;
-    /* Locale-independent and correctly rounded; an overflow gives HUGE_VAL. */
-    double value = PyOS_string_to_double(copy, &end, NULL);
-    PyMem_Free(copy);
-    if (value == -1.0 && PyErr_Occurred()) {
-        return -1;
-    }
-    *rate = value;
     return 1;
 }
 
@@ -343,7 +274,7 @@ parse_now_or_clock(const char *function, PyObject *object, int64_t *now_ms)
     return 0;
 }
 
-PyObject *
+static PyObject *
 shown_target(const memory_target *target)
 {
     return shown_bytes((const char *)target->key, (Py_ssize_t)target->key_size,
@@ -503,72 +434,6 @@ read_hash(const memory_target *target, int kind, const long long *highs, int64_t
     return 0;
 }
 
-int
-token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t argv_index)
-{
-    arg_view view;
-    double rate = 0.0;
-    if (view_arg("decide", "args", argv_index, call->argv[argv_index], &view) < 0) {
-        return -1;
-    }
-    int parsed = parse_rate_text(&view, &rate);
-    if (parsed < 0) {
-        return -1;
-    }
-    int empty = !view.is_int && view.size == 0;
-    if (!empty) {
-        /* The lower bound keeps a full refill within one day. */
-        double lowest = (double)policy->capacity_scaled / (double)ACCEL_MAX_WINDOW_S;
-        if (!parsed || rate != rate || rate >= HUGE_VAL || rate < lowest ||
-            rate > (double)ACCEL_MAX_CAPACITY_SCALED) {
-            return refuse_arg(&view,
-                              "ARGV[%zd] (refill_scaled_per_s of policy %d) must be \"\" or a "
-                              "finite number from capacity_scaled / " ACCEL_TEXT(
-                                  ACCEL_MAX_WINDOW_S) " to " ACCEL_TEXT(ACCEL_MAX_CAPACITY_SCALED),
-                              argv_index + 1, policy->number);
-        }
-        policy->custom_rate = 1;
-        policy->refill_scaled_per_s = rate;
-    }
-    if (check_exact_accrual(policy, argv_index - 1) < 0) {
-        return -1;
-    }
-    bucket_public_rate(policy);
-    return 0;
-}
-
-/* prelude.lua's split_per_ms check: above 26 h a capacity of at most 2^53 / window keeps
- * elapsed * per_ms_rest within 2^53. capacity_argv is 1-based. */
-int
-check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv)
-{
-    int64_t largest_scaled = floor_div(ACCEL_MAX_SAFE_INTEGER, policy->window_ms);
-    if (policy->window_ms > ACCEL_ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
-        refuse("MODERATO_ARG",
-               "ARGV[%zd] (capacity_scaled of policy %d) must be at most %lld for a window of "
-               "%lld s (accrual stays below 2^53), got %lld",
-               capacity_argv, policy->number, (long long)largest_scaled,
-               (long long)policy->window_s, (long long)policy->capacity_scaled);
-        return -1;
-    }
-    return 0;
-}
-
-/* gcra.lua's window bound: a TAT reaches now + 2 windows in us, below 2^53 until
- * ACCEL_MAX_NOW_MS. */
-int
-gcra_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy, Py_ssize_t argv_index)
-{
-    if (policy->window_s > ACCEL_GCRA_MAX_WINDOW_S) {
-        refuse("MODERATO_ARG",
-               "ARGV[%zd] (window_s of policy %d) must be at most " ACCEL_TEXT(
-                   ACCEL_GCRA_MAX_WINDOW_S) " for gcra (its microsecond times stay below 2^53), "
-                                            "got %lld",
-               argv_index, policy->number, (long long)policy->window_s);
-        return -1;
-    }
-    return 0;
-}
 /* ---- validation, in the scripts' order ------------------------------------------ */
 
 int

@@ -225,11 +225,17 @@ def test_every_algorithm_has_a_c_implementation(name: str) -> None:
     store = _accel.MemoryStore(16)
     reply = store.decide(name, [b"k:60"], (1000, 1, *plan.script_args), NOW_MS)
     assert reply[:3] == [1, 0, 4000]
-    # its own file, ending in its registry entry, and named on store.h's list
-    last_line = (CSRC / f"store_{name}.c").read_text().rstrip().splitlines()[-1]
+    # its own file, ending in its registry entry, and named on store_algorithms.h's list
+    own = CSRC / f"store_{name}.c"
+    last_line = own.read_text().rstrip().splitlines()[-1]
     assert last_line.startswith(f"STORE_ALGORITHM({name}, ")
-    names = re.search(r"STORE_ALGORITHM_NAMES\(X\)\s*\\\n(.*)\n", (CSRC / "store.h").read_text())
+    algorithms_h = (CSRC / "store_algorithms.h").read_text()
+    names = re.search(r"STORE_ALGORITHM_NAMES\(X\)\s*\\\n(.*)\n", algorithms_h)
     assert names is not None and f"X({name})" in names.group(1).split()
+    # every step of it, its argument parsing included, is defined there alone
+    for path in CSRC.glob("*.c"):
+        defines = re.findall(rf"^{name}_\w+\(", path.read_text(), re.M)
+        assert bool(defines) == (path == own), path.name
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)

@@ -35,7 +35,10 @@ class BuildAccel(build_ext):
 
     def build_extensions(self) -> None:
         if self.compiler.compiler_type != "msvc":  # MSVC takes other flags (/W4, /WX)
-            flags = _GCC_STYLE_WARNINGS + (["-Werror"] if _strict() else [])
+            # Only PyInit__accel (PyMODINIT_FUNC marks it) leaves the shared
+            # object; MSVC exports nothing unmarked to begin with.
+            flags = [*_GCC_STYLE_WARNINGS, "-fvisibility=hidden"]
+            flags += ["-Werror"] if _strict() else []
             for extension in self.extensions:
                 extension.extra_compile_args = flags + list(extension.extra_compile_args)
         try:

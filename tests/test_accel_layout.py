@@ -1,8 +1,10 @@
-"""The shape of the C accelerator: how its files depend on each other.
+"""The shape of the C accelerator: what the extension exports, and how its files depend
+on each other.
 
-Its headers include each other in one direction, and no C file calls into a
-file that calls back into it, so each file reads from the ones it depends on,
-top to bottom (docs/architecture.md).
+The built module exports one symbol, ``PyInit__accel`` (setup.py builds with
+``-fvisibility=hidden``); its headers include each other in one direction; and
+no C file calls into a file that calls back into it, so each file reads from
+the ones it depends on, top to bottom (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -64,6 +67,24 @@ def cycle_in(graph: dict[str, set[str]]) -> list[str]:
 def test_cycle_in_finds_a_cycle_and_none_where_there_is_none() -> None:
     assert cycle_in({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+# -- what the extension exports --------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("nm") is None,
+    reason="reads the ELF dynamic symbol table with nm",
+)
+def test_the_extension_exports_only_its_init_function() -> None:
+    listed = subprocess.run(
+        ["nm", "-D", "--defined-only", _accel.__file__],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    exported = {line.split()[-1] for line in listed.splitlines() if line.strip()}
+    assert exported == {"PyInit__accel"}
 
 
 # -- how the files depend on each other --------------------------------------------------------

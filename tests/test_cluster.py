@@ -29,7 +29,7 @@ from moderato.algorithms import ALGORITHMS
 from moderato.backends.redis import RedisBackend
 from moderato.errors import RedisReplyError
 from moderato.redis import ClusterClient
-from moderato.redis.cluster import _command_slot, _parse_shards, _parse_slots
+from moderato.redis.cluster_map import command_slot, parse_shards, parse_slots
 from moderato.redis.errors import RedisClientError
 
 pytestmark = pytest.mark.slow
@@ -127,26 +127,26 @@ async def test_a_stale_map_is_corrected_by_moved(cluster: RedisCluster) -> None:
 
 
 def test_command_routing() -> None:
-    assert _command_slot(("GET", "{user1}:a")) == slot_of("user1")
-    assert _command_slot((b"set", b"plain", b"v")) == slot_of("plain")
-    assert _command_slot(("EVALSHA", "ab" * 20, 2, "{t}:a", "{t}:b", 1)) == slot_of("t")
-    assert _command_slot(("EVAL", "return 1", 0)) is None
-    assert _command_slot(("PING",)) is None
-    assert _command_slot(("CLUSTER", "SHARDS")) is None
-    assert _command_slot(("SCAN", 0, "MATCH", "p:*:{t:s:i}:*", "COUNT", 10)) == slot_of("t:s:i")
+    assert command_slot(("GET", "{user1}:a")) == slot_of("user1")
+    assert command_slot((b"set", b"plain", b"v")) == slot_of("plain")
+    assert command_slot(("EVALSHA", "ab" * 20, 2, "{t}:a", "{t}:b", 1)) == slot_of("t")
+    assert command_slot(("EVAL", "return 1", 0)) is None
+    assert command_slot(("PING",)) is None
+    assert command_slot(("CLUSTER", "SHARDS")) is None
+    assert command_slot(("SCAN", 0, "MATCH", "p:*:{t:s:i}:*", "COUNT", 10)) == slot_of("t:s:i")
     for args, problem in [
         (("SCAN", 0), "no MATCH pattern"),
         (("SCAN", 0, "MATCH", "p:*"), "no {hash tag}"),
         (("SCAN", 0, "MATCH", "p:{t*}"), "not literal"),
     ]:
         with pytest.raises(RedisClientError, match=problem):
-            _command_slot(args)
+            command_slot(args)
 
 
 async def test_cluster_slots_fallback_gives_the_same_map(cluster: RedisCluster) -> None:
     port = cluster.servers[0].port
-    from_shards = _parse_shards(call(port, "CLUSTER", "SHARDS"), "127.0.0.1", False)
-    from_slots = _parse_slots(call(port, "CLUSTER", "SLOTS"), "127.0.0.1")
+    from_shards = parse_shards(call(port, "CLUSTER", "SHARDS"), "127.0.0.1", False)
+    from_slots = parse_slots(call(port, "CLUSTER", "SLOTS"), "127.0.0.1")
     assert sorted(from_shards[0]) == sorted(from_slots[0])
     # CLUSTER SLOTS leaves out replicas that have replicated nothing yet; SHARDS
     # lists every node: all candidates for a map reload.

@@ -45,16 +45,22 @@ from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, TypedDict
 
 from ._encoding import Arg, encode_command, encode_evalsha
+from .client_options import (
+    BACKOFF_CAP_S,
+    BACKOFF_START_S,
+    checked_client_name,
+    checked_ssl_context,
+    positive_seconds,
+    reconnect_delay_s,
+)
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .errors import RedisClientError, RedisReplyError
 from .forks import abandon_in_children
-from .url import RedisAddress, address_of, client_name_problem, parse_url
+from .url import RedisAddress, address_of, parse_url
 from .url_options import client_from_url
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "ClientOptions", "RedisClient", "ScriptLike"]
 
-BACKOFF_START_S = 0.025
-BACKOFF_CAP_S = 0.5
 _MAX_CONNECTIONS_PER_LOOP = 64
 
 
@@ -92,8 +98,7 @@ class _Slot:
             self.retry_at = 0.0
         else:
             self.failures += 1
-            delay_s = min(BACKOFF_START_S * 2 ** (self.failures - 1), BACKOFF_CAP_S)
-            self.retry_at = self.pool.loop.time() + delay_s
+            self.retry_at = self.pool.loop.time() + reconnect_delay_s(self.failures)
         self.last_error = error
 
 
@@ -274,8 +279,8 @@ class RedisClient:
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
         self.address = address
-        self.connect_timeout_s = _positive_seconds("connect_timeout_s", connect_timeout_s)
-        self.command_timeout_s = _positive_seconds("command_timeout_s", command_timeout_s)
+        self.connect_timeout_s = positive_seconds("connect_timeout_s", connect_timeout_s)
+        self.command_timeout_s = positive_seconds("command_timeout_s", command_timeout_s)
         if isinstance(connections_per_loop, bool) or not isinstance(connections_per_loop, int):
             raise TypeError(
                 f"connections_per_loop must be an int, got {type(connections_per_loop).__name__}"
@@ -286,24 +291,8 @@ class RedisClient:
                 f"got {connections_per_loop}"
             )
         self.connections_per_loop = connections_per_loop
-        if ssl_context is not None:
-            if not isinstance(ssl_context, ssl.SSLContext):
-                raise TypeError(
-                    f"ssl_context must be an ssl.SSLContext, got {type(ssl_context).__name__}"
-                )
-            if not address.tls:
-                raise ValueError(
-                    f"ssl_context was given but {address} is not a TLS address; use rediss://"
-                )
-        self._ssl_context = ssl_context
-        if client_name is not None:
-            if not isinstance(client_name, str):
-                raise TypeError(f"client_name must be a str, got {type(client_name).__name__}")
-            problem = client_name_problem(client_name)
-            if problem:
-                raise ValueError(problem)
-        # An explicit client_name wins over the URL's ?client_name=.
-        self.client_name = client_name if client_name is not None else address.client_name
+        self._ssl_context = checked_ssl_context(ssl_context, address)
+        self.client_name = checked_client_name(client_name, address)
 
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._pools_lock = threading.Lock()
@@ -516,11 +505,3 @@ class RedisClient:
         slot.connection = connection
         connection.start(self.connect_timeout_s)
         return connection
-
-
-def _positive_seconds(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)

@@ -54,18 +54,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._accel import key_slot
 from ._encoding import Arg, encode_command
 from .client import ClientOptions, RedisClient
+from .cluster_map import (
+    DEFAULT_MAX_REDIRECTS,
+    REFRESH_FANOUT,
+    REFRESH_INTERVAL_S,
+    RETRIED_REPLIES,
+    RETRY_CAP_S,
+    RETRY_START_S,
+    SLOTS,
+    ClusterCounters,
+    Node,
+    SlotMap,
+    Topology,
+    ask_waiting_error,
+    asking_needs_permission,
+    checked_topology,
+    command_slot,
+    count_needs_permission,
+    parse_shards,
+    parse_slots,
+    script_slot,
+    shards_refused,
+    too_many_redirects,
+)
 from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
-from .url import ClusterAddress, address_of, parse_cluster_url
+from .url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
 from .url_options import client_from_url
 
 if TYPE_CHECKING:
@@ -79,65 +99,8 @@ __all__ = [
     "ClusterCounters",
 ]
 
-SLOTS = 16384
-DEFAULT_MAX_REDIRECTS = 5
-# At most one slot-map reload is started per this many seconds (per client).
-REFRESH_INTERVAL_S = 0.1
-# Nodes asked for the slot map at once during a reload.
-_REFRESH_FANOUT = 3
-_RETRY_START_S = 0.005
-_RETRY_CAP_S = 0.1
 _ASKING = encode_command("ASKING")
-# Commands that name no key: sent to any primary.
-_KEYLESS = frozenset(
-    {
-        b"PING", b"ECHO", b"INFO", b"TIME", b"DBSIZE", b"CLUSTER", b"SCRIPT", b"CONFIG",
-        b"CLIENT", b"COMMAND", b"FLUSHALL", b"FLUSHDB", b"LASTSAVE", b"MEMORY", b"SLOWLOG",
-        b"LATENCY", b"FUNCTION", b"RANDOMKEY", b"WAIT", b"ROLE", b"HELLO", b"AUTH",
-    }
-)  # fmt: skip
-_SCRIPT_COMMANDS = frozenset(
-    {b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"}
-)
-_GLOB_CHARACTERS = frozenset("*?[]\\")
-
-
-@dataclass
-class ClusterCounters:
-    """What a ClusterClient has seen since it was made (for diagnostics, tests and logs)."""
-
-    moved: int = 0
-    """MOVED replies followed."""
-    ask: int = 0
-    """ASK replies followed (ASKING + the command sent to the migration target)."""
-    ask_deferred: int = 0
-    """ASK replies to a script not followed yet: the source still held keys of the slot."""
-    tryagain: int = 0
-    clusterdown: int = 0
-    loading: int = 0
-    connection_errors: int = 0
-    """Commands retried after a lost, refused or backed-off connection."""
-    lost_replies: int = 0
-    """Script calls not retried: written, then their reply was lost (they may have run)."""
-    refreshes: int = 0
-    """Slot maps loaded."""
-    refresh_failures: int = 0
-    """Reloads for which no node gave a usable slot map."""
-
-
-class _Node:
-    """One cluster node: its name (``host:port``) and its own RedisClient."""
-
-    __slots__ = ("client", "host", "name", "port")
-
-    def __init__(self, host: str, port: int, client: RedisClient) -> None:
-        self.host = host
-        self.port = port
-        self.name = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.client = client
-
-    def __repr__(self) -> str:
-        return f"<node {self.name}>"
+_Node = Node[RedisClient]
 
 
 class _Request(NamedTuple):
@@ -164,12 +127,7 @@ class _Request(NamedTuple):
         return encode_command(*self.args)
 
 
-# (start, end, host, port) per slot range of a primary; (host, port) of every node.
-_SlotRanges = list[tuple[int, int, str, int]]
-_Topology = tuple[_SlotRanges, list[tuple[str, int]]]
-
-
-class ClusterClient:
+class ClusterClient(SlotMap[RedisClient]):
     """A Redis Cluster client with RedisClient's surface: ``execute``, ``evalsha``,
     ``connect``, ``close``.
 
@@ -196,28 +154,15 @@ class ClusterClient:
             raise TypeError(f"max_redirects must be an int, got {type(max_redirects).__name__}")
         if not 1 <= max_redirects <= 100:
             raise ValueError(f"max_redirects must be 1..100, got {max_redirects}")
-        self.address = address
         self.max_redirects = max_redirects
         self._client_options = options
         self.counters = ClusterCounters()
-
-        self._lock = threading.Lock()
-        # Copy on write under _lock: readers never lock.
-        self._nodes: dict[str, _Node] = {}
-        # The seeds' clients are built now: they check the options, and their
-        # timeouts are the cluster's.
-        self._seeds = tuple(self._node(host, port) for host, port in address.seeds)
+        self._init_map(address)
+        # The seeds' timeouts are the cluster's.
         self.connect_timeout_s = self._seeds[0].client.connect_timeout_s
         self.command_timeout_s = self._seeds[0].client.command_timeout_s
-        self._table: list[_Node | None] | None = None
-        self._primaries: tuple[_Node, ...] = ()
-        self._known: tuple[_Node, ...] = ()
-        self._rotation = 0
-        # slot -> (source, target) whose source was seen holding no key of the slot.
-        self._drained: dict[int, tuple[str, str]] = {}
         self._refresh_task: asyncio.Task[bool] | None = None
         self._refresh_started = -REFRESH_INTERVAL_S
-        self._refresh_error = "the slot map was never loaded"
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -236,7 +181,7 @@ class ClusterClient:
         Raises RedisReplyError for an error reply (after following redirections)
         and RedisConnectionError when no node could answer within ``command_timeout_s``.
         """
-        slot = _command_slot(args)
+        slot = command_slot(args)
         table = self._table
         node = None if table is None else (self._any_primary() if slot is None else table[slot])
         started = monotonic()
@@ -255,7 +200,7 @@ class ClusterClient:
         the call again).
         """
         table = self._table
-        slot = key_slot(_key_text(keys[0])) if keys else None
+        slot = script_slot(keys)
         node = None if table is None else (self._any_primary() if slot is None else table[slot])
         started = monotonic()
         if node is not None:
@@ -305,30 +250,8 @@ class ClusterClient:
         for node in list(self._nodes.values()):
             await node.client.close()
 
-    # -- diagnostics -------------------------------------------------------------
-
-    def primaries(self) -> list[str]:
-        """Names (``host:port``) of the primaries in the current slot map."""
-        return [node.name for node in self._primaries]
-
-    def node_for_slot(self, slot: int) -> str | None:
-        """Name of the primary the map gives ``slot`` to (None before the map is loaded)."""
-        table = self._table
-        node = None if table is None else table[slot]
-        return None if node is None else node.name
-
-    def node_for_key(self, key: Arg) -> str | None:
-        """Name of the primary the map gives ``key``'s slot to (None before the map is loaded).
-
-        The limiter keeps one circuit breaker per node with this.
-        """
-        table = self._table
-        node = None if table is None else table[key_slot(_key_text(key))]
-        return None if node is None else node.name
-
-    def node_client(self, name: str) -> RedisClient:
-        """The RedisClient of one node, by name (``host:port``)."""
-        return self._nodes[name].client
+    def _new_client(self, address: RedisAddress) -> RedisClient:
+        return RedisClient(address, **self._client_options)
 
     # -- recovery ----------------------------------------------------------------
 
@@ -338,7 +261,7 @@ class ClusterClient:
         """Follow redirections and retry what is safe until an answer, or the deadline."""
         deadline = request.started + self.command_timeout_s
         redirects = 0
-        pause = _RETRY_START_S
+        pause = RETRY_START_S
         asking = False
         while True:
             if error is not None:
@@ -347,15 +270,12 @@ class ClusterClient:
                     kind = message.split(" ", 1)[0]
                     if kind in ("MOVED", "ASK"):
                         redirects += 1
-                        if redirects > self.max_redirects:
-                            raise RedisConnectionError(
-                                f"Redis Cluster: more than {self.max_redirects} redirections "
-                                f"for one command (last: {message})"
-                            )
+                        too_many_redirects(redirects, self.max_redirects, message)
                         slot, target = self._redirect_target(message, node)
                         if kind == "MOVED":
                             self.counters.moved += 1
-                            self._moved(slot, target)
+                            self._moved_to(slot, target)
+                            self._start_refresh(force=False)
                             node, asking = target, False
                         elif (
                             request.script is not None
@@ -365,26 +285,20 @@ class ClusterClient:
                             # The source may still hold the script's state: wait.
                             self.counters.ask_deferred += 1
                             redirects -= 1  # a wait, bounded by the deadline instead
-                            waiting = RedisConnectionError(
-                                f"Redis Cluster: slot {slot} is migrating from {node.name} to "
-                                f"{target.name} and {node.name} still holds keys of it; "
-                                f"no answer within {self.command_timeout_s:g} s"
+                            waiting = ask_waiting_error(
+                                slot, node.name, target.name, self.command_timeout_s
                             )
                             pause = await self._pause(pause, deadline, waiting)
                             asking = False
                         else:
                             self.counters.ask += 1
                             node, asking = target, True
-                    elif kind in ("TRYAGAIN", "CLUSTERDOWN", "LOADING"):
-                        if kind == "TRYAGAIN":
-                            self.counters.tryagain += 1
-                        elif kind == "LOADING":
-                            self.counters.loading += 1
-                        else:
-                            self.counters.clusterdown += 1
+                    elif kind in RETRIED_REPLIES:
+                        self.counters.retried(kind)
+                        if kind == "CLUSTERDOWN":
                             self._start_refresh(force=False)
                         pause = await self._pause(pause, deadline, error)
-                        node, asking = self._owner(request), False
+                        node, asking = self._owner(request.slot), False
                     else:
                         raise error
                 else:
@@ -397,18 +311,16 @@ class ClusterClient:
                     # Lost, refused or backed-off connection: the node may be gone.
                     self.counters.connection_errors += 1
                     await self._refreshed(deadline)
-                    owner = self._owner(request)
+                    owner = self._owner(request.slot)
                     if owner is node or owner is None:
                         pause = await self._pause(pause, deadline, error)
-                        owner = self._owner(request)
+                        owner = self._owner(request.slot)
                     node, asking = owner, False
             if node is None:
                 await self._ensure_map(deadline)
-                node = self._owner(request)
+                node = self._owner(request.slot)
                 if node is None:
-                    error = RedisConnectionError(
-                        f"Redis Cluster {self.address}: no node serves slot {request.slot}"
-                    )
+                    error = self._no_owner_error(request.slot)
                     pause = await self._pause(pause, deadline, error)
                     continue
             asking_reply: asyncio.Future[Any] | None = None
@@ -427,28 +339,13 @@ class ClusterClient:
                         # again: "too many redirections" would hide the cause.
                         raise refusal from None
 
-    def _owner(self, request: _Request) -> _Node | None:
-        table = self._table
-        if table is None:
-            return None
-        if request.slot is None:
-            return self._any_primary()
-        return table[request.slot]
-
-    def _any_primary(self) -> _Node | None:
-        primaries = self._primaries
-        if not primaries:
-            return None
-        self._rotation = index = (self._rotation + 1) % len(primaries)
-        return primaries[index]
-
     async def _pause(self, pause: float, deadline: float, error: RedisClientError) -> float:
         """Sleep ``pause`` (or what is left before the deadline); raise ``error`` if none is."""
         remaining = deadline - monotonic()
         if remaining <= 0:
             raise error
         await asyncio.sleep(min(pause, remaining))
-        return min(pause * 2, _RETRY_CAP_S)
+        return min(pause * 2, RETRY_CAP_S)
 
     async def _bounded(self, future: asyncio.Future[Any], deadline: float) -> Any:
         if future.done():
@@ -456,17 +353,11 @@ class ClusterClient:
         remaining = deadline - monotonic()
         if remaining <= 0:
             future.cancel()
-            raise self._timeout_error()
+            raise self._timeout_error(self.command_timeout_s)
         try:
             return await asyncio.wait_for(future, remaining)
         except asyncio.TimeoutError:
-            raise self._timeout_error() from None
-
-    def _timeout_error(self) -> RedisClientError:
-        return RedisConnectionError(
-            f"Redis Cluster {self.address}: no answer within {self.command_timeout_s:g} s "
-            "(command timeout, retries included)"
-        )
+            raise self._timeout_error(self.command_timeout_s) from None
 
     def _send_asking(
         self, node: _Node, request: _Request
@@ -497,12 +388,8 @@ class ClusterClient:
             )
         except RedisReplyError as error:
             if error.message.startswith("NOPERM"):
-                # Waiting could never end: say why instead of timing out (an
-                # error reply still: the node answered, it is not down).
-                raise RedisReplyError(
-                    f"{source.name}: {error.message} (needed to follow ASK for a script "
-                    f"while slot {slot} migrates; see the ACL in docs/operations.md)"
-                ) from None
+                # Waiting could never end: say why instead of timing out.
+                raise count_needs_permission(error.message, source.name, slot) from None
             return False
         except RedisClientError:
             return False
@@ -510,36 +397,6 @@ class ClusterClient:
             self._drained[slot] = pair
             return True
         return False
-
-    def _redirect_target(self, message: str, node: _Node | None) -> tuple[int, _Node]:
-        """(slot, node) of ``MOVED <slot> <host>:<port>`` or ``ASK ...``."""
-        parts = message.split(" ")
-        try:
-            slot = int(parts[1])
-            host, _, port_text = parts[2].rpartition(":")
-            port = int(port_text)
-            if not 0 <= slot < SLOTS or not 0 < port < 65536:
-                raise ValueError
-        except (IndexError, ValueError):
-            raise RedisConnectionError(
-                f"Redis Cluster sent a malformed redirection: {message!r}"
-            ) from None
-        host = host.strip("[]")
-        if not host:
-            # An unknown endpoint: the node that replied is reached the same way.
-            if node is None:
-                raise RedisConnectionError(
-                    f"Redis Cluster sent a redirection without a host: {message!r}"
-                )
-            host = node.host
-        return slot, self._node(host, port)
-
-    def _moved(self, slot: int, target: _Node) -> None:
-        table = self._table
-        if table is not None:
-            table[slot] = target  # one item: readers see the old node or the new one
-        self._drained.pop(slot, None)
-        self._start_refresh(force=False)
 
     # -- the slot map --------------------------------------------------------------
 
@@ -578,26 +435,15 @@ class ClusterClient:
         if remaining > 0:
             await asyncio.wait({task}, timeout=remaining)
         if self._table is None:
-            raise RedisConnectionError(
-                f"cannot load the Redis Cluster slot map of {self.address}: {self._refresh_error}"
-            )
+            raise self._no_map_error()
 
     async def _load_map(self) -> bool:
         """Ask nodes for the slot map until one gives a usable one; install it."""
-        candidates: list[_Node] = []
-        seen: set[str] = set()
-        primaries = list(self._primaries)
-        if primaries:
-            shift = self._rotation % len(primaries)
-            primaries = primaries[shift:] + primaries[:shift]
-        for node in (*primaries, *self._known, *self._seeds):
-            if node.name not in seen:
-                seen.add(node.name)
-                candidates.append(node)
+        candidates = self._refresh_candidates()
         errors: list[str] = []
-        for start in range(0, len(candidates), _REFRESH_FANOUT):
+        for start in range(0, len(candidates), REFRESH_FANOUT):
             topology = await self._first_topology(
-                candidates[start : start + _REFRESH_FANOUT], errors
+                candidates[start : start + REFRESH_FANOUT], errors
             )
             if topology is not None:
                 self._install(*topology)
@@ -607,7 +453,7 @@ class ClusterClient:
         self.counters.refresh_failures += 1
         return False
 
-    async def _first_topology(self, nodes: list[_Node], errors: list[str]) -> _Topology | None:
+    async def _first_topology(self, nodes: list[_Node], errors: list[str]) -> Topology | None:
         tasks = {asyncio.ensure_future(self._topology(node)): node for node in nodes}
         try:
             while tasks:
@@ -624,202 +470,16 @@ class ClusterClient:
                 task.cancel()
                 task.add_done_callback(_consume)
 
-    async def _topology(self, node: _Node) -> _Topology:
+    async def _topology(self, node: _Node) -> Topology:
         """The slot map as ``node`` sees it."""
         try:
             reply = await node.client.execute("CLUSTER", "SHARDS")
         except RedisReplyError as error:
-            text = error.message.lower()
-            if "cluster support disabled" in text:
-                raise RedisConnectionError(f"{node.name} is not a Redis Cluster node") from None
-            if "unknown" not in text:
-                raise
+            shards_refused(error, node.name)
             # Before Redis 7.0.
             slots_reply = await node.client.execute("CLUSTER", "SLOTS")
-            topology = _parse_slots(slots_reply, node.host)
-        else:
-            topology = _parse_shards(reply, node.host, self.address.tls)
-        ranges = topology[0]
-        if not ranges:
-            raise RedisConnectionError(f"{node.name} knows no slot owner (cluster not formed yet?)")
-        return topology
-
-    def _install(self, ranges: _SlotRanges, every: list[tuple[str, int]]) -> None:
-        table: list[_Node | None] = [None] * SLOTS
-        primaries: dict[str, _Node] = {}
-        for start, end, host, port in ranges:
-            node = self._node(host, port)
-            primaries.setdefault(node.name, node)
-            table[start : end + 1] = [node] * (end - start + 1)
-        self._known = tuple(self._node(host, port) for host, port in every)
-        self._primaries = tuple(primaries.values())
-        self._drained = {}
-        self._table = table
-
-    def _node(self, host: str, port: int) -> _Node:
-        name = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        node = self._nodes.get(name)
-        if node is not None:
-            return node
-        with self._lock:
-            node = self._nodes.get(name)
-            if node is None:
-                client = RedisClient(self.address.node(host, port), **self._client_options)
-                node = _Node(host, port, client)
-                nodes = dict(self._nodes)
-                nodes[name] = node
-                self._nodes = nodes
-            return node
-
-
-# -- routing -----------------------------------------------------------------------
-
-
-def _key_text(arg: Arg) -> str | bytes:
-    if isinstance(arg, (str, bytes)):
-        return arg
-    if isinstance(arg, (bytearray, memoryview)):
-        return bytes(arg)
-    if isinstance(arg, int) and not isinstance(arg, bool):
-        return str(arg)
-    raise TypeError(
-        f"a key must be str, bytes, bytearray, memoryview or int, got {type(arg).__name__}"
-    )
-
-
-def _command_slot(args: Sequence[Arg]) -> int | None:
-    """The slot a command must run on, or None if any node will do."""
-    if not args:
-        raise TypeError("a command needs at least its name")
-    name = _key_text(args[0])
-    upper = (name.encode() if isinstance(name, str) else name).upper()
-    if upper in _KEYLESS or len(args) < 2:
-        return None
-    if upper in _SCRIPT_COMMANDS:
-        try:
-            numkeys = int(_key_text(args[2]))
-        except (IndexError, ValueError):
-            return None  # malformed: let the server say why
-        return key_slot(_key_text(args[3])) if numkeys > 0 and len(args) > 3 else None
-    if upper == b"SCAN":
-        return _scan_slot(args)
-    return key_slot(_key_text(args[1]))
-
-
-def _scan_slot(args: Sequence[Arg]) -> int:
-    """The one slot a ``SCAN ... MATCH <pattern>`` can find keys in, from the pattern's hash tag."""
-    pattern: str | None = None
-    for index in range(2, len(args) - 1):
-        option = _key_text(args[index])
-        if (option.encode() if isinstance(option, str) else option).upper() == b"MATCH":
-            value = _key_text(args[index + 1])
-            pattern = value if isinstance(value, str) else value.decode("latin-1")
-            break
-    problem = "it has no MATCH pattern"
-    if pattern is not None:
-        start = pattern.find("{")
-        end = pattern.find("}", start + 1) if start >= 0 else -1
-        tag = pattern[start + 1 : end] if end > start else ""
-        if not tag:
-            problem = f"its pattern {pattern[:80]!r} has no {{hash tag}}"
-        elif _GLOB_CHARACTERS.intersection(tag):
-            problem = f"the hash tag of {pattern[:80]!r} is not literal"
-        else:
-            return key_slot(pattern.encode("latin-1"))
-    raise RedisConnectionError(
-        f"SCAN on a Redis Cluster needs a MATCH pattern whose {{hash tag}} fixes the slot "
-        f"(one node holds all its keys); {problem}"
-    )
-
-
-# -- slot map replies ----------------------------------------------------------------
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _fields(flat: Any) -> dict[str, Any]:
-    if not isinstance(flat, list) or len(flat) % 2:
-        raise RedisConnectionError(f"malformed CLUSTER SHARDS entry: {flat!r:.200}")
-    return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
-
-
-def _parse_shards(reply: Any, asked_host: str, tls: bool) -> _Topology:
-    """(primary slot ranges, every node) from a CLUSTER SHARDS reply (RESP2)."""
-    if not isinstance(reply, list):
-        raise RedisConnectionError(f"malformed CLUSTER SHARDS reply: {reply!r:.200}")
-    ranges: _SlotRanges = []
-    every: list[tuple[str, int]] = []
-    for shard in reply:
-        fields = _fields(shard)
-        slots = fields.get("slots") or []
-        primary: tuple[str, int] | None = None
-        primary_online = False
-        for entry in fields.get("nodes") or []:
-            node = _fields(entry)
-            host = _endpoint(node, asked_host)
-            port_value = node.get("tls-port") if tls and node.get("tls-port") else node.get("port")
-            if host is None or not isinstance(port_value, int) or not port_value:
-                continue
-            every.append((host, port_value))
-            if _text(node.get("role")) == "master":
-                online = _text(node.get("health")) != "fail"
-                if primary is None or (online and not primary_online):
-                    primary, primary_online = (host, port_value), online
-        if primary is None or not slots:
-            continue
-        if len(slots) % 2:
-            raise RedisConnectionError(f"malformed slot list in CLUSTER SHARDS: {slots!r:.200}")
-        for i in range(0, len(slots), 2):
-            start, end = int(slots[i]), int(slots[i + 1])
-            if not 0 <= start <= end < SLOTS:
-                raise RedisConnectionError(
-                    f"slot range {start}-{end} out of range in CLUSTER SHARDS"
-                )
-            ranges.append((start, end, *primary))
-    return ranges, every
-
-
-def _endpoint(node: dict[str, Any], asked_host: str) -> str | None:
-    for field in ("endpoint", "ip"):
-        value = node.get(field)
-        if value is None:
-            continue
-        text = _text(value)
-        if text == "?":
-            return None  # the node does not know how it is reached
-        if text:
-            return text
-    return asked_host
-
-
-def _parse_slots(reply: Any, asked_host: str) -> _Topology:
-    """(primary slot ranges, every node) from a CLUSTER SLOTS reply."""
-    if not isinstance(reply, list):
-        raise RedisConnectionError(f"malformed CLUSTER SLOTS reply: {reply!r:.200}")
-    ranges: _SlotRanges = []
-    every: list[tuple[str, int]] = []
-    for entry in reply:
-        if not isinstance(entry, list) or len(entry) < 3:
-            raise RedisConnectionError(f"malformed CLUSTER SLOTS entry: {entry!r:.200}")
-        start, end = int(entry[0]), int(entry[1])
-        if not 0 <= start <= end < SLOTS:
-            raise RedisConnectionError(f"slot range {start}-{end} out of range in CLUSTER SLOTS")
-        nodes: list[tuple[str, int]] = []
-        for node in entry[2:]:
-            if not isinstance(node, list) or len(node) < 2:
-                continue
-            host = _text(node[0])
-            if host == "?":
-                continue
-            nodes.append((host or asked_host, int(node[1])))
-        if nodes:
-            ranges.append((start, end, *nodes[0]))
-            every.extend(nodes)
-    return ranges, every
+            return checked_topology(parse_slots(slots_reply, node.host), node.name)
+        return checked_topology(parse_shards(reply, node.host, self.address.tls), node.name)
 
 
 def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> RedisClientError | None:
@@ -828,10 +488,7 @@ def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> RedisClientErro
         return None
     error = asking.exception()
     if isinstance(error, RedisReplyError) and error.message.startswith("NOPERM"):
-        return RedisReplyError(
-            f"{node.name}: {error.message} (needed to follow ASK during a slot migration; "
-            "see the ACL in docs/operations.md)"
-        )
+        return asking_needs_permission(error.message, node.name)
     return None
 
 

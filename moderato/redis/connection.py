@@ -64,6 +64,7 @@ import hiredis
 
 from ._encoding import Arg, encode_command, encode_evalsha
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
+from .handshake import greeting, refused_steps
 from .url import RedisAddress
 
 __all__ = ["STALL_FACTOR", "CommandNotSentError", "RedisConnection", "ScriptLike"]
@@ -529,7 +530,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if self._state == _CLOSED:  # lost between connection_made and here
             raise self._closed_error()
 
-        steps, payloads = self._handshake()
+        steps, payloads = greeting(self.address, self._client_name)
         futures = [loop.create_future() for _ in steps]
         # Commands sent while connecting already wait in _pending: the handshake
         # goes first on the wire, so its futures go first in the deque.
@@ -538,38 +539,10 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._transport.write(b"".join(payloads))
         # gather() collects every outcome, so no future's exception goes unretrieved.
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        failures: list[str] = []
-        for step, outcome in zip(steps, outcomes):
-            if isinstance(outcome, RedisReplyError):
-                failures.append(f"{step} was refused: {outcome.message}")
-            elif isinstance(outcome, BaseException):
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, RedisReplyError):
                 raise outcome
-        if failures:
-            raise RedisConnectionError(f"{self._label}: {'; '.join(failures)}")
-
-    def _handshake(self) -> tuple[list[str], list[bytes]]:
-        """The RESP2 greeting for this address: (step names, encoded commands)."""
-        address = self.address
-        steps: list[str] = []
-        payloads: list[bytes] = []
-        if address.password is not None:
-            if address.username is not None:
-                payloads.append(encode_command("AUTH", address.username, address.password))
-            else:
-                payloads.append(encode_command("AUTH", address.password))
-            steps.append("AUTH")
-        if address.db:
-            payloads.append(encode_command("SELECT", address.db))
-            steps.append(f"SELECT {address.db}")
-        if self._client_name is not None:
-            payloads.append(encode_command("CLIENT", "SETNAME", self._client_name))
-            steps.append("CLIENT SETNAME")
-        if not steps:
-            # A TCP accept alone proves little (the kernel accepts for a paused
-            # server): "ready" always means Redis itself answered.
-            payloads.append(encode_command("PING"))
-            steps.append("PING")
-        return steps, payloads
+        refused_steps(self._label, steps, outcomes)
 
     def _become_ready(self) -> None:
         if self._state != _CONNECTING:

@@ -1,0 +1,250 @@
+"""One blocking RESP2 connection to one Redis server, used by one thread at a time.
+
+A command is written whole, then its reply is read whole before the
+connection goes back to the pool, so a connection in the pool is always in
+step: the next reply read on it is the next command's. Anything that
+interrupts that (a timeout, a lost or refused connection, a malformed reply,
+even KeyboardInterrupt) closes the connection for good; the pool opens
+another. That is the blocking counterpart of the asyncio connection's
+guarantee that every reply meets its own caller.
+
+- Bytes: commands are encoded by the C encoders (``_accel``) and replies
+  framed by hiredis' Reader, as on the asyncio client.
+- Time: connecting (TCP, TLS, the greeting) gets ``connect_timeout_s``; a
+  command gets ``command_timeout_s`` from when it is written until its
+  reply is complete, however many reads that takes.
+- NOSCRIPT: a script Redis no longer has (a restart, a failover, SCRIPT
+  FLUSH) did not run. ``SCRIPT LOAD`` and the call again go in one write,
+  on the same connection; a call answered NOSCRIPT once more (the load was
+  refused, or the cache flushed again meanwhile) is sent as EVAL, whose
+  source cannot be missing. Each round trip has its own command timeout.
+- fork(): a connection belongs to the process that opened it (``pid``).
+  Closing it releases only this process's copy of the descriptor (never a
+  ``shutdown()``), so a child that closes what it inherited leaves the
+  parent's connection working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import ssl
+from collections.abc import Sequence
+from time import monotonic
+from typing import Any, Optional
+
+import hiredis
+
+from .._encoding import Arg, encode_command, encode_evalsha
+from ..connection import CommandNotSentError, ScriptLike
+from ..errors import RedisClientError, RedisConnectionError, RedisReplyError
+from ..handshake import greeting, refused_steps
+from ..url import RedisAddress
+
+__all__ = ["BlockingConnection"]
+
+# Large enough for a decision's reply (and most others) in one read.
+_READ_BUFFER_BYTES = 64 * 1024
+_HAS_POLL = hasattr(select, "poll")
+
+
+class BlockingConnection:
+    """A connection, opened and greeted in the constructor (RedisConnectionError if not)."""
+
+    __slots__ = (
+        "_buffer",
+        "_command_timeout_s",
+        "_label",
+        "_poller",
+        "_reader",
+        "_sock",
+        "address",
+        "generation",
+        "idle_since",
+        "pid",
+    )
+
+    def __init__(
+        self,
+        address: RedisAddress,
+        *,
+        connect_timeout_s: float,
+        command_timeout_s: float,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        client_name: Optional[str] = None,
+        generation: int = 0,
+    ) -> None:
+        self.address = address
+        self._label = str(address)
+        self._command_timeout_s = command_timeout_s
+        # The pool's generation when opened: a pool closed meanwhile closes it on return.
+        self.generation = generation
+        self.pid = os.getpid()
+        self.idle_since = 0.0
+        self._reader = hiredis.Reader(replyError=RedisReplyError)
+        self._buffer = bytearray(_READ_BUFFER_BYTES)
+        deadline = monotonic() + connect_timeout_s
+        try:
+            self._sock = _open_socket(address, connect_timeout_s, ssl_context)
+        except (OSError, ValueError) as error:  # ssl.SSLError and socket.timeout are OSErrors
+            message = _connect_failure(self._label, error, connect_timeout_s)
+            raise CommandNotSentError(message) from None
+        try:
+            steps, payloads = greeting(address, client_name)
+            self._sock.sendall(b"".join(payloads))
+            replies = [self._read_reply(deadline, connect_timeout_s) for _ in steps]
+            refused_steps(self._label, steps, replies)
+            self._sock.settimeout(command_timeout_s)
+        except BaseException as error:
+            self.close()
+            if isinstance(error, RedisClientError):
+                raise CommandNotSentError(str(error)) from None
+            if isinstance(error, (OSError, EOFError, hiredis.ProtocolError)):
+                message = _connect_failure(self._label, error, connect_timeout_s)
+                raise CommandNotSentError(message) from None
+            raise
+        self._poller: Any = None
+        if _HAS_POLL:
+            self._poller = select.poll()
+            self._poller.register(self._sock.fileno(), select.POLLIN)
+
+    def __repr__(self) -> str:
+        return f"<BlockingConnection {self._label}>"
+
+    # -- commands ----------------------------------------------------------------
+
+    def call(self, payload: bytes) -> Any:
+        """Write one encoded command and read its reply; an error reply is returned, not raised.
+
+        Any failure closes the connection and raises RedisConnectionError (the
+        command may have run: only its reply is known to be lost).
+        """
+        try:
+            self._sock.sendall(payload)
+            return self._read_reply(monotonic() + self._command_timeout_s, self._command_timeout_s)
+        except BaseException as error:
+            raise self._broken(error) from None
+
+    def call_many(self, payloads: Sequence[bytes]) -> list[Any]:
+        """Several encoded commands in one write, their replies in order (error replies
+        returned in place)."""
+        try:
+            self._sock.sendall(b"".join(payloads))
+            deadline = monotonic() + self._command_timeout_s
+            return [self._read_reply(deadline, self._command_timeout_s) for _ in payloads]
+        except BaseException as error:
+            raise self._broken(error) from None
+
+    def evalsha(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """Run a script by its SHA1 (loaded, then sent again after NOSCRIPT); error replies
+        are returned."""
+        reply = self.call(encode_evalsha(script.sha, keys, args))
+        if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
+            return self.after_noscript(script, keys, args)
+        return reply
+
+    def after_noscript(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """The call answered NOSCRIPT: SCRIPT LOAD and the call again in one write; after a
+        second NOSCRIPT (the load refused, or the cache flushed again), EVAL."""
+        load = encode_command("SCRIPT", "LOAD", script.source)
+        _, reply = self.call_many([load, encode_evalsha(script.sha, keys, args)])
+        if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
+            reply = self.call(encode_command("EVAL", script.source, len(keys), *keys, *args))
+        return reply
+
+    def stale(self) -> bool:
+        """Whether an idle connection has something to read: the server closed it
+        (a restart), or sent what nobody asked for. Either way it is out of use."""
+        poller = self._poller
+        if poller is None:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            return bool(readable)
+        return bool(poller.poll(0))
+
+    def close(self) -> None:
+        """Close this process's descriptor (no ``shutdown()``: after fork() the socket is
+        the parent's too, and only closing the last descriptor ends the connection)."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    # -- internals ---------------------------------------------------------------
+
+    def _read_reply(self, deadline: float, timeout_s: float) -> Any:
+        reader = self._reader
+        reply = reader.gets()
+        if reply is not False:
+            return reply  # a reply of the same read as the previous one
+        sock = self._sock
+        buffer = self._buffer
+        first = True
+        while True:
+            if not first:  # a reply longer than one read: what is left of its time
+                remaining_s = deadline - monotonic()
+                if remaining_s <= 0:
+                    raise socket.timeout()
+                sock.settimeout(remaining_s)
+            count = sock.recv_into(buffer)
+            if not first:
+                sock.settimeout(timeout_s)
+            if not count:
+                raise EOFError
+            # hiredis reads any buffer; its stub only names str and bytes.
+            reader.feed(buffer, 0, count)  # type: ignore[arg-type]
+            reply = reader.gets()
+            if reply is not False:
+                return reply
+            first = False
+
+    def _broken(self, error: BaseException) -> BaseException:
+        """Close the connection (it is out of step) and say why, as the client's error."""
+        self.close()
+        if isinstance(error, socket.timeout):
+            return RedisConnectionError(
+                f"{self._label} did not reply within {self._command_timeout_s:g} s "
+                "(command timeout); connection dropped"
+            )
+        if isinstance(error, EOFError):
+            return RedisConnectionError(f"connection to {self._label} lost: closed by the server")
+        if isinstance(error, hiredis.ProtocolError):
+            return RedisConnectionError(f"{self._label} sent malformed RESP: {error}")
+        if isinstance(error, OSError):
+            reason = str(error) or type(error).__name__
+            return RedisConnectionError(f"connection to {self._label} lost: {reason}")
+        return error  # KeyboardInterrupt, a bug: raised as it is, the connection closed
+
+
+def _open_socket(
+    address: RedisAddress, timeout_s: float, ssl_context: Optional[ssl.SSLContext]
+) -> socket.socket:
+    if address.unix_path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect(address.unix_path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    sock = socket.create_connection((address.host, address.port), timeout=timeout_s)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Lets the kernel notice a peer that vanished while the connection sat idle.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if address.tls:
+            context = ssl_context or ssl.create_default_context()
+            return context.wrap_socket(sock, server_hostname=address.host)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _connect_failure(label: str, error: BaseException, timeout_s: float) -> str:
+    if isinstance(error, socket.timeout):
+        return f"cannot connect to {label}: no answer within {timeout_s:g} s (connect timeout)"
+    if isinstance(error, EOFError):
+        return f"cannot connect to {label}: closed by the server"
+    reason = str(error) or type(error).__name__
+    return f"cannot connect to {label}: {reason}"

@@ -14,6 +14,7 @@ import asyncio
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from skips import skip_without_tls
 from moderato import RateLimiter
 from moderato.policy import SCALE
 from moderato.redis import RedisClient
+from moderato.redis.blocking import RedisClient as BlockingRedisClient
+from moderato.redis.connection import CommandNotSentError
 
 BURST = 200
 LIMIT = 100
@@ -115,6 +118,28 @@ async def test_large_replies_over_tls_arrive_whole(tls_only_server: RedisServer)
         assert await client.execute("ECHO", big) == big
     finally:
         await client.close()
+
+
+def test_blocking_client_over_tls_from_threads(tls_only_server: RedisServer) -> None:
+    """The blocking client: TLS set by the URL's options, replies of many records, threads."""
+    assert tls_only_server.tls is not None
+    ca_file = tls_only_server.tls.ca_file
+    client = BlockingRedisClient.from_url(
+        f"{tls_only_server.url}?ssl_ca_certs={ca_file}&client_name=sync-tls",
+        command_timeout_s=10.0,
+        max_connections=4,
+    )
+    values = [bytes([65 + i % 26]) * (1000 + 37 * i) for i in range(400)]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(lambda value: client.execute("ECHO", value), values)) == values
+    big = b"x" * 300_000
+    assert client.execute("ECHO", big) == big
+    assert client.execute("CLIENT", "GETNAME") == b"sync-tls"
+    assert client.open_connections <= 4
+    client.close()
+    unverified = BlockingRedisClient.from_url(tls_only_server.url, connect_timeout_s=2.0)
+    with pytest.raises(CommandNotSentError, match="CERTIFICATE_VERIFY_FAILED"):
+        unverified.execute("PING")
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,6 @@ from .cluster_map import (
     DEFAULT_MAX_REDIRECTS,
     REFRESH_FANOUT,
     REFRESH_INTERVAL_S,
-    RETRIED_REPLIES,
     RETRY_CAP_S,
     RETRY_START_S,
     SLOTS,
@@ -72,7 +71,6 @@ from .cluster_map import (
     Node,
     SlotMap,
     Topology,
-    ask_waiting_error,
     asking_needs_permission,
     checked_topology,
     command_slot,
@@ -81,9 +79,9 @@ from .cluster_map import (
     parse_slots,
     script_slot,
     shards_refused,
-    too_many_redirects,
 )
-from .connection import CommandNotSentError, ScriptLike
+from .cluster_recovery import Drained, EnsureMap, Pause, Refresh, Send, recovery
+from .connection import ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
 from .url_options import client_from_url
@@ -145,19 +143,12 @@ class ClusterClient(SlotMap[RedisClient]):
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
         **options: Unpack[ClientOptions],
     ) -> None:
-        address = address_of(address, ClusterAddress, parse_cluster_url, "a cluster URL str")
-        if options.get("ssl_context") is not None and not address.tls:
-            raise ValueError(
-                f"ssl_context was given but {address} is not a TLS address; use rediss+cluster://"
-            )
-        if isinstance(max_redirects, bool) or not isinstance(max_redirects, int):
-            raise TypeError(f"max_redirects must be an int, got {type(max_redirects).__name__}")
-        if not 1 <= max_redirects <= 100:
-            raise ValueError(f"max_redirects must be 1..100, got {max_redirects}")
-        self.max_redirects = max_redirects
         self._client_options = options
-        self.counters = ClusterCounters()
-        self._init_map(address)
+        self._init_map(
+            address_of(address, ClusterAddress, parse_cluster_url, "a cluster URL str"),
+            max_redirects=max_redirects,
+            ssl_context=options.get("ssl_context"),
+        )
         # The seeds' timeouts are the cluster's.
         self.connect_timeout_s = self._seeds[0].client.connect_timeout_s
         self.command_timeout_s = self._seeds[0].client.command_timeout_s
@@ -258,86 +249,50 @@ class ClusterClient(SlotMap[RedisClient]):
     async def _recover(
         self, request: _Request, node: _Node | None, error: RedisClientError | None
     ) -> Any:
-        """Follow redirections and retry what is safe until an answer, or the deadline."""
+        """Follow redirections and retry what is safe until an answer, or the deadline:
+        the steps cluster_recovery.py decides, taken here."""
         deadline = request.started + self.command_timeout_s
-        redirects = 0
         pause = RETRY_START_S
-        asking = False
+        steps = recovery(self, request.slot, request.script is not None, node, error)
+        answer: Any = None
         while True:
-            if error is not None:
-                if isinstance(error, RedisReplyError):
-                    message = error.message
-                    kind = message.split(" ", 1)[0]
-                    if kind in ("MOVED", "ASK"):
-                        redirects += 1
-                        too_many_redirects(redirects, self.max_redirects, message)
-                        slot, target = self._redirect_target(message, node)
-                        if kind == "MOVED":
-                            self.counters.moved += 1
-                            self._moved_to(slot, target)
-                            self._start_refresh(force=False)
-                            node, asking = target, False
-                        elif (
-                            request.script is not None
-                            and node is not None
-                            and not await self._source_drained(slot, node, target, deadline)
-                        ):
-                            # The source may still hold the script's state: wait.
-                            self.counters.ask_deferred += 1
-                            redirects -= 1  # a wait, bounded by the deadline instead
-                            waiting = ask_waiting_error(
-                                slot, node.name, target.name, self.command_timeout_s
-                            )
-                            pause = await self._pause(pause, deadline, waiting)
-                            asking = False
-                        else:
-                            self.counters.ask += 1
-                            node, asking = target, True
-                    elif kind in RETRIED_REPLIES:
-                        self.counters.retried(kind)
-                        if kind == "CLUSTERDOWN":
-                            self._start_refresh(force=False)
-                        pause = await self._pause(pause, deadline, error)
-                        node, asking = self._owner(request.slot), False
-                    else:
-                        raise error
-                else:
-                    if request.script is not None and not isinstance(error, CommandNotSentError):
-                        # Written, then no usable reply (lost connection, timeout,
-                        # garbled stream): the script may have charged, and running
-                        # it again would charge twice.
-                        self.counters.lost_replies += 1
-                        raise error
-                    # Lost, refused or backed-off connection: the node may be gone.
-                    self.counters.connection_errors += 1
-                    await self._refreshed(deadline)
-                    owner = self._owner(request.slot)
-                    if owner is node or owner is None:
-                        pause = await self._pause(pause, deadline, error)
-                        owner = self._owner(request.slot)
-                    node, asking = owner, False
-            if node is None:
-                await self._ensure_map(deadline)
-                node = self._owner(request.slot)
-                if node is None:
-                    error = self._no_owner_error(request.slot)
-                    pause = await self._pause(pause, deadline, error)
-                    continue
-            asking_reply: asyncio.Future[Any] | None = None
-            if asking:
-                asking_reply, future = self._send_asking(node, request)
-            else:
-                future = request.send(node.client)
             try:
-                return await self._bounded(future, deadline)
-            except RedisClientError as failure:
-                error = failure
-                if asking_reply is not None:
-                    refusal = _asking_refusal(asking_reply, node)
-                    if refusal is not None:
-                        # Else the target's ASK would be followed again and
-                        # again: "too many redirections" would hide the cause.
-                        raise refusal from None
+                step = steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            answer = None
+            if type(step) is Send:
+                answer = await self._attempt(step.node, step.asking, request, deadline)
+            elif type(step) is Pause:
+                pause = await self._pause(pause, deadline, step.error)
+            elif type(step) is Refresh:
+                if step.wait:
+                    await self._refreshed(deadline)
+                else:
+                    self._start_refresh(force=False)
+            elif type(step) is EnsureMap:
+                await self._ensure_map(deadline)
+            else:
+                assert type(step) is Drained
+                answer = await self._source_drained(step.slot, step.source, step.target, deadline)
+
+    async def _attempt(self, node: _Node, asking: bool, request: _Request, deadline: float) -> Any:
+        """The reply of one attempt on ``node``, or the RedisClientError it raised."""
+        asking_reply: asyncio.Future[Any] | None = None
+        if asking:
+            asking_reply, future = self._send_asking(node, request)
+        else:
+            future = request.send(node.client)
+        try:
+            return await self._bounded(future, deadline)
+        except RedisClientError as failure:
+            if asking_reply is not None:
+                refusal = _asking_refusal(asking_reply, node)
+                if refusal is not None:
+                    # Else the target's ASK would be followed again and
+                    # again: "too many redirections" would hide the cause.
+                    raise refusal from None
+            return failure
 
     async def _pause(self, pause: float, deadline: float, error: RedisClientError) -> float:
         """Sleep ``pause`` (or what is left before the deadline); raise ``error`` if none is."""

@@ -129,8 +129,23 @@ class SlotMap(Generic[C]):
     """
 
     address: ClusterAddress
+    command_timeout_s: float
+    """The limit of one call, redirections and retries included (the node clients')."""
 
-    def _init_map(self, address: ClusterAddress) -> None:
+    def _init_map(
+        self, address: ClusterAddress, *, max_redirects: int, ssl_context: object
+    ) -> None:
+        """Check the cluster's own options and set up an empty map (call first)."""
+        if ssl_context is not None and not address.tls:
+            raise ValueError(
+                f"ssl_context was given but {address} is not a TLS address; use rediss+cluster://"
+            )
+        if isinstance(max_redirects, bool) or not isinstance(max_redirects, int):
+            raise TypeError(f"max_redirects must be an int, got {type(max_redirects).__name__}")
+        if not 1 <= max_redirects <= 100:
+            raise ValueError(f"max_redirects must be 1..100, got {max_redirects}")
+        self.max_redirects = max_redirects
+        self.counters = ClusterCounters()
         self.address = address
         self._nodes_lock = threading.Lock()
         # Copy on write under _nodes_lock: readers never lock.

@@ -38,7 +38,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from time import monotonic
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypedDict, Union
 
 from .._encoding import Arg, encode_command
 from ..client_options import (
@@ -54,7 +54,7 @@ from ..url import RedisAddress, address_of, parse_url
 from ..url_options import client_from_url
 from .connection import BlockingConnection
 
-__all__ = ["DEFAULT_MAX_CONNECTIONS", "IDLE_CHECK_AFTER_S", "RedisClient"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "IDLE_CHECK_AFTER_S", "BlockingOptions", "RedisClient"]
 
 DEFAULT_MAX_CONNECTIONS = 16
 _MAX_CONNECTIONS_LIMIT = 4096
@@ -62,6 +62,17 @@ _MAX_CONNECTIONS_LIMIT = 4096
 # sat unused for longer than this; under load connections come back sooner
 # and go out again unchecked.
 IDLE_CHECK_AFTER_S = 0.05
+
+
+class BlockingOptions(TypedDict, total=False):
+    """The blocking RedisClient's options, declared once: the blocking cluster and
+    Sentinel clients take the same keywords and hand them to each client they make."""
+
+    connect_timeout_s: float
+    command_timeout_s: float
+    max_connections: int
+    ssl_context: Optional[ssl.SSLContext]
+    client_name: Optional[str]
 
 
 class RedisClient:

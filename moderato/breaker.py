@@ -8,7 +8,9 @@ success closes the breaker, its failure opens it for another cool-down.
 On a Redis Cluster each node fails on its own (a paused primary, a slot being
 migrated), so the limiter keeps one breaker per primary (``BreakerSet``): the
 failures of one node open only that node's breaker, and checks whose keys
-live elsewhere go on being decided. A single server has one breaker.
+live elsewhere go on being decided. A single server has one breaker. A
+CLUSTERDOWN answer is the cluster's state, not the answering node's
+failure: like any error reply, it opens no breaker.
 """
 
 from __future__ import annotations

@@ -175,6 +175,10 @@ class RateLimiter:
         self._node_of: Optional[Callable[[bytes], Optional[str]]] = getattr(
             self._backend, "node_of", None
         )
+        # On a cluster: reload the slot map (a node's open breaker hides its failover).
+        self._reload_routes: Optional[Callable[[], None]] = getattr(
+            self._backend, "reload_routes", None
+        )
         # An in-process backend decides without waiting: checks call it directly;
         # a remote one hands over its client's future, awaited here.
         self._check_now: Optional[Callable[..., CheckResult]] = None
@@ -492,6 +496,9 @@ class RateLimiter:
     def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
         """The error of a call the open breaker refused (counted here)."""
         self._count_operation(operation, "short_circuited")
+        if breaker.node is not None and self._reload_routes is not None:
+            # The node's slots may have a new owner by now, with its own breaker.
+            self._reload_routes()
         return BackendUnavailableError(
             f"{breaker.describe()} is open after repeated failures; "
             f"next attempt in {breaker.retry_in_s():.2f} s"

@@ -8,6 +8,7 @@ per day so that no window boundary falls inside a test.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -15,7 +16,9 @@ from typing import Any
 
 import pytest
 from cluster import (
+    CommandError,
     RedisCluster,
+    Shard,
     call,
     identities_per_shard,
     identity_slot,
@@ -24,7 +27,7 @@ from cluster import (
     slot_of,
 )
 
-from moderato import BackendError, RateLimitConfigError, RateLimiter
+from moderato import BackendError, BackendUnavailableError, RateLimitConfigError, RateLimiter
 from moderato.algorithms import ALGORITHMS
 from moderato.backends.redis import RedisBackend
 from moderato.errors import RedisReplyError
@@ -550,6 +553,176 @@ async def test_primary_killed_replica_takes_over(own_cluster: RedisCluster) -> N
     results = await asyncio.gather(*(limiter.check_with_info(fresh, "50/day") for _ in range(200)))
     assert sum(r.allowed for r in results) == 50
     await limiter.close()
+
+
+# -- full coverage: CLUSTERDOWN on every node until the promotion ----------------------
+
+
+def watch_cluster_state(
+    cluster: RedisCluster, ports: list[int], stop: threading.Event
+) -> list[tuple[float, bool]]:
+    """(when, every one of ``ports`` says cluster_state:ok) at each change, until ``stop``."""
+    changes: list[tuple[float, bool]] = []
+    while not stop.is_set():
+        try:
+            all_ok = all(cluster.info(port).get("cluster_state") == "ok" for port in ports)
+        except (OSError, CommandError):
+            all_ok = False
+        if not changes or changes[-1][1] != all_ok:
+            changes.append((time.monotonic(), all_ok))
+        time.sleep(0.005)
+    return changes
+
+
+def shards_with_replicas(cluster: RedisCluster, timeout_s: float = 10.0) -> list[Shard]:
+    """The shards once every primary lists its replica (gossip may still be settling)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        shards = cluster.shards()
+        if len(shards) == cluster.primaries and all(shard.replicas for shard in shards):
+            return shards
+        assert time.monotonic() < deadline, f"replicas not listed: {shards}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("full_coverage", ["yes", "no"])
+async def test_a_dead_primary_opens_no_healthy_node_breaker(
+    own_cluster: RedisCluster, full_coverage: str
+) -> None:
+    """SIGKILL one primary under concurrent traffic on every shard.
+
+    With ``cluster-require-full-coverage yes`` (Redis's default) every node
+    answers CLUSTERDOWN from the moment the failure is agreed until a replica
+    is promoted: checks on the healthy shards fail then (CLUSTERDOWN, a
+    503), but their nodes' breakers stay closed, so every check started once
+    the cluster is ok again is decided. With ``no`` the healthy shards never
+    notice. Either way each healthy identity is admitted exactly its limit.
+    """
+    for server in own_cluster.servers:
+        call(server.port, "CONFIG", "SET", "cluster-require-full-coverage", full_coverage)
+    shards = shards_with_replicas(own_cluster)
+    workers = 6
+    identities = identities_per_shard(shards, workers, stem=f"cov-{full_coverage}")
+    victim, replica = shards[0].primary, shards[0].replicas[0]
+    healthy = [shard.primary for shard in shards[1:]]
+    limit = 150  # more than the checks before the kill: admissions go on during and after
+    limiter = RateLimiter(own_cluster.url, key_prefix=f"cov-{full_coverage}", breaker_failures=3)
+    client = cluster_client(limiter)
+    await limiter.connect()
+
+    # (started, port, identity, outcome): admitted, denied, clusterdown, breaker or other.
+    log: list[tuple[float, int, str, str]] = []
+    healthy_breakers_opened = 0
+    stop = asyncio.Event()
+
+    async def traffic(port: int, identity: str) -> None:
+        nonlocal healthy_breakers_opened
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                result = await limiter.check_with_info(identity, f"{limit}/day")
+                outcome = "admitted" if result.allowed else "denied"
+            except BackendError as error:
+                if str(error).startswith("CLUSTERDOWN"):
+                    # An answer: never counted toward a breaker as a lost call would be.
+                    assert not isinstance(error, BackendUnavailableError), error
+                    outcome = "clusterdown"
+                elif "circuit breaker" in str(error):
+                    outcome = "breaker"
+                else:
+                    outcome = f"other: {error}"
+            log.append((started, port, identity, outcome))
+            states = limiter._breakers.nodes()
+            healthy_breakers_opened += sum(
+                states.get(primary_name(port), "closed") != "closed" for port in healthy
+            )
+            await asyncio.sleep(0.01)
+
+    runners = [
+        asyncio.create_task(traffic(port, identity))
+        for port, names in identities.items()
+        for identity in names
+    ]
+    watching = threading.Event()
+    watcher = asyncio.ensure_future(
+        asyncio.to_thread(watch_cluster_state, own_cluster, healthy, watching)
+    )
+    await asyncio.sleep(0.5)
+    killed_at = time.monotonic()
+    own_cluster.kill(victim)
+    waited_s, forced = await asyncio.to_thread(own_cluster.failover, replica)
+    promoted_at = time.monotonic()
+    await asyncio.to_thread(own_cluster.wait_ok)
+    await asyncio.sleep(1.5)
+    # Until every healthy identity has been refused once (its limit reached), however slow.
+    deadline = time.monotonic() + 60
+
+    def all_denied() -> bool:
+        denied = {who for _, _, who, outcome in log if outcome == "denied"}
+        return all(name in denied for port in healthy for name in identities[port])
+
+    while not all_denied():
+        assert time.monotonic() < deadline, "some identity never reached its limit"
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.gather(*runners)
+    watching.set()
+    changes = await watcher
+    charged = {
+        identity: (await limiter.get_usage(identity, f"{limit}/day"))["current"]
+        for port in healthy
+        for identity in identities[port]
+    }
+    await limiter.close()
+
+    down = [when for when, ok in changes if not ok and when > killed_at]
+    ok_again_at = changes[-1][0]
+    assert changes[-1][1]
+    on_healthy = [entry for entry in log if entry[1] in healthy and entry[0] > killed_at]
+    healthy_outcomes = Counter(outcome for *_, outcome in on_healthy)
+    failed_after_ok = [
+        entry
+        for entry in on_healthy
+        if entry[0] > ok_again_at and entry[3] not in ("admitted", "denied")
+    ]
+    victim_resumed_at = min(
+        (
+            started
+            for started, port, _, outcome in log
+            if port == victim and started > killed_at and outcome in ("admitted", "denied")
+        ),
+        default=None,
+    )
+    report(
+        f"cluster-require-full-coverage {full_coverage}: primary killed, replica promoted "
+        f"{waited_s:.2f} s later ({'TAKEOVER forced' if forced else 'automatic'}); healthy "
+        f"nodes down {ok_again_at - down[0] if down else 0:.2f} s; "
+        f"{sum(healthy_outcomes.values())} checks on the 2 healthy shards after the kill: "
+        f"{dict(healthy_outcomes)}; CLUSTERDOWN replies {client.counters.clusterdown}; "
+        f"killed shard resumed {victim_resumed_at - promoted_at if victim_resumed_at else -1:+.2f}"
+        " s from the promotion"
+    )
+    # Nothing but CLUSTERDOWN (never a short circuit) on the healthy shards, no breaker
+    # of theirs ever left closed, and nothing failed once the cluster was ok again.
+    assert healthy_breakers_opened == 0
+    assert set(healthy_outcomes) <= {"admitted", "denied", "clusterdown"}
+    assert failed_after_ok == []
+    if full_coverage == "yes":
+        assert down and healthy_outcomes["clusterdown"] > 0
+    else:
+        assert not down and healthy_outcomes["clusterdown"] == 0
+    # Exact on the healthy shards, outage or not: each identity that was denied had
+    # been charged exactly its limit, and never admitted more. (A check whose reply
+    # missed its deadline fails though its script ran: that one is charged.)
+    for port in healthy:
+        for identity in identities[port]:
+            decided = Counter(o for _, _, who, o in log if who == identity)
+            assert decided["denied"] > 0, (port, identity, decided)
+            assert charged[identity] == limit, (port, identity, charged[identity])
+            failed = decided["clusterdown"]
+            assert limit - failed <= decided["admitted"] <= limit, (port, identity, decided)
+    assert victim_resumed_at is not None
+    assert victim_resumed_at - promoted_at < 1.5
 
 
 # -- circuit breaker per node ---------------------------------------------------------

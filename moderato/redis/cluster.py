@@ -36,7 +36,10 @@ call (the first attempt included), so no call waits longer than that timeout
   once.
 - ``TRYAGAIN`` (a multi-key command during a migration), ``CLUSTERDOWN`` and
   ``LOADING``: retried with backoff (5 ms doubling to 100 ms) within the
-  timeout; CLUSTERDOWN also triggers a map reload.
+  timeout; CLUSTERDOWN also triggers a map reload. A call whose timeout runs
+  out while the cluster still answers CLUSTERDOWN raises
+  RedisClusterDownError, an error reply: the cluster's state, said as such,
+  rather than a timeout that would read as the node failing.
 - A lost, refused or not-yet-retried connection (a node crashed, a failover):
   the map is reloaded from any reachable node and the command retried on the
   slot's owner, with the same backoff, within the timeout. A script is retried
@@ -82,7 +85,12 @@ from .cluster_map import (
 )
 from .cluster_recovery import Drained, EnsureMap, Pause, Refresh, Send, recovery
 from .connection import ScriptLike
-from .errors import RedisClientError, RedisConnectionError, RedisReplyError
+from .errors import (
+    RedisClientError,
+    RedisClusterDownError,
+    RedisConnectionError,
+    RedisReplyError,
+)
 from .url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
 from .url_options import client_from_url
 
@@ -244,6 +252,16 @@ class ClusterClient(SlotMap[RedisClient]):
     def _new_client(self, address: RedisAddress) -> RedisClient:
         return RedisClient(address, **self._client_options)
 
+    def reload_map_soon(self) -> None:
+        """Reload the slot map in the background (at most once per REFRESH_INTERVAL_S).
+
+        For a caller that has stopped sending to a node (the limiter, while
+        that node's circuit breaker is open): with no failed command to show
+        it, a failover that gave the node's slots to a replica would go
+        unseen until the caller tried the old node again.
+        """
+        self._start_refresh(force=False)
+
     # -- recovery ----------------------------------------------------------------
 
     async def _recover(
@@ -255,6 +273,9 @@ class ClusterClient(SlotMap[RedisClient]):
         pause = RETRY_START_S
         steps = recovery(self, request.slot, request.script is not None, node, error)
         answer: Any = None
+        # The CLUSTERDOWN the last pause was for, if it was: a deadline that comes
+        # during the attempt after it is the cluster's state, not a timeout.
+        cluster_down: RedisClusterDownError | None = None
         while True:
             try:
                 step = steps.send(answer)
@@ -262,9 +283,13 @@ class ClusterClient(SlotMap[RedisClient]):
                 return done.value
             answer = None
             if type(step) is Send:
-                answer = await self._attempt(step.node, step.asking, request, deadline)
+                answer = await self._attempt(
+                    step.node, step.asking, request, deadline, cluster_down
+                )
+                cluster_down = None
             elif type(step) is Pause:
-                pause = await self._pause(pause, deadline, step.error)
+                cluster_down = self._cluster_down(step.error)
+                pause = await self._pause(pause, deadline, cluster_down or step.error)
             elif type(step) is Refresh:
                 if step.wait:
                     await self._refreshed(deadline)
@@ -276,16 +301,32 @@ class ClusterClient(SlotMap[RedisClient]):
                 assert type(step) is Drained
                 answer = await self._source_drained(step.slot, step.source, step.target, deadline)
 
-    async def _attempt(self, node: _Node, asking: bool, request: _Request, deadline: float) -> Any:
-        """The reply of one attempt on ``node``, or the RedisClientError it raised."""
+    async def _attempt(
+        self,
+        node: _Node,
+        asking: bool,
+        request: _Request,
+        deadline: float,
+        cluster_down: RedisClusterDownError | None,
+    ) -> Any:
+        """The reply of one attempt on ``node``, or the RedisClientError it raised.
+
+        At the deadline it raises ``cluster_down`` if given (see _recover), else
+        a timeout. Nothing is sent once the deadline has passed: no reply could
+        come in time, yet a script sent then would still run and charge.
+        """
+        if monotonic() >= deadline:
+            raise cluster_down or self._timeout_error(self.command_timeout_s)
         asking_reply: asyncio.Future[Any] | None = None
         if asking:
             asking_reply, future = self._send_asking(node, request)
         else:
             future = request.send(node.client)
         try:
-            return await self._bounded(future, deadline)
+            return await self._bounded(future, deadline, cluster_down)
         except RedisClientError as failure:
+            if failure is cluster_down:
+                raise
             if asking_reply is not None:
                 refusal = _asking_refusal(asking_reply, node)
                 if refusal is not None:
@@ -302,17 +343,32 @@ class ClusterClient(SlotMap[RedisClient]):
         await asyncio.sleep(min(pause, remaining))
         return min(pause * 2, RETRY_CAP_S)
 
-    async def _bounded(self, future: asyncio.Future[Any], deadline: float) -> Any:
+    async def _bounded(
+        self,
+        future: asyncio.Future[Any],
+        deadline: float,
+        late: RedisClientError | None = None,
+    ) -> Any:
+        """The reply, or at the deadline ``late`` (default: a timeout)."""
         if future.done():
             return await future
         remaining = deadline - monotonic()
         if remaining <= 0:
             future.cancel()
-            raise self._timeout_error(self.command_timeout_s)
+            raise late or self._timeout_error(self.command_timeout_s)
         try:
             return await asyncio.wait_for(future, remaining)
         except asyncio.TimeoutError:
-            raise self._timeout_error(self.command_timeout_s) from None
+            raise late or self._timeout_error(self.command_timeout_s) from None
+
+    def _cluster_down(self, error: RedisClientError) -> RedisClusterDownError | None:
+        """``error`` as the call's error if the cluster still says it at the deadline."""
+        if isinstance(error, RedisReplyError) and error.message.startswith("CLUSTERDOWN"):
+            return RedisClusterDownError(
+                f"{error.message} (Redis Cluster {self.address}: still the answer after "
+                f"retrying for {self.command_timeout_s:g} s)"
+            )
+        return None
 
     def _send_asking(
         self, node: _Node, request: _Request

@@ -23,3 +23,13 @@ class RedisReplyError(RedisClientError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class RedisClusterDownError(RedisReplyError):
+    """Every attempt until the command timeout was answered ``CLUSTERDOWN``.
+
+    The cluster as a whole refuses to serve (a slot without a primary while
+    ``cluster-require-full-coverage`` is yes, or a node cut off from the
+    majority): a state of the cluster, not a failure of the node that
+    answered, which is reachable and replying.
+    """

@@ -158,8 +158,10 @@ async def test_a_callback_returning_the_wrong_type_is_logged_too(
     assert response.json() == {"error": "Rate limit callback failed", "callback": "cost"}
     logged = records(caplog, "moderato.callbacks")
     assert len(logged) == 1
-    assert logged[0].getMessage().startswith(
-        "moderato: the cost callback (its return value) raised TypeError;"
+    assert (
+        logged[0]
+        .getMessage()
+        .startswith("moderato: the cost callback (its return value) raised TypeError;")
     )
     assert logged[0].exc_info is not None
     assert "cost must be a positive integer" in str(logged[0].exc_info[1])

@@ -129,9 +129,10 @@ async def test_glob_characters_and_long_identities_reach_only_themselves(
 
 
 async def test_a_longer_prefix_is_out_of_reach(redis_url: str) -> None:
-    async with RateLimiter(redis_url, key_prefix="app") as short, RateLimiter(
-        redis_url, key_prefix="app:x"
-    ) as longer:
+    async with (
+        RateLimiter(redis_url, key_prefix="app") as short,
+        RateLimiter(redis_url, key_prefix="app:x") as longer,
+    ):
         await short.check("user", "10/minute", scope="s")
         await longer.check("user", "10/minute", scope="s")
         assert await short.reset("user") == 1

@@ -52,9 +52,7 @@ async def test_decisions_go_to_the_primary_the_sentinels_name(
 ) -> None:
     limiter = RateLimiter(deployment.url, key_prefix="basic")
     try:
-        admitted = [
-            (await limiter.check_with_info("user:1", "5/minute")).allowed for _ in range(8)
-        ]
+        admitted = [(await limiter.check_with_info("user:1", "5/minute")).allowed for _ in range(8)]
         assert admitted == [True] * 5 + [False] * 3
         client = limiter.backend.client  # type: ignore[attr-defined]
         assert isinstance(client, SentinelClient)
@@ -110,9 +108,7 @@ async def test_a_demoted_primary_is_never_decided_on(own_deployment: SentinelDep
         # Promote the replica by hand and make the primary its replica, behind
         # the sentinels' back: they still name the old primary for a while.
         own_deployment.replica.command("REPLICAOF", "NO", "ONE")
-        own_deployment.primary.command(
-            "REPLICAOF", "127.0.0.1", str(own_deployment.replica.port)
-        )
+        own_deployment.primary.command("REPLICAOF", "127.0.0.1", str(own_deployment.replica.port))
         with pytest.raises(RedisClientError) as raised:
             await client.execute("SET", limiter_keys[0], "2")
         # The write was refused (READONLY), the client asked the sentinels again,
@@ -188,8 +184,7 @@ async def test_failover_under_load(own_deployment: SentinelDeployment) -> None:
             asyncio.ensure_future(_load(closed, f"load:{n}", closed_outcomes, stop))
             for n in range(6)
         ] + [
-            asyncio.ensure_future(_load(opened, f"open:{n}", open_outcomes, stop))
-            for n in range(2)
+            asyncio.ensure_future(_load(opened, f"open:{n}", open_outcomes, stop)) for n in range(2)
         ]
         await asyncio.sleep(1.0)
         killed_at = time.monotonic()

@@ -223,9 +223,7 @@ class DirectDecisions:
         try:
             allowed, _, ((remaining_scaled, retry_ms, reset_ms),) = _accel.decode_decision(reply, 1)
         except (TypeError, ValueError) as error:
-            raise BackendError(
-                f"malformed reply from the {chosen.name} script: {error}"
-            ) from None
+            raise BackendError(f"malformed reply from the {chosen.name} script: {error}") from None
         return BackendResult(
             allowed, remaining_scaled, retry_ms, None if reset_ms < 0 else reset_ms
         )

@@ -2,16 +2,18 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# Extra pytest arguments for test, test-fast and test-cov: make test-cov PYTEST_ARGS=tests/test_limiter.py
+PYTEST_ARGS ?=
 # Development builds treat compiler warnings as errors (setup.py reads this);
 # a user's `pip install` does not. MODERATO_STRICT_BUILD=0 make ... turns it off.
 export MODERATO_STRICT_BUILD ?= 1
 
-.PHONY: test test-py39 test-fast lint format build redis chromium accel-matrix sanitize install-check bench bench-quick bench-deps demo quickstart algorithms-demo clean
+.PHONY: test test-py39 test-fast test-cov lint format build redis chromium accel-matrix sanitize install-check bench bench-quick bench-deps demo demo-env quickstart algorithms-demo clean
 
 $(VENV)/.installed: pyproject.toml setup.py moderato/_version.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[dev,demo]'
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 build: $(VENV)/.installed
@@ -24,16 +26,26 @@ chromium:
 	bash tools/ensure-chromium.sh
 
 test: build redis chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: build redis chromium
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# The suite under coverage of the Python package (moderato/; the C accelerator and
+# the Lua scripts are not measured): the report is printed (lines missed per module)
+# and written to coverage.xml (Cobertura XML, as CI services read it).
+test-cov: build redis chromium
+	$(PY) -m pytest -q --cov=moderato --cov-report=term-missing:skip-covered \
+		--cov-report=xml:coverage.xml $(PYTEST_ARGS)
+
+# Lint, types, and the formatting check: the committed tree is always `make format`ted.
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check moderato tests benchmarks examples
+	$(VENV)/bin/ruff format --check moderato tests benchmarks examples
 	$(VENV)/bin/mypy --strict moderato
 
 format: $(VENV)/.installed
+	$(VENV)/bin/ruff check --select I --fix moderato tests benchmarks examples
 	$(VENV)/bin/ruff format moderato tests benchmarks examples
 
 # The whole suite on the oldest supported Python (3.9), in its own venv.
@@ -70,16 +82,39 @@ bench: bench-deps
 bench-quick: bench-deps
 	$(PY) benchmarks/performance.py --quick
 
-# The demo app and its live page on http://127.0.0.1:8000/ (memory:// unless
-# MODERATO_REDIS_URL is set).
-demo: build
-	$(PY) -m uvicorn examples.fastapi_app:app --host 127.0.0.1 --port 8000
+# The demo's own small environment (.venv-demo, the `demo` extra): moderato with its
+# C accelerator built in place, FastAPI, Prometheus metrics and uvicorn; none of the
+# test, lint or benchmark tools, so a fresh clone serves the demo within seconds.
+DEMO_VENV ?= .venv-demo
+DEMO_PY   := $(DEMO_VENV)/bin/python
+DEMO_PORT ?= 8000
 
-quickstart: build
-	$(PY) examples/quickstart.py
+# The venv gets no pip of its own when $(PYTHON)'s pip can install into it (pip >= 22.3:
+# --python); installing pip into a venv costs more CPU than building the accelerator.
+$(DEMO_VENV)/.installed: pyproject.toml setup.py moderato/_version.py $(wildcard csrc/*.c csrc/*.h)
+	test -x $(DEMO_PY) || $(PYTHON) -m venv --without-pip $(DEMO_VENV)
+	if $(PYTHON) -m pip --python $(DEMO_PY) --version >/dev/null 2>&1; then \
+		$(PYTHON) -m pip --python $(DEMO_PY) install -q -e '.[demo]'; \
+	else \
+		$(DEMO_PY) -m ensurepip -q && $(DEMO_PY) -m pip install -q -e '.[demo]'; \
+	fi
+	touch $@
+
+demo-env: $(DEMO_VENV)/.installed
+
+# The algorithm comparison (examples/algorithms_demo.py, the table), then the demo
+# app and its live page on http://127.0.0.1:8000/ (DEMO_PORT). Backend: MODERATO_REDIS_URL,
+# else the Redis on localhost:6379 if one answers, else memory://.
+demo: demo-env
+	$(DEMO_PY) examples/algorithms_demo.py --no-chart
+	$(DEMO_PY) -m uvicorn examples.fastapi_app:app --host 127.0.0.1 --port $(DEMO_PORT)
+
+quickstart: demo-env
+	$(DEMO_PY) examples/quickstart.py
 
 algorithms-demo: build
 	$(PY) examples/algorithms_demo.py --chart docs/algorithms.png
 
 clean:
-	rm -rf build dist *.egg-info moderato/*.so .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf build dist *.egg-info moderato/*.so .pytest_cache .mypy_cache .ruff_cache test-artifacts \
+		.coverage coverage.xml

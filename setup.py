@@ -33,6 +33,13 @@ def _strict() -> bool:
 class BuildAccel(build_ext):
     """build_ext with warning flags per compiler, and one clear message for a missing toolchain."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        # The C files compile one per core (build_ext -j N still wins): a fresh
+        # clone's `make demo` waits on this build.
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+
     def build_extensions(self) -> None:
         if self.compiler.compiler_type != "msvc":  # MSVC takes other flags (/W4, /WX)
             # Only PyInit__accel (PyMODINIT_FUNC marks it) leaves the shared

@@ -193,7 +193,17 @@ def test_extras_mean_what_they_say(built: Built) -> None:
     assert requirements["metrics"] == {"prometheus_client"}
     assert requirements["all"] == {"moderato[fastapi,metrics]"}
     extras = set(built.wheel_metadata.get_all("Provides-Extra") or [])
-    assert {"starlette", "fastapi", "metrics", "all", "test", "dev", "demo", "bench"} <= extras
+    assert {
+        "starlette",
+        "fastapi",
+        "metrics",
+        "all",
+        "test",
+        "dev",
+        "demo",
+        "chart",
+        "bench",
+    } <= extras
 
 
 # -- one version -------------------------------------------------------------------

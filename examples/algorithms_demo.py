@@ -1,8 +1,12 @@
 """The same traffic through every algorithm: a comparison table and a chart of what each admits.
 
-    python examples/algorithms_demo.py             # memory://, writes algorithms_demo.png
-    python examples/algorithms_demo.py --chart docs/algorithms.png
-    MODERATO_REDIS_URL=redis://localhost:6379 python examples/algorithms_demo.py
+    python examples/algorithms_demo.py             # writes algorithms_demo.png too
+    python examples/algorithms_demo.py --no-chart  # the table only (`make demo` prints it)
+    python examples/algorithms_demo.py --chart docs/algorithms.png --url memory://
+
+The backend: ``--url``, else MODERATO_REDIS_URL, else the Redis on
+localhost:6379 when one answers there, else memory://
+(examples/backend_choice.py); the first log line says which.
 
 Three patterns are sent at once, each from its own client, through every
 algorithm in ``moderato.algorithms.ALGORITHMS`` under one rate, ``10/2 seconds``:
@@ -16,7 +20,7 @@ The schedule starts on a window boundary. On memory:// it runs on a virtual
 clock: instant, and the same numbers on any machine. On Redis it runs in real
 time (about six seconds, most of it waiting), since Redis reads its own clock,
 which must agree with this machine's (as a local Redis's does). The chart
-needs matplotlib: ``pip install 'moderato[demo]'``.
+needs matplotlib: ``pip install 'moderato[chart]'``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import secrets
 import sys
 import time
@@ -36,6 +39,11 @@ from typing import Optional, Protocol
 from moderato import RateLimiter
 from moderato.algorithms import ALGORITHMS
 from moderato.backends.memory import MemoryBackend
+
+try:  # `python -m examples.algorithms_demo`, from the repository's root
+    from examples.backend_choice import backend_url
+except ModuleNotFoundError:  # `python examples/algorithms_demo.py`: its own folder is on the path
+    from backend_choice import backend_url
 
 RATE = "10/2 seconds"
 LIMIT = 10
@@ -279,15 +287,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--url",
-        default=os.environ.get("MODERATO_REDIS_URL", "memory://"),
-        help="backend URL (default: MODERATO_REDIS_URL, else memory://)",
+        help="backend URL (default: MODERATO_REDIS_URL, else a Redis answering on "
+        "localhost:6379, else memory://)",
     )
     parser.add_argument("--chart", type=Path, help="PNG to write (default algorithms_demo.png)")
     parser.add_argument("--no-chart", action="store_true", help="print the table only")
     parser.add_argument("--json", type=Path, help="also write the counts as JSON")
     args = parser.parse_args(argv)
 
-    report = asyncio.run(run(args.url))
+    report = asyncio.run(run(args.url or backend_url("algorithms_demo")))
     print(render_table(report))
     if args.json:
         args.json.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
@@ -298,7 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         write_chart(report, chart)
     except ImportError:
         print(
-            "\nno chart: matplotlib is not installed (pip install 'moderato[demo]')",
+            "\nno chart: matplotlib is not installed (pip install 'moderato[chart]')",
             file=sys.stderr,
         )
         # Asked for by name, a missing chart is an error; by default, only a note.

@@ -1,8 +1,12 @@
 """The moderato demo app: every algorithm, a cost, a shared scope, usage, reset and a live page.
 
-    make demo                                   # in-process memory:// backend, port 8000
-    uvicorn examples.fastapi_app:app            # the same, by hand
-    MODERATO_REDIS_URL=redis://localhost:6379 uvicorn examples.fastapi_app:app
+    make demo                                   # the algorithm comparison, then this app on :8000
+    uvicorn examples.fastapi_app:app            # this app alone (after `make demo-env`)
+    MODERATO_REDIS_URL=memory:// uvicorn examples.fastapi_app:app
+
+The backend: MODERATO_REDIS_URL when set, else the Redis on localhost:6379
+when one answers there, else memory:// (examples/backend_choice.py); the
+first log line says which.
 
 Open http://127.0.0.1:8000/ for the live page. What the app shows:
 
@@ -29,7 +33,6 @@ the address (docs/http.md, "Identity").
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -42,9 +45,13 @@ from moderato import BackendError, RateLimiter, install
 from moderato.algorithms import ALGORITHMS
 from moderato.integrations import ClientIdentity
 
+try:  # `uvicorn examples.fastapi_app:app`, from the repository's root
+    from examples.backend_choice import backend_url
+except ModuleNotFoundError:  # `python examples/<name>.py`: its own folder is on the path
+    from backend_choice import backend_url
+
 logger = logging.getLogger("moderato.demo")
 
-REDIS_URL = os.environ.get("MODERATO_REDIS_URL", "memory://")
 PAGE = Path(__file__).with_name("demo_page.html")
 
 ALGORITHM_RATE = "5/10 seconds"
@@ -130,8 +137,8 @@ def demo_routes(default_algorithm: str) -> list[DemoRoute]:
 
 
 def create_app(redis_url: Optional[str] = None) -> FastAPI:
-    """The demo app on ``redis_url`` (default: MODERATO_REDIS_URL, else memory://)."""
-    url = redis_url or REDIS_URL
+    """The demo app on ``redis_url`` (default: as examples/backend_choice.py chooses)."""
+    url = redis_url or backend_url("fastapi_app")
     limiter = RateLimiter(url, key_prefix="moderato-demo", enable_metrics=True)
     routes = demo_routes(limiter.default_algorithm)
 

@@ -1,7 +1,8 @@
 """Tiered quotas for a multi-tenant API: free, premium and enterprise keys, isolated per tier.
 
+    make demo-env && . .venv-demo/bin/activate     # once: moderato built in place, FastAPI, uvicorn
     uvicorn examples.multi_tenant:app --port 8001
-    MODERATO_REDIS_URL=redis://localhost:6379 uvicorn examples.multi_tenant:app --port 8001
+    MODERATO_REDIS_URL=memory:// uvicorn examples.multi_tenant:app --port 8001
 
     curl -H 'X-API-Key: free-key-alice' localhost:8001/api/data      # 10 a minute
     curl -H 'X-API-Key: premium-key-carol' localhost:8001/api/data   # 100 a minute
@@ -36,9 +37,13 @@ from pydantic import BaseModel
 
 from moderato import BackendError, RateLimiter, install
 
+try:  # `uvicorn examples.multi_tenant:app`, from the repository's root
+    from examples.backend_choice import backend_url
+except ModuleNotFoundError:  # `python examples/<name>.py`: its own folder is on the path
+    from backend_choice import backend_url
+
 logger = logging.getLogger("moderato.demo")
 
-REDIS_URL = os.environ.get("MODERATO_REDIS_URL", "memory://")
 ADMIN_KEY = os.environ.get("MODERATO_ADMIN_KEY", "admin-demo-key")
 # Keyed hashing of identities; set your own secret (16 bytes or more) in a deployment.
 IDENTITY_SECRET = os.environ.get("MODERATO_IDENTITY_SECRET", "demo-identity-secret").encode()
@@ -65,8 +70,9 @@ class TierChange(BaseModel):
 
 
 def create_app(redis_url: Optional[str] = None) -> FastAPI:
-    """The tenant API on ``redis_url`` (default: MODERATO_REDIS_URL, else memory://)."""
-    url = redis_url or REDIS_URL
+    """The tenant API on ``redis_url`` (default: as examples/backend_choice.py chooses:
+    MODERATO_REDIS_URL, else the Redis on localhost:6379 if one answers, else memory://)."""
+    url = redis_url or backend_url("multi_tenant")
     limiter = RateLimiter(url, key_prefix="moderato-tenants", identity_secret=IDENTITY_SECRET)
     accounts = dict(DEMO_KEYS)  # api key -> tier; a real service keeps this in its database
 

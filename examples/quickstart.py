@@ -1,23 +1,26 @@
-"""A first look: a few checks against Redis, printed as they are decided.
+"""A first look: a few checks of the manual API, printed as they are decided.
 
-Run with `make quickstart`. Uses MODERATO_REDIS_URL (default redis://localhost:6379).
+Run with `make quickstart` or `python examples/quickstart.py`. The backend:
+MODERATO_REDIS_URL when set, else the Redis on localhost:6379 when one answers
+there, else memory:// (examples/backend_choice.py); the first line says which.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 from moderato import RateLimiter
 
-REDIS_URL = os.environ.get("MODERATO_REDIS_URL", "redis://localhost:6379")
+try:  # `python -m examples.quickstart`, from the repository's root
+    from examples.backend_choice import backend_url
+except ModuleNotFoundError:  # `python examples/quickstart.py`: its own folder is on the path
+    from backend_choice import backend_url
 
 
 async def main() -> None:
-    async with RateLimiter(REDIS_URL, key_prefix="moderato-demo") as limiter:
+    async with RateLimiter(backend_url("quickstart"), key_prefix="moderato-demo") as limiter:
         # With the rate and the scope, reset knows the keys exactly: one script call, no SCAN.
         await limiter.reset("demo-user", rate="5/minute;20/hour", scope="global")
-        print(f"backend: {REDIS_URL}")
         print("rate 5/minute;20/hour, cost 1, then one request of cost 3")
         for attempt in range(1, 8):
             cost = 3 if attempt == 7 else 1

@@ -18,6 +18,10 @@ from moderato import RateLimitConfigError, RateLimiter
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+# The examples import their shared helper as examples.backend_choice, as uvicorn
+# finds it from the repository's root.
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 _loaded = itertools.count()
 
 

@@ -309,9 +309,9 @@ def test_quickstart_runs(redis_url: str) -> None:
             env=env, capture_output=True, text=True, timeout=30, check=True,
         )  # fmt: skip
         lines = done.stdout.splitlines()
-        assert "#1 cost=1: allowed" in lines[2] and "remaining=4 of 5/60s" in lines[2]
-        assert "#5 cost=1: allowed" in lines[6] and "remaining=0 of 5/60s" in lines[6]
-        assert "#6 cost=1: denied" in lines[7]
+        assert "#1 cost=1: allowed" in lines[1] and "remaining=4 of 5/60s" in lines[1]
+        assert "#5 cost=1: allowed" in lines[5] and "remaining=0 of 5/60s" in lines[5]
+        assert "#6 cost=1: denied" in lines[6]
         assert "usage of 5/minute: current=5 remaining=0" in done.stdout
         assert "cost 6 on 5/minute: allowed=False retry_after=None" in done.stdout
 

@@ -1,6 +1,7 @@
 /* One decide() call: validate (store_validate.c), derive and look up each
  * policy's keys, let the algorithm evaluate every policy on the state as
- * read, conclude the reply from the verdicts (the scripts' conclude()), and
+ * read, conclude the reply from the verdicts (as prelude.lua's
+ * decide_valid() does after its evaluate() calls), and
  * only then, if everything admits and the call charges, allocate what the
  * writes need and apply them -- none of which can fail.
  *
@@ -45,7 +46,8 @@ find_algorithm(PyObject *name)
 
 /* ---- concluding, and the writes ------------------------------------------------- */
 
-/* The scripts' conclude(): the reply, into values (2 + 3 per policy). */
+/* The reply from the verdicts, as prelude.lua's decide_valid() builds it:
+ * into values (2 + 3 per policy). */
 static int
 conclude(const memory_call *call, long long *values)
 {

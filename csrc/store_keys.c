@@ -50,7 +50,7 @@ derive_key(memory_call *call, const char *base, Py_ssize_t base_size, const char
     return key;
 }
 
-/* ":<index>" as the scripts' decimal() writes it. */
+/* ":<index>" as the scripts write it (base .. ':' .. index: an integer, in full). */
 size_t
 index_suffix(int64_t index, char *out)
 {

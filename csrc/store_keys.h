@@ -14,7 +14,7 @@ void release_key_space(memory_call *call);
 /* base + suffix in the call's key space. */
 unsigned char *derive_key(memory_call *call, const char *base, Py_ssize_t base_size,
                           const char *suffix, size_t suffix_size, size_t *key_size);
-/* ":<index>" as the scripts' decimal() writes it. */
+/* ":<index>" as the scripts write it (base .. ':' .. index: an integer, in full). */
 size_t index_suffix(int64_t index, char *out);
 /* Derive the policy's next target key (base + suffix) and look it up. */
 memory_target *add_target(MemoryStore *store, memory_call *call, memory_policy *policy,

@@ -36,16 +36,16 @@ async def call_callback(name: str, callback: RequestCallback[T], request: Reques
             return await result
         return result
     except Exception as error:
-        raise call_failed(name, callback, error) from error
+        raise callback_raised(name, callback, error) from error
 
 
-def call_failed(name: str, callback: object, error: Exception) -> RateLimitCallbackError:
+def callback_raised(name: str, callback: object, error: Exception) -> RateLimitCallbackError:
     """A callback raised: logged (``failure_log``), and the error to raise in its place."""
     failure_log.failed(name, callback, error)
     return RateLimitCallbackError(name, error)
 
 
-def callback_failed(name: str, message: str) -> RateLimitCallbackError:
+def callback_returned_unusable(name: str, message: str) -> RateLimitCallbackError:
     """A callback returned something unusable: its bug, reported (and logged) as its failure."""
     error = TypeError(message)
     failure_log.failed(name, RETURN_VALUE, error)

@@ -32,7 +32,7 @@ from starlette.websockets import WebSocket
 
 from ..errors import RateLimitConfigError
 from ..options import request_callback_option
-from .callbacks import RequestCallback, call_callback, callback_failed
+from .callbacks import RequestCallback, call_callback, callback_returned_unusable
 from .decisions import claim_headers, mark_middleware, recorded
 from .headers import HeaderList, HeaderStyle, legacy_for_one, render, report, validate_style
 from .identity import ClientIdentity, ProxyHeader
@@ -116,11 +116,12 @@ class RateLimitMiddleware:
         check_options("RateLimitMiddleware()", options, RULE_OPTIONS | MIDDLEWARE_OPTIONS)
         self.app = app
         self.headers = validate_style(headers)
-        # An app-wide rule's own default: one "app" bucket.
-        scope = options.setdefault("scope", "app")
-        if not isinstance(scope, str) or not scope:
+        # An app-wide rule's own default: one "app" bucket. (Its name is the
+        # option scope=; in this file a bare `scope` is always the ASGI scope.)
+        bucket_scope = options.setdefault("scope", "app")
+        if not isinstance(bucket_scope, str) or not bucket_scope:
             raise RateLimitConfigError("scope must be a non-empty string")
-        self.scope = scope
+        self.bucket_scope = bucket_scope
         if not isinstance(websockets, bool):
             raise RateLimitConfigError(
                 f"websockets must be True or False, got {type(websockets).__name__}"
@@ -177,7 +178,7 @@ class RateLimitMiddleware:
                     if self.path_rules
                     else self.rule
                 )
-                await rule.enforce(request, scope=self.scope)
+                await rule.enforce(request, scope=self.bucket_scope)
         except Exception as error:
             if not await send_error(error, scope, send, self.headers):
                 raise
@@ -193,7 +194,7 @@ class RateLimitMiddleware:
             try:
                 if not await self._exempt(connection):
                     rule = self.path_rules.get(normalize(path), self.rule)
-                    await rule.check(connection, scope=self.scope)
+                    await rule.check(connection, scope=self.bucket_scope)
             except Exception as error:
                 if not await refuse(error, scope, send, self.headers):
                     raise
@@ -204,7 +205,7 @@ class RateLimitMiddleware:
         for predicate in self.exempt:
             verdict = await call_callback("exempt", predicate, cast(Request, request))
             if not isinstance(verdict, bool):
-                raise callback_failed(
+                raise callback_returned_unusable(
                     "exempt", f"exempt predicate returned {type(verdict).__name__}, not bool"
                 )
             if verdict:

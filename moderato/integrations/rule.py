@@ -33,7 +33,7 @@ from ..habits import refuse_unknown
 from ..options import request_callback_option
 from ..policy import validate_cost
 from ..results import CheckResult
-from .callbacks import RequestCallback, call_callback, call_failed, callback_failed
+from .callbacks import RequestCallback, call_callback, callback_raised, callback_returned_unusable
 from .decisions import has_middleware, record
 from .http_errors import http_error
 from .identity import DEFAULT_IDENTITY, ClientIdentity
@@ -215,10 +215,11 @@ class LimitRule:
         return await self.enforce(request, scope=scope, convert=False)
 
     @staticmethod
-    def _converted(error: ModeratoError, scope: Scope) -> Optional[Exception]:
-        if is_websocket(scope):
-            return websocket_error(error, scope)
-        return None if has_middleware(scope) else http_error(error, scope)
+    def _converted(error: ModeratoError, asgi_scope: Scope) -> Optional[Exception]:
+        # asgi_scope: the request's ASGI scope; a bare `scope` here is the bucket's name.
+        if is_websocket(asgi_scope):
+            return websocket_error(error, asgi_scope)
+        return None if has_middleware(asgi_scope) else http_error(error, asgi_scope)
 
     async def exempted(self, request: HTTPConnection) -> bool:
         """True when ``exempt_when`` skips this request; a non-bool answer is its failure."""
@@ -226,7 +227,7 @@ class LimitRule:
             return False
         verdict = await call_callback("exempt_when", self.exempt_when, _as_request(request))
         if not isinstance(verdict, bool):
-            raise callback_failed(
+            raise callback_returned_unusable(
                 "exempt_when", f"exempt_when returned {type(verdict).__name__}, not bool"
             )
         return verdict
@@ -304,7 +305,7 @@ class LimitRule:
         try:
             self.limiter._plans.get(rate, self.algorithm)
         except RateLimitConfigError as error:
-            raise callback_failed("rate", str(error)) from error
+            raise callback_returned_unusable("rate", str(error)) from error
         return rate
 
     def _key_now(self, request: Request) -> Union[str, bytes, None]:
@@ -321,7 +322,7 @@ class LimitRule:
         try:
             return spec(request)
         except Exception as error:
-            raise call_failed("key", spec, error) from error
+            raise callback_raised("key", spec, error) from error
 
     async def _key(self, request: Request) -> Union[str, bytes]:
         spec = self.key if self.key is not None else self.limiter.key
@@ -331,7 +332,7 @@ class LimitRule:
             return spec
         key = await call_callback("key", spec, request)
         if not isinstance(key, (str, bytes)):
-            raise callback_failed(
+            raise callback_returned_unusable(
                 "key", f"key callback returned {type(key).__name__}, not str or bytes"
             )
         return key
@@ -342,7 +343,7 @@ class LimitRule:
             return spec
         tenant = await call_callback("tenant", spec, request)
         if tenant is not None and not isinstance(tenant, str):
-            raise callback_failed(
+            raise callback_returned_unusable(
                 "tenant", f"tenant callback returned {type(tenant).__name__}, not str or None"
             )
         return tenant
@@ -357,7 +358,7 @@ class LimitRule:
         try:
             return validate_cost(cost)
         except RateLimitConfigError as error:
-            raise callback_failed("cost", str(error)) from error
+            raise callback_returned_unusable("cost", str(error)) from error
 
 
 def _as_request(connection: HTTPConnection) -> Request:

@@ -6,14 +6,14 @@ import inspect
 import logging
 import ssl
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _accel
 from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
-from .backends.base import AsyncBackend, Backend, SynchronousBackend
+from .backends.base import AsyncBackend, Backend, SynchronousBackend, split_replies
 from .backends.schemes import make_backend
 from .breaker import CLOSED, BreakerSet, CircuitBreaker
 from .denial_cache import DenialCache, announce_reset
@@ -28,6 +28,7 @@ from .plans import Plan, Plans
 from .policy import cost_scaled, policy_for, validate_cost
 from .redis import RedisClient, RedisClientError
 from .results import CheckResult, PolicyState
+from .together import Check, Together, call_parts, deciding_check, distinct_keys, results_of
 
 T = TypeVar("T")
 
@@ -535,6 +536,99 @@ class RateLimiter:
             bypassed=True,
         )
 
+    async def _check_together(self, checks: Sequence[Check]) -> Together:
+        """Decide several checks as one (together.py): admitted only if every one admits,
+        and then every one is charged; when one refuses, none is.
+
+        The checks in shadow mode are decided after the others, among themselves, when
+        those admitted the request, and never refuse it; when the others refused, they
+        are not decided (their result is None). Fail-open bypasses every check of a call
+        the backend could not decide, as ``check_with_info`` bypasses one.
+        """
+        plans = [self._plans.get(check.rate, check.algorithm) for check in checks]
+        costs = [validate_cost(check.cost) for check in checks]
+        keys = [
+            self._backend.decision_keys(plan, check.key, check.tenant_type, check.scope)
+            for plan, check in zip(plans, checks)
+        ]
+        distinct_keys(checks, keys)
+        if self._node_of is not None:
+            _one_slot(checks, keys)
+        shadows = [self.shadow if check.shadow is None else check.shadow for check in checks]
+        results: list[Optional[CheckResult]] = [None] * len(checks)
+        allowed = True
+        for shadow in (False, True):
+            chosen = [index for index, flag in enumerate(shadows) if flag is shadow]
+            if not chosen or not allowed:
+                continue
+            chosen_allowed, chosen_results = await self._decide_checks(
+                [plans[i] for i in chosen],
+                [keys[i] for i in chosen],
+                [costs[i] for i in chosen],
+                shadow=shadow,
+            )
+            for index, result in zip(chosen, chosen_results):
+                if not chosen_allowed and shadow and not result.allowed:
+                    result = _shadowed(result, checks[index].scope)
+                results[index] = result
+            allowed = chosen_allowed or shadow
+        decided = [result for result in results if result is not None]
+        deciding = deciding_check(allowed, decided)
+        return Together(allowed, tuple(results), results.index(decided[deciding]))
+
+    async def _decide_checks(
+        self, plans: list[Plan], keys: list[list[bytes]], costs: list[int], *, shadow: bool
+    ) -> tuple[bool, list[CheckResult]]:
+        """One atomic backend call for these checks, through the breaker, the failure
+        policy and the metrics, as ``check_with_info`` takes one check through them
+        (``shadow``: a refusal is counted as shadow_denied, not as exceeded)."""
+        metrics = self.metrics
+        started_s = time.perf_counter() if metrics is not None else 0.0
+        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in costs])
+        breaker = self._breaker_for(keys[0][0])
+        try:
+            if not breaker.allow():
+                raise self._short_circuit("decide", breaker)
+            try:
+                if len(parts) == 1:
+                    part = parts[0]
+                    reply = await self._backend.direct_reply(
+                        part.algorithm, part.keys, part.arguments
+                    )
+                    replies = split_replies([(part.algorithm, part.keys, part.arguments)], reply)
+                else:
+                    together = [(part.algorithm, part.keys, part.arguments) for part in parts]
+                    replies = await self._backend.decide_together(together)
+                allowed, results = results_of(plans, parts, replies)
+            except BaseException as error:
+                self._failed("decide", error, breaker)
+                raise
+            self._succeeded("decide", breaker)
+        except BackendError as error:
+            feasible = all(cost <= plan.policy.smallest_limit for plan, cost in zip(plans, costs))
+            if not self.fail_open or not feasible:
+                if metrics is not None:
+                    for plan in plans:
+                        metrics.checks.labels(plan.algorithm.name, "error").inc()
+                self.failure_log.failed("denied", error)
+                raise
+            return True, [self._bypass(plan, error) for plan in plans]
+        if metrics is not None:
+            duration_s = time.perf_counter() - started_s
+            for plan, result in zip(plans, results):
+                # Each check's own verdict: one that fitted a request another refused
+                # counts as allowed (though nothing was charged), as it would alone.
+                name = plan.algorithm.name
+                metrics.check_duration.labels(name).observe(duration_s)
+                if result.allowed:
+                    metrics.checks.labels(name, "allowed").inc()
+                elif shadow:
+                    metrics.checks.labels(name, "shadow_denied").inc()
+                else:
+                    metrics.checks.labels(name, "denied").inc()
+                    metrics.limit_exceeded.labels(name).inc()
+        return allowed, results
+
     def _algorithm(self, name: Optional[str]) -> Algorithm:
         if name is None:
             return self._default_algorithm
@@ -691,6 +785,21 @@ def reset_patterns(
     stem = pattern[:-1]  # without the final "*": "...}:"
     # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
     return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
+
+
+def _one_slot(checks: Sequence[Check], keys: Sequence[list[bytes]]) -> None:
+    """On a Redis Cluster, refuse checks whose keys lie in two slots: no one script
+    call could decide them atomically."""
+    first_slot = _accel.key_slot(keys[0][0])
+    for check, check_keys in zip(checks, keys):
+        if any(_accel.key_slot(key) != first_slot for key in check_keys):
+            raise RateLimitConfigError(
+                f"limits '{checks[0].rate}' (scope {checks[0].scope!r}) and '{check.rate}' "
+                f"(scope {check.scope!r}) apply to one request but their keys hash to "
+                "different Redis Cluster slots, so no one atomic call can decide them: "
+                "on a cluster, the limits of one request need one scope, tenant and key "
+                "(different windows, or one rate string); or use a single Redis server"
+            )
 
 
 def _discard(call: Awaitable[Any]) -> None:

@@ -19,6 +19,8 @@ from .errors import BackendError
 
 _INCLUDE = b"--#include "
 RESET_SCRIPT = "reset"
+TOGETHER_SCRIPT = "together"
+"""The composite's own part (lua/together.lua): several decisions as one."""
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
 
@@ -162,3 +164,23 @@ def _quoted_end(source: bytes, index: int) -> int:
         else:
             index += 1
     return size
+
+
+@cache
+def composite_script(names: tuple[str, ...]) -> Script:
+    """One script deciding parts of the decision scripts ``names`` atomically (lua/together.lua).
+
+    Each script's whole text becomes a function of KEYS, ARGV and redis (the
+    names its text uses as globals), so the scripts run unchanged; a part names
+    its script by its 1-based index in ``names``.
+    """
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"composite_script takes distinct script names, got {names!r}")
+    functions = b",\n".join(
+        b"function(KEYS, ARGV, redis)\n" + load_script(name).source + b"end" for name in names
+    )
+    together = without_comments(_read(scripts_dir() / f"{TOGETHER_SCRIPT}.lua"))
+    source = b"local scripts = {\n" + functions + b"\n}\n" + together
+    return Script(
+        name=f"together({'+'.join(names)})", source=source, sha=hashlib.sha1(source).hexdigest()
+    )

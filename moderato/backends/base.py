@@ -49,6 +49,28 @@ docs/internals.md lays it out; the limiter checks it with ``_accel.check_result`
 DecideNow = Callable[[Algorithm, Sequence[bytes], Sequence[ScriptArg]], DecisionReply]
 """An in-process backend's synchronous ``decide``."""
 
+Part = tuple[Algorithm, Sequence[bytes], Sequence[ScriptArg]]
+"""One decision among several taken together: its algorithm, keys and arguments
+(``cost_scaled``, apply, then the per-policy arguments), as ``direct_reply`` takes them."""
+
+
+def split_replies(parts: Sequence[Part], reply: object) -> list[DecisionReply]:
+    """The parts' replies from one flat reply (each 2 + 3 per key), checked for length."""
+    if not isinstance(reply, list):
+        raise BackendError(f"malformed reply from a decision: {reply!r:.80}")
+    replies: list[DecisionReply] = []
+    at = 0
+    for _, keys, _ in parts:
+        size = 2 + 3 * len(keys)
+        replies.append(reply[at : at + size])
+        at += size
+    if at != len(reply):
+        raise BackendError(
+            f"malformed reply from a decision: {len(reply)} fields for "
+            f"{len(parts)} parts that need {at}"
+        )
+    return replies
+
 
 def script_refusal(script: str, error: RedisReplyError) -> Exception:
     """What an error reply from a script means to the caller.
@@ -279,6 +301,22 @@ class Backend(Protocol):
         apply: bool = True,
     ) -> BackendResult:
         """One direct decision on a caller's key (DirectDecisions.decide)."""
+        ...
+
+    async def direct_reply(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> object:
+        """The raw reply of one decision in the scripts' own layout; moderato's errors only."""
+        ...
+
+    def decide_together(self, parts: Sequence[Part]) -> Awaitable[list[DecisionReply]]:
+        """Several raw decisions as one: every part is charged, or none is.
+
+        Every part is decided at one instant; when one does not fit, nothing is
+        written and each part's reply is what it would answer (a peek). The
+        replies come back in the parts' order. On Redis the parts' keys must
+        share one Cluster slot; moderato's errors only.
+        """
         ...
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:

@@ -23,7 +23,7 @@ from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..errors import BackendError, RateLimitConfigError
 from ..plans import Plan
 from ..results import CheckResult
-from .base import DecisionReply, DirectDecisions, KeySpaceBound, decoded
+from .base import DecisionReply, DirectDecisions, KeySpaceBound, Part, decoded
 
 logger = logging.getLogger("moderato")
 
@@ -153,6 +153,44 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
     ) -> object:
         return self.decide_now(algorithm, keys, args)
+
+    async def decide_together(self, parts: Sequence[Part]) -> list[DecisionReply]:
+        return self.decide_together_now(parts)
+
+    def decide_together_now(self, parts: Sequence[Part]) -> list[DecisionReply]:
+        """decide_together(), synchronously, as lua/together.lua does it in Redis.
+
+        One instant for every part; the parts but the last are peeked, the last
+        decides and charges when they all fit, then they are charged. Nothing
+        runs in between (the store never waits), so nothing else is decided
+        between a peek and its charge.
+        """
+        now_ms = self.clock()
+        replies: list[DecisionReply] = []
+        others_fit = True
+        for algorithm, keys, arguments in parts[:-1]:
+            reply = self._decide_at(algorithm, keys, (arguments[0], 0, *arguments[2:]), now_ms)
+            replies.append(reply)
+            others_fit = others_fit and reply[0] == 1
+        algorithm, keys, arguments = parts[-1]
+        apply = 1 if others_fit else 0
+        last = self._decide_at(algorithm, keys, (arguments[0], apply, *arguments[2:]), now_ms)
+        if others_fit and last[0] == 1:
+            replies = [
+                self._decide_at(algorithm, keys, (arguments[0], 1, *arguments[2:]), now_ms)
+                for algorithm, keys, arguments in parts[:-1]
+            ]
+        replies.append(last)
+        return replies
+
+    def _decide_at(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg], now_ms: int
+    ) -> DecisionReply:
+        try:
+            reply: DecisionReply = self.store.decide(algorithm.name, keys, args, now_ms)
+        except ValueError as error:
+            raise _store_error(algorithm.name, error) from None
+        return reply
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         try:

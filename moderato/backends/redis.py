@@ -11,8 +11,16 @@ from ..errors import BackendError
 from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
-from ..scripts import RESET_SCRIPT, load_script
-from .base import DirectDecisions, KeySpaceBound, decoded, translated
+from ..scripts import RESET_SCRIPT, composite_script, load_script
+from .base import (
+    DecisionReply,
+    DirectDecisions,
+    KeySpaceBound,
+    Part,
+    decoded,
+    split_replies,
+    translated,
+)
 from .redis_py import RedisPyClient
 
 _SCAN_BATCH = 1000
@@ -84,6 +92,23 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
             return await self.client.evalsha(load_script(algorithm.name), keys, args)
         except RedisClientError as error:
             raise translated(error, algorithm.name) from None
+
+    async def decide_together(self, parts: Sequence[Part]) -> list[DecisionReply]:
+        # One composite script call (lua/together.lua) over every part's keys.
+        names = tuple(dict.fromkeys(algorithm.name for algorithm, _, _ in parts))
+        keys: list[bytes] = []
+        layout: list[ScriptArg] = [len(parts)]
+        arguments: list[ScriptArg] = []
+        for algorithm, part_keys, part_arguments in parts:
+            layout.extend((names.index(algorithm.name) + 1, len(part_keys), len(part_arguments)))
+            keys.extend(part_keys)
+            arguments.extend(part_arguments)
+        script = composite_script(names)
+        try:
+            reply = await self.client.evalsha(script, keys, [*layout, *arguments])
+        except RedisClientError as error:
+            raise translated(error, script.name) from None
+        return split_replies(parts, reply)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)

@@ -13,8 +13,9 @@ endpoint running.
 
 The wrapper is always ``async``: the check must be awaited. A plain ``def``
 endpoint then runs in the thread pool, as the framework would have run it.
-Decorators stack; the outer one decides first, and each decision is charged
-on its own (use one ``"10/second;1000/day"`` rate for an atomic pair).
+Decorators stack, and stack with dependencies and RateLimitMiddleware: every
+limit of a request is decided together, each on its own counter, and a
+request one of them refuses is charged by none (stack.py).
 
 A generator endpoint (FastAPI's JSON Lines and server-sent-event streams)
 starts its response before its body runs, too late to answer 429. Its check
@@ -33,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
 
 from ..errors import RateLimitConfigError
-from ..policy import policy_for
+from . import stack
 from .order import remember
 from .rule import LimitRule, RateSpec, RuleOptions, check_options
 
@@ -60,49 +61,22 @@ def limit(limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]) 
     """
     check_options("limit()", options)
     rule = LimitRule(limiter, rate, **options)
+    rule.origin = "@limiter.limit"
 
     def decorate(func: F) -> F:
         if not callable(func):
             raise RateLimitConfigError(f"limit() decorates a callable, got {type(func).__name__}")
-        stacked: list[LimitRule] = list(getattr(func, _RULES_ATTRIBUTE, ()))
-        for inner in stacked:
-            _check_distinct_buckets(rule, inner)
+        inner: list[LimitRule] = list(getattr(func, stack.RULES_ATTRIBUTE, ()))
+        # Stacked decorators that no atomic step could decide fail here, at decoration.
+        stack.check_combination(stack.stacked([*inner, rule]))
         endpoint_rule = copy.copy(rule)
         endpoint_rule.endpoint = func
         wrapper = _wrap(func, endpoint_rule)
         remember(func, wrapper, rule.rate)  # routing ``func`` itself is then a mistake
-        setattr(wrapper, _RULES_ATTRIBUTE, (*stacked, endpoint_rule))
+        setattr(wrapper, stack.RULES_ATTRIBUTE, (*inner, endpoint_rule))
         return cast(F, wrapper)
 
     return decorate
-
-
-_RULES_ATTRIBUTE = "__moderato_rules__"
-
-
-def _check_distinct_buckets(outer: LimitRule, inner: LimitRule) -> None:
-    """Stacked limits that would count in one Redis key are a configuration error.
-
-    A key is prefix + algorithm + tenant + scope + identity + window: two
-    decorators on one route with the same window, identity and scope would
-    both charge (and read) the same counter.
-    """
-    if outer.limiter is not inner.limiter or outer.scope != inner.scope:
-        return
-    if outer.key is not inner.key or outer.tenant is not inner.tenant:
-        return
-    if not isinstance(outer.rate, str) or not isinstance(inner.rate, str):
-        return
-    default = outer.limiter.default_algorithm
-    if (outer.algorithm or default) != (inner.algorithm or default):
-        return
-    shared = set(policy_for(outer.rate).windows_s) & set(policy_for(inner.rate).windows_s)
-    if shared:
-        raise RateLimitConfigError(
-            f"stacked limits '{outer.rate}' and '{inner.rate}' both have a {min(shared)} s "
-            "window on one route and would share one counter; combine them into one rate "
-            "string, or give one of them its own scope="
-        )
 
 
 def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
@@ -128,7 +102,7 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
                 f"{func.__qualname__} was called without a Request or WebSocket; a "
                 "rate-limited endpoint must be called by FastAPI or Starlette routing"
             )
-        await rule.enforce(request)
+        await stack.enforce(rule, request)
         if is_async:
             return await func(*args, **kwargs)
         return await run_in_threadpool(func, *args, **kwargs)
@@ -150,7 +124,9 @@ def _wrap_generator(func: Callable[..., Any], rule: LimitRule) -> Callable[..., 
     )
 
     async def check(request: Request) -> None:
-        await rule.enforce(request)
+        await stack.enforce(rule, request)
+
+    setattr(check, stack.RULE_ATTRIBUTE, rule)
 
     from fastapi import Depends  # generator endpoints exist only in FastAPI
 

@@ -5,7 +5,9 @@ whole router (``APIRouter(dependencies=[Depends(...)])``): each route it runs
 for gets its own default scope, discovered from the route's template, exactly
 as with the decorator. The dependency's value is the admitted CheckResult
 (None when ``exempt_when`` skipped the rule). On a websocket route it limits
-the handshake, as the decorator does.
+the handshake, as the decorator does. With other limits on the same request
+(more dependencies, decorators, RateLimitMiddleware) it is decided together
+with them, each on its own counter (stack.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from starlette.requests import HTTPConnection
 
 from ..results import CheckResult
+from . import stack
 from .rule import LimitRule, RateSpec, RuleOptions, check_options
 
 if TYPE_CHECKING:
@@ -32,9 +35,11 @@ def dependency(
     """A dependency enforcing ``rate``; configuration errors raise here, not per request."""
     check_options("dependency()", options)
     rule = LimitRule(limiter, rate, **options)
+    rule.origin = "limiter.dependency"
 
     # HTTPConnection, not Request: FastAPI fills it on websocket routes too.
     async def rate_limit(request: HTTPConnection) -> Optional[CheckResult]:
-        return await rule.enforce(request)
+        return await stack.enforce(rule, request)
 
+    setattr(rate_limit, stack.RULE_ATTRIBUTE, rule)  # found by stack.py in the route's tree
     return rate_limit

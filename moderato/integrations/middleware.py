@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket
 
 from ..errors import RateLimitConfigError
 from ..options import request_callback_option
+from . import stack
 from .callbacks import RequestCallback, call_callback, callback_returned_unusable
 from .decisions import claim_headers, mark_middleware, recorded
 from .headers import HeaderList, HeaderStyle, legacy_for_one, render, report, validate_style
@@ -143,6 +144,10 @@ class RateLimitMiddleware:
         self.path_rules = {
             path: rule_for(charge) for path, charge in exact_paths("costs", costs or {}).items()
         }
+        for rule in (self.rule, *self.path_rules.values()):
+            rule.origin = "RateLimitMiddleware"
+        self._inner: Optional[list[RateLimitMiddleware]] = None
+        """The RateLimitMiddlewares inside this one, found at the first request."""
         self.exempt_paths = ExemptPaths(exempt_paths)
         self.routes_checked = False
         self.exempt = tuple(exempt)
@@ -171,14 +176,7 @@ class RateLimitMiddleware:
         # No receive: callbacks may read headers, never the body the app still needs.
         request = Request(scope)
         try:
-            # No predicates (the usual case): no coroutine to ask them.
-            if not (self.exempt and await self._exempt(request)):
-                rule = (
-                    self.path_rules.get(normalize(path), self.rule)
-                    if self.path_rules
-                    else self.rule
-                )
-                await rule.enforce(request, scope=self.bucket_scope)
+            await stack.decide_for_middleware(await self._limits(request), request)
         except Exception as error:
             if not await send_error(error, scope, send, self.headers):
                 raise
@@ -187,19 +185,41 @@ class RateLimitMiddleware:
 
     async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Limit a websocket handshake; a refused one never reaches the application."""
-        path = route_path(scope)
-        if not self.exempt_paths.match(path):
+        if not self.exempt_paths.match(route_path(scope)):
             # No receive, no send: callbacks read the handshake's headers, nothing else.
             connection = WebSocket(scope, _no_receive, _no_send)
             try:
-                if not await self._exempt(connection):
-                    rule = self.path_rules.get(normalize(path), self.rule)
-                    await rule.check(connection, scope=self.bucket_scope)
+                await stack.decide_for_middleware(await self._limits(connection), connection)
             except Exception as error:
                 if not await refuse(error, scope, send, self.headers):
                     raise
                 return
         await self.app(scope, receive, send)
+
+    async def _limits(self, connection: HTTPConnection) -> list[stack.Limit]:
+        """This middleware's limit for the request, then those of the RateLimitMiddlewares
+        inside it (the same application's), which are decided with it."""
+        if self._inner is None:
+            self._inner = _inner_middlewares(self.app)
+        limits = []
+        for middleware in (self, *self._inner):
+            limit = await middleware.limit_for(connection)
+            if limit is not None:
+                limits.append(limit)
+        return limits
+
+    async def limit_for(self, connection: HTTPConnection) -> Optional[stack.Limit]:
+        """The limit this middleware applies to the request; None when it is exempt."""
+        if connection.scope["type"] == "websocket" and not self.websockets:
+            return None
+        path = route_path(connection.scope)
+        if self.exempt_paths.match(path):
+            return None
+        # No predicates (the usual case): no coroutine to ask them.
+        if self.exempt and await self._exempt(connection):
+            return None
+        rule = self.path_rules.get(normalize(path), self.rule) if self.path_rules else self.rule
+        return stack.Limit(rule, self.bucket_scope)
 
     async def _exempt(self, request: HTTPConnection) -> bool:
         for predicate in self.exempt:
@@ -304,6 +324,20 @@ def route_path(scope: Scope) -> str:
     ):
         return path[len(root_path) :] or "/"
     return path
+
+
+def _inner_middlewares(app: ASGIApp) -> list[RateLimitMiddleware]:
+    """The RateLimitMiddlewares down the chain of ``.app`` attributes (middlewares keep
+    the next application there), outermost first, up to the router."""
+    found: list[RateLimitMiddleware] = []
+    current: object = app
+    for _ in range(64):
+        if isinstance(current, RateLimitMiddleware):
+            found.append(current)
+        current = getattr(current, "app", None)
+        if current is None or not hasattr(current, "__call__"):  # noqa: B004
+            break
+    return found
 
 
 async def _no_receive() -> NoReturn:

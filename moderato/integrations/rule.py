@@ -99,6 +99,9 @@ def check_options(
 class LimitRule:
     """A validated rule: what to charge whom, where, under which policy."""
 
+    origin = "LimitRule"
+    """What declared it, as errors name it: ``@limiter.limit``, ``limiter.dependency``..."""
+
     def __init__(
         self,
         limiter: RateLimiter,

@@ -62,6 +62,10 @@ class _Template:
     host: Optional[str]
     path_regex: Optional[re.Pattern[str]]
     host_regex: Optional[re.Pattern[str]]
+    route: Any = field(default=None, compare=False, repr=False)
+    """The route object (FastAPI's per-inclusion context, when it has one)."""
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What other modules work out once per template (stack.py: its limits per method)."""
 
     def matches(self, route_path: str, host: Optional[str]) -> bool:
         if self.path_regex is not None and not self.path_regex.match(route_path):
@@ -83,6 +87,11 @@ class _Index:
     endpoints: list[object] = field(default_factory=list)
     """Keeps the endpoints alive so their ids stay unique while indexed."""
     misses: set[int] = field(default_factory=set)
+    route_count: int = 0
+    """How many routes the router had when it was indexed."""
+    derived: dict[str, Any] = field(default_factory=dict)
+    opaque_mounts: bool = False
+    """Whether a mount's routes could not be seen (an app that is not a routing tree)."""
 
 
 _indexes: dict[int, tuple[weakref.ref[Any], _Index]] = {}
@@ -96,16 +105,50 @@ def route_scope(scope: Scope, endpoint: Optional[Callable[..., Any]] = None) -> 
     by default the routed endpoint, ``scope["endpoint"]``.
     """
     method = scope_method(scope)
+    template = route_template(scope)
+    if template is not None:
+        return template.render(method, _original_root_path(scope))
+    return _fallback(method, endpoint if endpoint is not None else scope.get("endpoint"))
+
+
+def route_template(scope: Scope) -> Optional[_Template]:
+    """The template the routed request came through; None when it cannot be discovered."""
     routed = scope.get("endpoint")
     router = scope.get("router")
-    if routed is not None and router is not None:
-        templates = _templates_for(router, routed)
-        if templates:
-            root_path = _original_root_path(scope)
-            template = _choose(templates, scope, root_path)
-            if template is not None:
-                return template.render(method, root_path)
-    return _fallback(method, endpoint if endpoint is not None else routed)
+    if routed is None or router is None:
+        return None
+    templates = _templates_for(router, routed)
+    if not templates:
+        return None
+    return _choose(templates, scope, _original_root_path(scope))
+
+
+def route_templates(router: Any) -> list[_Template]:
+    """Every template under ``router`` (indexed once; again when routes were added since)."""
+    index = _current_index(router)
+    return [template for templates in index.templates.values() for template in templates]
+
+
+def has_opaque_mounts(router: Any) -> bool:
+    """Whether a mount under ``router`` hides its routes (an opaque ASGI application)."""
+    return _current_index(router).opaque_mounts
+
+
+def router_derived(router: Any) -> dict[str, Any]:
+    """What other modules work out once per routing tree (emptied when it is indexed again)."""
+    return _current_index(router).derived
+
+
+def _current_index(router: Any) -> _Index:
+    index = _index(router)
+    if index.route_count != _route_count(router):
+        index = _index(router, rebuild=True)
+    return index
+
+
+def _route_count(router: Any) -> int:
+    routes = getattr(router, "routes", None)
+    return len(routes) if isinstance(routes, list) else 0
 
 
 def scope_method(scope: Scope) -> str:
@@ -143,7 +186,7 @@ def _index(router: Any, *, rebuild: bool = False) -> _Index:
     entry = _indexes.get(id(router))
     if entry is not None and entry[0]() is router and not rebuild:
         return entry[1]
-    index = _Index()
+    index = _Index(route_count=_route_count(router))
     _walk(getattr(router, "routes", []), index, prefix="", host=None, depth=0)
     if entry is not None and entry[0]() is router:
         index.misses = entry[1].misses
@@ -161,14 +204,16 @@ def _walk(
 ) -> None:
     if depth > _MAX_DEPTH:
         return
-    for original, effective in _expand(routes):
+    for original, effective in expand_routes(routes):
         path = getattr(effective, "path", None)
         if isinstance(original, Mount):
-            children = _child_routes(getattr(effective, "app", None))
+            children = child_routes(getattr(effective, "app", None))
             if children is not None:
                 _walk(children, index, prefix=prefix + str(path or ""), host=host, depth=depth + 1)
+            else:
+                index.opaque_mounts = True
         elif isinstance(original, Host):
-            children = _child_routes(getattr(effective, "app", None))
+            children = child_routes(getattr(effective, "app", None))
             if children is not None:
                 _walk(children, index, prefix=prefix, host=original.host, depth=depth + 1)
         elif isinstance(original, (Route, WebSocketRoute)) or (
@@ -177,12 +222,12 @@ def _walk(
             endpoint = getattr(effective, "endpoint", None)
             if endpoint is None or path is None:
                 continue
-            template = _template(prefix + str(path), host)
+            template = _template(prefix + str(path), host, effective)
             index.templates.setdefault(id(endpoint), []).append(template)
             index.endpoints.append(endpoint)
 
 
-def _expand(routes: Sequence[Any]) -> Iterator[tuple[Any, Any]]:
+def expand_routes(routes: Sequence[Any]) -> Iterator[tuple[Any, Any]]:
     """(original route, object carrying its effective path) for each route.
 
     FastAPI's included routers share route objects between inclusions and
@@ -197,7 +242,7 @@ def _expand(routes: Sequence[Any]) -> Iterator[tuple[Any, Any]]:
         yield context.original_route, context
 
 
-def _child_routes(app: Any) -> Optional[Sequence[BaseRoute]]:
+def child_routes(app: Any) -> Optional[Sequence[BaseRoute]]:
     # A mount's app may be wrapped in middleware; the routing tree is usually
     # reachable through the conventional ``.app`` attribute.
     for _ in range(_MAX_UNWRAP):
@@ -210,8 +255,10 @@ def _child_routes(app: Any) -> Optional[Sequence[BaseRoute]]:
     return None
 
 
-def _template(path: str, host: Optional[str]) -> _Template:
-    return _Template(path=path, host=host, path_regex=_compile(path), host_regex=_compile(host))
+def _template(path: str, host: Optional[str], route: Any) -> _Template:
+    return _Template(
+        path=path, host=host, path_regex=_compile(path), host_regex=_compile(host), route=route
+    )
 
 
 def _compile(template: Optional[str]) -> Optional[re.Pattern[str]]:

@@ -1,0 +1,71 @@
+"""The route a request will reach, found before the router runs it.
+
+RateLimitMiddleware decides before routing, yet its decision must include the
+limits of the route the request is going to (stack.py). This module runs the
+routing tree's own matching (each route's ``matches``, as Starlette's router
+calls it, mounts and hosts followed into their routers) on a copy of the
+request's scope, without running anything, and returns the scope the
+endpoint would see: ``endpoint``, ``path_params``, root paths, ``router``.
+
+A request that reaches no endpoint (404, 405, a slash redirect) has no route
+limits. A mount whose routing tree cannot be seen (an opaque ASGI app) is
+reported as such: the limits inside it, if any, could not be decided with the
+middleware's, and stack.py refuses them when they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+from starlette.routing import Host, Match, Mount
+from starlette.types import Scope
+
+from .scope import child_routes, expand_routes
+
+_MAX_DEPTH = 32
+
+
+class Opaque:
+    """The request enters a mounted application whose routes cannot be seen."""
+
+    def __init__(self, mount_path: str) -> None:
+        self.mount_path = mount_path
+
+
+Resolved = Union[Scope, Opaque, None]
+"""The endpoint's scope; Opaque; or None when no endpoint would run."""
+
+
+def resolve(scope: Scope, routes: Sequence[Any], router: Any) -> Resolved:
+    """Where ``scope`` goes in ``routes`` (the router ``router``'s), as routing would take it."""
+    start = dict(scope)
+    start.setdefault("router", router)
+    return _resolve(routes, start, depth=0)
+
+
+def _resolve(routes: Sequence[Any], scope: Scope, depth: int) -> Resolved:
+    if depth > _MAX_DEPTH:
+        return None
+    for original, effective in expand_routes(routes):
+        try:
+            match, child_scope = effective.matches(scope)
+        except Exception:  # a route that cannot match this scope: routing would fail too
+            return None
+        if match is Match.FULL:
+            matched = {**scope, **child_scope}
+            if isinstance(original, (Mount, Host)):
+                children = child_routes(getattr(effective, "app", None))
+                if children is None:
+                    return Opaque(str(getattr(effective, "path", "") or "/"))
+                return _resolve(children, matched, depth + 1)
+            return matched
+        # A partial match (the path, not the method) answers 405: no endpoint runs, and
+        # neither does one further down the list. A full match further down wins over it.
+    return None
+
+
+def router_of(app: Any) -> Optional[Any]:
+    """The router of a Starlette application (or the router itself); None for anything else."""
+    router = getattr(app, "router", app)
+    return router if isinstance(getattr(router, "routes", None), list) else None

@@ -546,15 +546,22 @@ class RateLimiter:
         the backend could not decide, as ``check_with_info`` bypasses one.
         """
         plans = [self._plans.get(check.rate, check.algorithm) for check in checks]
-        costs = [validate_cost(check.cost) for check in checks]
+        costs = [
+            check.cost if type(check.cost) is int and check.cost > 0 else validate_cost(check.cost)
+            for check in checks
+        ]
+        decision_keys = self._backend.decision_keys
         keys = [
-            self._backend.decision_keys(plan, check.key, check.tenant_type, check.scope)
+            decision_keys(plan, check.key, check.tenant_type, check.scope)
             for plan, check in zip(plans, checks)
         ]
         distinct_keys(checks, keys)
         if self._node_of is not None:
             _one_slot(checks, keys)
         shadows = [self.shadow if check.shadow is None else check.shadow for check in checks]
+        if not any(shadows):  # the usual case: one call, every check enforced
+            allowed, decided = await self._decide_checks(plans, keys, costs, shadow=False)
+            return Together(allowed, tuple(decided), deciding_check(allowed, decided))
         results: list[Optional[CheckResult]] = [None] * len(checks)
         allowed = True
         for shadow in (False, True):

@@ -82,6 +82,23 @@ async def slowapi_default_limits(ns: Namespace) -> None:
     assert await statuses(ns["app"], "/b", 3) == [200, 200, 429]
 
 
+async def slowapi_default_and_route_limits(ns: Namespace) -> None:
+    app, limiter = ns["app"], ns["limiter"]
+    logins = await statuses(app, "/login", 6)
+    assert logins == [200] * 3 + [429] * 3
+    for rate in ("10/minute", "3/minute"):
+        usage = await limiter.get_usage("127.0.0.1", rate, scope=f"GET:/login#{rate}")
+        assert usage["current"] == 3, rate
+    assert await statuses(app, "/search", 11) == [200] * 10 + [429]
+
+
+async def slowapi_application_and_route_limits(ns: Namespace) -> None:
+    app, limiter = ns["app"], ns["limiter"]
+    assert await statuses(app, "/export", 5) == [200, 200, 429, 429, 429]
+    assert await statuses(app, "/a", 4) == [200, 200, 200, 429]
+    assert (await limiter.get_usage("127.0.0.1", "5/minute", scope="app"))["current"] == 5
+
+
 async def slowapi_application_limits(ns: Namespace) -> None:
     app = ns["app"]
     assert await statuses(app, "/a", 2) + await statuses(app, "/b", 2) == [200, 200, 200, 429]
@@ -147,6 +164,13 @@ async def limiter_decorator(ns: Namespace) -> None:
     assert await statuses(ns["app"], "/items", 3) == [200, 200, 429]
 
 
+async def limiter_multiple_dependencies(ns: Namespace) -> None:
+    assert await statuses(ns["app"], "/multiple", 3) == [200, 429, 429]
+    for rate in ("1/5 seconds", "2/15 seconds"):
+        usage = await ns["limiter"].get_usage("127.0.0.1", rate, scope="GET:/multiple")
+        assert usage["current"] == 1, rate  # the refused requests charged neither
+
+
 async def limiter_multiple(ns: Namespace) -> None:
     assert await statuses(ns["app"], "/multiple", 3) == [200, 429, 429]
     usage = await ns["limiter"].get_usage(
@@ -201,7 +225,9 @@ EXERCISERS: dict[str, dict[str, Exerciser]] = {
         "setup": slowapi_setup,
         "key-func": slowapi_key_func,
         "default-limits": slowapi_default_limits,
+        "default-and-route-limits": slowapi_default_and_route_limits,
         "application-limits": slowapi_application_limits,
+        "application-and-route-limits": slowapi_application_and_route_limits,
         "exempt": slowapi_exempt,
         "exempt-when": slowapi_exempt_when,
         "shared-limit": slowapi_shared_limit,
@@ -213,6 +239,7 @@ EXERCISERS: dict[str, dict[str, Exerciser]] = {
     "migrating-from-fastapi-limiter.md": {
         "init": limiter_init,
         "decorator": limiter_decorator,
+        "multiple-dependencies": limiter_multiple_dependencies,
         "multiple": limiter_multiple,
         "identifier": limiter_identifier,
         "callback": limiter_callback,

@@ -58,6 +58,8 @@ def split_replies(parts: Sequence[Part], reply: object) -> list[DecisionReply]:
     """The parts' replies from one flat reply (each 2 + 3 per key), checked for length."""
     if not isinstance(reply, list):
         raise BackendError(f"malformed reply from a decision: {reply!r:.80}")
+    if len(parts) == 1:  # one call: its reply is checked whole when decoded
+        return [reply]
     replies: list[DecisionReply] = []
     at = 0
     for _, keys, _ in parts:

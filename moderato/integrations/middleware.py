@@ -202,21 +202,22 @@ class RateLimitMiddleware:
         if self._inner is None:
             self._inner = _inner_middlewares(self.app)
         limits = []
-        for middleware in (self, *self._inner):
-            limit = await middleware.limit_for(connection)
-            if limit is not None:
+        for middleware in (self, *self._inner) if self._inner else (self,):
+            limit = middleware.limit_for_path(connection.scope)
+            # No predicates (the usual case): no coroutine to ask them.
+            if limit is not None and not (
+                middleware.exempt and await middleware._exempt(connection)
+            ):
                 limits.append(limit)
         return limits
 
-    async def limit_for(self, connection: HTTPConnection) -> Optional[stack.Limit]:
-        """The limit this middleware applies to the request; None when it is exempt."""
-        if connection.scope["type"] == "websocket" and not self.websockets:
+    def limit_for_path(self, scope: Scope) -> Optional[stack.Limit]:
+        """The limit this middleware applies to the request's path and type; None when
+        they are exempt (the ``exempt`` predicates are asked apart)."""
+        if scope["type"] == "websocket" and not self.websockets:
             return None
-        path = route_path(connection.scope)
+        path = route_path(scope)
         if self.exempt_paths.match(path):
-            return None
-        # No predicates (the usual case): no coroutine to ask them.
-        if self.exempt and await self._exempt(connection):
             return None
         rule = self.path_rules.get(normalize(path), self.rule) if self.path_rules else self.rule
         return stack.Limit(rule, self.bucket_scope)

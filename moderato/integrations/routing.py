@@ -47,7 +47,7 @@ def resolve(scope: Scope, routes: Sequence[Any], router: Any) -> Resolved:
 def _resolve(routes: Sequence[Any], scope: Scope, depth: int) -> Resolved:
     if depth > _MAX_DEPTH:
         return None
-    for original, effective in expand_routes(routes):
+    for original, effective in _expanded(routes):
         try:
             match, child_scope = effective.matches(scope)
         except Exception:  # a route that cannot match this scope: routing would fail too
@@ -63,6 +63,23 @@ def _resolve(routes: Sequence[Any], scope: Scope, depth: int) -> Resolved:
         # A partial match (the path, not the method) answers 405: no endpoint runs, and
         # neither does one further down the list. A full match further down wins over it.
     return None
+
+
+_EXPANDED_MAX = 256
+_expansions: dict[int, tuple[Sequence[Any], int, list[tuple[Any, Any]]]] = {}
+"""Route lists already expanded (FastAPI builds a context per included route), by id."""
+
+
+def _expanded(routes: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """``expand_routes(routes)``, worked out again only when the list's length changed."""
+    known = _expansions.get(id(routes))
+    if known is not None and known[0] is routes and known[1] == len(routes):
+        return known[2]
+    expanded = list(expand_routes(routes))
+    if len(_expansions) >= _EXPANDED_MAX:
+        _expansions.clear()
+    _expansions[id(routes)] = (routes, len(routes), expanded)
+    return expanded
 
 
 def router_of(app: Any) -> Optional[Any]:

@@ -82,9 +82,11 @@ class Decided:
 
     __slots__ = ("by", "results", "unseen")
 
-    def __init__(self, by: str, results: dict[int, Optional[CheckResult]], unseen: str) -> None:
+    def __init__(
+        self, by: Sequence[LimitRule], results: dict[int, Optional[CheckResult]], unseen: str
+    ) -> None:
         self.by = by
-        """The limits that decided, as an error message names them."""
+        """The rules that decided (named only in an error)."""
         self.results = results
         """By ``id(rule)``."""
         self.unseen = unseen
@@ -100,7 +102,8 @@ class Decided:
             "route was added after the application started serving"
         )
         raise RateLimitConfigError(
-            f"{describe(rule)} runs after this request was decided by {self.by} without it "
+            f"{describe(rule)} runs after this request was decided by "
+            f"{', '.join(describe(decider) for decider in self.by)} without it "
             f"({reason}), so they could not be decided as one; a request refused by one "
             "would be charged by the other. Put the limit where its route declares it "
             "(a dependency or a decorator of a route the middleware's application routes), "
@@ -128,7 +131,7 @@ async def enforce(
     limits = route_limits(request.scope, rule)
     if len(limits) == 1 and not limits[0].suffix:
         result = await rule.enforce(request, convert=convert)
-        request.scope[_DECIDED] = Decided(describe(rule), {id(rule): result}, "")
+        request.scope[_DECIDED] = Decided((rule,), {id(rule): result}, "")
         return result
     try:
         return await decide(limits, request, request, rule)
@@ -185,8 +188,10 @@ async def decide(
     checks: list[Check] = []
     decided_limits: list[Limit] = []
     results: dict[int, Optional[CheckResult]] = {}
+    route_scopes: dict[int, str] = {}  # the route's default scope, worked out once
     for limit in limits:
-        check = await _check_of(limit, request if limit.scope is not None else routed)
+        connection = request if limit.scope is not None else routed
+        check = await _check_of(limit, connection, route_scopes)
         if check is None:
             results[id(limit.rule)] = None
             continue
@@ -211,29 +216,32 @@ async def decide(
             deciding = together.results[together.deciding]
             assert deciding is not None
             raise exceeded(deciding)
-    by = ", ".join(describe(limit.rule) for limit in limits)
-    request.scope[_DECIDED] = Decided(by, results, unseen)
+    request.scope[_DECIDED] = Decided([limit.rule for limit in limits], results, unseen)
     return None if rule is None else results.get(id(rule))
 
 
-async def _check_of(limit: Limit, connection: HTTPConnection) -> Optional[Check]:
-    """The check a limit asks for this request; None when its exempt_when skips it."""
+async def _check_of(
+    limit: Limit, connection: HTTPConnection, route_scopes: dict[int, str]
+) -> Optional[Check]:
+    """The check a limit asks for this request; None when its exempt_when skips it.
+
+    ``route_scopes`` keeps the default scope of the endpoint a rule falls back to
+    (the route's), so that stacked limits work it out once."""
     rule = limit.rule
     if rule.exempt_when is not None and await rule.exempted(connection):
         return None
-    key, rate, cost, tenant, scope = await _arguments(limit, connection)
-    return Check(key, rate, scope, cost, tenant, rule.algorithm, rule.shadow)
-
-
-async def _arguments(limit: Limit, connection: HTTPConnection) -> CheckArguments:
-    rule = limit.rule
     scope = limit.scope
     if scope is None and limit.suffix:
-        scope = rule._scope(connection, None) + limit.suffix
-    arguments = rule._arguments_now(connection, scope)
+        route = route_scopes.get(id(rule.endpoint))
+        if route is None:
+            route = route_scopes[id(rule.endpoint)] = rule._scope(connection, None)
+        scope = route + limit.suffix
+    # Static values and the default identity need no coroutine (the usual case).
+    arguments: Optional[CheckArguments] = rule._arguments_now(connection, scope)
     if arguments is None:
         arguments = await rule._arguments(connection, scope)
-    return arguments
+    key, rate, cost, tenant, scope_name = arguments
+    return Check(key, rate, scope_name, cost, tenant, rule.algorithm, rule.shadow)
 
 
 # -- the limits of a route --------------------------------------------------------

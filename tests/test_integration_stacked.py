@@ -18,6 +18,7 @@ from typing import Any, Optional
 import httpx
 import pytest
 import websockets
+from cluster import RedisCluster
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from http_helpers import client
 from redis_servers import RedisServer
@@ -310,6 +311,35 @@ async def test_a_mounted_application_is_routed_by_the_parent_middleware(
     assert await used(limiter, "5/hour", "app") == 5
 
 
+async def test_app_wide_limits_of_a_parent_and_a_mounted_child(limiter: RateLimiter) -> None:
+    child = FastAPI()
+    install(child, limiter, rate="3/hour", scope="child")
+
+    @child.get("/items")
+    @limiter.limit("2/hour")
+    async def items() -> dict[str, str]:
+        return {}
+
+    @child.get("/other")
+    async def other() -> dict[str, str]:
+        return {}
+
+    parent = FastAPI()
+    parent.mount("/api", child)
+    install(parent, limiter, rate="5/hour")
+
+    @parent.get("/top")
+    async def top() -> dict[str, str]:
+        return {}
+
+    assert statuses(await get_all(parent, "/api/items", 4)) == [200, 200, 429, 429]
+    assert statuses(await get_all(parent, "/api/other", 3)) == [200, 429, 429]
+    assert statuses(await get_all(parent, "/top", 3)) == [200, 200, 429]
+    assert await used(limiter, "2/hour", "GET:/api/items") == 2
+    assert await used(limiter, "3/hour", "child") == 3
+    assert await used(limiter, "5/hour", "app") == 5
+
+
 async def test_an_http_endpoint_class_with_decorated_methods(limiter: RateLimiter) -> None:
     class Items(HTTPEndpoint):
         @limiter.limit("2/hour")
@@ -546,3 +576,33 @@ async def test_a_limit_the_middleware_could_not_see_is_refused() -> None:
     assert "@limiter.limit('2/hour') runs after this request was decided by" in message
     assert "cannot see the routes of the application mounted at /api" in message
     await limiter.close()
+
+
+async def test_limits_of_one_slot_are_decided_as_one_on_a_cluster() -> None:
+    # Different windows on the route's own scope: every key in one slot. Different
+    # algorithms and costs: one composite call on the node that owns it.
+    cluster = RedisCluster(replicas=0).start()
+    try:
+        limiter = RateLimiter(cluster.url, key_prefix="st")
+        app = FastAPI(dependencies=[Depends(limiter.dependency("100/hour"))])
+        install(app, limiter)
+
+        @app.get(
+            "/x", dependencies=[Depends(limiter.dependency("10/day", cost=2, algorithm="gcra"))]
+        )
+        @limiter.limit("4/minute")
+        async def x() -> dict[str, str]:
+            return {}
+
+        await clear_of_minute_edge()
+        await start(app)
+        async with limiter:
+            responses = await get_all(app, "/x", 6)
+            assert statuses(responses) == [200] * 4 + [429] * 2
+            assert header(responses, "x-ratelimit-limit") == ["4"] * 6
+            assert await used(limiter, "100/hour", "GET:/x") == 4
+            assert await used(limiter, "4/minute", "GET:/x") == 4
+            gcra = await limiter.get_usage(IP, "10/day", scope="GET:/x", algorithm="gcra")
+            assert gcra["current"] == 8
+    finally:
+        cluster.close()

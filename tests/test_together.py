@@ -215,3 +215,12 @@ async def test_one_algorithm_and_one_cost_take_one_ordinary_script_call(
 def _script_calls(server: RedisServer) -> int:
     stats = server.command("INFO", "commandstats")
     return sum(int(calls) for calls in re.findall(rb"cmdstat_eval(?:sha)?:calls=(\d+)", stats))
+
+
+async def test_checks_in_two_cluster_slots_are_refused_before_any_call() -> None:
+    # Nothing listens on the seed: the refusal comes before a connection is tried.
+    limiter = RateLimiter("redis+cluster://127.0.0.1:1")
+    with pytest.raises(RateLimitConfigError, match="different Redis Cluster slots"):
+        await limiter._check_together(
+            [Check("user", "10/minute", "app"), Check("user", "4/minute", "GET:/x")]
+        )

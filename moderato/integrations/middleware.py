@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, NoReturn, Optional, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, cast
 
 from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -97,6 +97,9 @@ class RateLimitMiddleware:
     Paths are matched without the ASGI root path, so the same configuration
     works behind a proxy prefix or on a mounted sub-application.
     """
+
+    moderato_app_wide = True
+    """Marks the class for stack.py, which finds it in mounted applications."""
 
     def __init__(
         self,
@@ -176,7 +179,7 @@ class RateLimitMiddleware:
         # No receive: callbacks may read headers, never the body the app still needs.
         request = Request(scope)
         try:
-            await stack.decide_for_middleware(await self._limits(request), request)
+            await stack.decide_for_middleware(await self._limits(request), request, limits_inside)
         except Exception as error:
             if not await send_error(error, scope, send, self.headers):
                 raise
@@ -189,7 +192,9 @@ class RateLimitMiddleware:
             # No receive, no send: callbacks read the handshake's headers, nothing else.
             connection = WebSocket(scope, _no_receive, _no_send)
             try:
-                await stack.decide_for_middleware(await self._limits(connection), connection)
+                await stack.decide_for_middleware(
+                    await self._limits(connection), connection, limits_inside
+                )
             except Exception as error:
                 if not await refuse(error, scope, send, self.headers):
                     raise
@@ -201,15 +206,7 @@ class RateLimitMiddleware:
         inside it (the same application's), which are decided with it."""
         if self._inner is None:
             self._inner = _inner_middlewares(self.app)
-        limits = []
-        for middleware in (self, *self._inner) if self._inner else (self,):
-            limit = middleware.limit_for_path(connection.scope)
-            # No predicates (the usual case): no coroutine to ask them.
-            if limit is not None and not (
-                middleware.exempt and await middleware._exempt(connection)
-            ):
-                limits.append(limit)
-        return limits
+        return await _limits_of((self, *self._inner), connection)
 
     def limit_for_path(self, scope: Scope) -> Optional[stack.Limit]:
         """The limit this middleware applies to the request's path and type; None when
@@ -325,6 +322,32 @@ def route_path(scope: Scope) -> str:
     ):
         return path[len(root_path) :] or "/"
     return path
+
+
+async def _limits_of(
+    middlewares: Iterable[RateLimitMiddleware], connection: HTTPConnection
+) -> list[stack.Limit]:
+    limits = []
+    for middleware in middlewares:
+        limit = middleware.limit_for_path(connection.scope)
+        if limit is None:
+            continue
+        # No predicates (the usual case): no coroutine to ask them.
+        if not (middleware.exempt and await middleware._exempt(connection)):
+            limits.append(limit)
+    return limits
+
+
+async def limits_inside(app: Any, connection: HTTPConnection) -> list[stack.Limit]:
+    """The limits the RateLimitMiddlewares of a mounted application apply to a request.
+
+    A Starlette application builds its middleware stack at its first request;
+    building it here first is what that request would do (the stack is kept).
+    """
+    if getattr(app, "middleware_stack", True) is None and hasattr(app, "build_middleware_stack"):
+        app.middleware_stack = app.build_middleware_stack()
+    first = getattr(app, "middleware_stack", None) or app
+    return await _limits_of(_inner_middlewares(first), connection)
 
 
 def _inner_middlewares(app: ASGIApp) -> list[RateLimitMiddleware]:

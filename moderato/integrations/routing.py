@@ -37,14 +37,22 @@ Resolved = Union[Scope, Opaque, None]
 """The endpoint's scope; Opaque; or None when no endpoint would run."""
 
 
-def resolve(scope: Scope, routes: Sequence[Any], router: Any) -> Resolved:
-    """Where ``scope`` goes in ``routes`` (the router ``router``'s), as routing would take it."""
+def resolve(
+    scope: Scope, routes: Sequence[Any], router: Any, mounts: list[tuple[Any, Scope]]
+) -> Resolved:
+    """Where ``scope`` goes in ``routes`` (the router ``router``'s), as routing would take it.
+
+    Each mounted application the request enters is added to ``mounts`` with the
+    scope it would receive (its own middlewares may limit the request too).
+    """
     start = dict(scope)
     start.setdefault("router", router)
-    return _resolve(routes, start, depth=0)
+    return _resolve(routes, start, 0, mounts)
 
 
-def _resolve(routes: Sequence[Any], scope: Scope, depth: int) -> Resolved:
+def _resolve(
+    routes: Sequence[Any], scope: Scope, depth: int, mounts: list[tuple[Any, Scope]]
+) -> Resolved:
     if depth > _MAX_DEPTH:
         return None
     for original, effective in _expanded(routes):
@@ -55,10 +63,12 @@ def _resolve(routes: Sequence[Any], scope: Scope, depth: int) -> Resolved:
         if match is Match.FULL:
             matched = {**scope, **child_scope}
             if isinstance(original, (Mount, Host)):
-                children = child_routes(getattr(effective, "app", None))
+                mounted = getattr(effective, "app", None)
+                children = child_routes(mounted)
                 if children is None:
                     return Opaque(str(getattr(effective, "path", "") or "/"))
-                return _resolve(children, matched, depth + 1)
+                mounts.append((mounted, matched))
+                return _resolve(children, matched, depth + 1, mounts)
             return matched
         # A partial match (the path, not the method) answers 405: no endpoint runs, and
         # neither does one further down the list. A full match further down wins over it.

@@ -92,6 +92,8 @@ class _Index:
     derived: dict[str, Any] = field(default_factory=dict)
     opaque_mounts: bool = False
     """Whether a mount's routes could not be seen (an app that is not a routing tree)."""
+    mounted_apps: list[Any] = field(default_factory=list)
+    """The applications mounted under the router (their middlewares may limit too)."""
 
 
 _indexes: dict[int, tuple[weakref.ref[Any], _Index]] = {}
@@ -127,6 +129,11 @@ def route_templates(router: Any) -> list[_Template]:
     """Every template under ``router`` (indexed once; again when routes were added since)."""
     index = _current_index(router)
     return [template for templates in index.templates.values() for template in templates]
+
+
+def mounted_apps(router: Any) -> list[Any]:
+    """The applications mounted (at any depth) under ``router`` whose routes are seen."""
+    return list(_current_index(router).mounted_apps)
 
 
 def has_opaque_mounts(router: Any) -> bool:
@@ -209,6 +216,7 @@ def _walk(
         if isinstance(original, Mount):
             children = child_routes(getattr(effective, "app", None))
             if children is not None:
+                index.mounted_apps.append(getattr(effective, "app", None))
                 _walk(children, index, prefix=prefix + str(path or ""), host=host, depth=depth + 1)
             else:
                 index.opaque_mounts = True

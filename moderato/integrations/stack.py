@@ -28,8 +28,8 @@ keys lie in different hash slots.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
@@ -49,6 +49,7 @@ from .routing import Opaque, resolve, router_of
 from .rule import CheckArguments, LimitRule
 from .scope import (
     has_opaque_mounts,
+    mounted_apps,
     route_template,
     route_templates,
     router_derived,
@@ -142,9 +143,16 @@ async def enforce(
         raise converted from error.__cause__
 
 
-async def decide_for_middleware(limits: Sequence[Limit], request: HTTPConnection) -> None:
+LimitsInside = Callable[[Any, HTTPConnection], Awaitable[list[Limit]]]
+"""The app-wide limits a mounted application's own middlewares apply to a request."""
+
+
+async def decide_for_middleware(
+    limits: Sequence[Limit], request: HTTPConnection, limits_inside: LimitsInside
+) -> None:
     """A middleware's decision on its own limits (and those of the middlewares inside
-    it) with those of the route the request will reach; raises as ``rule.check`` does.
+    it) with those of the route the request will reach and of the middlewares of the
+    applications mounted on its way (``limits_inside``); raises as ``rule.check`` does.
     An outer middleware's decision is taken as its own."""
     decided: Optional[Decided] = request.scope.get(_DECIDED)
     if decided is not None:
@@ -153,8 +161,15 @@ async def decide_for_middleware(limits: Sequence[Limit], request: HTTPConnection
         return
     everything = list(limits)
     routed: HTTPConnection = request
+    connections: dict[int, HTTPConnection] = {}
     unseen = ""
-    found = _resolve(request.scope)
+    mounts: list[tuple[Any, Scope]] = []
+    found = _resolve(request.scope, mounts)
+    for mounted, mounted_scope in mounts:
+        entered = HTTPConnection(mounted_scope)
+        for limit in await limits_inside(mounted, entered):
+            connections[id(limit.rule)] = entered
+            everything.append(limit)
     if isinstance(found, Opaque):
         unseen = (
             f"the middleware cannot see the routes of the application mounted at {found.mount_path}"
@@ -163,7 +178,9 @@ async def decide_for_middleware(limits: Sequence[Limit], request: HTTPConnection
         routed = HTTPConnection(found)
         everything.extend(route_limits(found))
     if everything:
-        await decide(_unique(everything), request, routed, None, unseen=unseen)
+        await decide(
+            _unique(everything), request, routed, None, unseen=unseen, connections=connections
+        )
 
 
 # -- deciding ---------------------------------------------------------------------
@@ -176,11 +193,13 @@ async def decide(
     rule: Optional[LimitRule],
     *,
     unseen: str = "",
+    connections: Optional[dict[int, HTTPConnection]] = None,
 ) -> Optional[CheckResult]:
     """Decide ``limits`` as one for ``request`` and record the decision; ``rule``'s result.
 
     ``routed`` is the connection a route limit's callbacks and default scope
-    see: the request itself after routing, a resolved copy before it.
+    see: the request itself after routing, a resolved copy before it;
+    ``connections`` gives others their own (a mounted application's middleware).
     Raises RateLimitExceeded (the limit that decided), RateLimitCallbackError
     or BackendError, with nothing charged.
     """
@@ -191,6 +210,8 @@ async def decide(
     route_scopes: dict[int, str] = {}  # the route's default scope, worked out once
     for limit in limits:
         connection = request if limit.scope is not None else routed
+        if connections:
+            connection = connections.get(id(limit.rule), connection)
         check = await _check_of(limit, connection, route_scopes)
         if check is None:
             results[id(limit.rule)] = None
@@ -456,11 +477,11 @@ def _callable_name(function: Any) -> str:
 # -- the route a middleware's request will reach ----------------------------------
 
 
-def _resolve(scope: Scope) -> Any:
+def _resolve(scope: Scope, mounts: list[tuple[Any, Scope]]) -> Any:
     router = router_of(scope.get("app"))
     if router is None or not any_route_limits(scope.get("router") or router):
         return None
-    return resolve(scope, router.routes, router)
+    return resolve(scope, router.routes, router, mounts)
 
 
 def any_route_limits(router: Any) -> bool:
@@ -469,11 +490,32 @@ def any_route_limits(router: Any) -> bool:
     derived = router_derived(router)
     known = derived.get("any limits")
     if not isinstance(known, bool):
-        known = has_opaque_mounts(router) or any(
-            _template_has_limits(template) for template in route_templates(router)
+        known = (
+            has_opaque_mounts(router)
+            or any(_template_has_limits(template) for template in route_templates(router))
+            or any(_limits_app_wide(app) for app in mounted_apps(router))
         )
         derived["any limits"] = known
     return known
+
+
+APP_WIDE_ATTRIBUTE = "moderato_app_wide"
+"""True on a middleware class whose instances apply an app-wide limit (RateLimitMiddleware)."""
+
+
+def _limits_app_wide(app: Any) -> bool:
+    """Whether a mounted application has a middleware applying an app-wide limit."""
+    declared = getattr(app, "user_middleware", ())
+    if any(getattr(getattr(entry, "cls", None), APP_WIDE_ATTRIBUTE, False) for entry in declared):
+        return True
+    current = app
+    for _ in range(64):  # middlewares wrapping it directly, each keeping the next in .app
+        if getattr(type(current), APP_WIDE_ATTRIBUTE, False):
+            return True
+        current = getattr(current, "app", None)
+        if current is None:
+            return False
+    return False
 
 
 def _template_has_limits(template: Any) -> bool:

@@ -72,8 +72,9 @@ class Limit(NamedTuple):
     """One limit of a request: a rule, and where it counts."""
 
     rule: LimitRule
-    scope: Optional[str] = None
-    """The scope it counts in, fixed (a middleware's); None: the rule's own, else the route's."""
+    bucket_scope: Optional[str] = None
+    """The scope it counts in, fixed (a middleware's); None: the rule's own, else the route's.
+    (In this file a bare ``scope`` is always an ASGI scope.)"""
     suffix: str = ""
     """Appended to the route's scope, so that stacked limits never share a counter."""
 
@@ -209,7 +210,7 @@ async def decide(
     results: dict[int, Optional[CheckResult]] = {}
     route_scopes: dict[int, str] = {}  # the route's default scope, worked out once
     for limit in limits:
-        connection = request if limit.scope is not None else routed
+        connection = request if limit.bucket_scope is not None else routed
         if connections:
             connection = connections.get(id(limit.rule), connection)
         check = await _check_of(limit, connection, route_scopes)
@@ -251,18 +252,18 @@ async def _check_of(
     rule = limit.rule
     if rule.exempt_when is not None and await rule.exempted(connection):
         return None
-    scope = limit.scope
-    if scope is None and limit.suffix:
+    bucket = limit.bucket_scope
+    if bucket is None and limit.suffix:
         route = route_scopes.get(id(rule.endpoint))
         if route is None:
             route = route_scopes[id(rule.endpoint)] = rule._scope(connection, None)
-        scope = route + limit.suffix
+        bucket = route + limit.suffix
     # Static values and the default identity need no coroutine (the usual case).
-    arguments: Optional[CheckArguments] = rule._arguments_now(connection, scope)
+    arguments: Optional[CheckArguments] = rule._arguments_now(connection, bucket)
     if arguments is None:
-        arguments = await rule._arguments(connection, scope)
-    key, rate, cost, tenant, scope_name = arguments
-    return Check(key, rate, scope_name, cost, tenant, rule.algorithm, rule.shadow)
+        arguments = await rule._arguments(connection, bucket)
+    key, rate, cost, tenant, bucket_name = arguments
+    return Check(key, rate, bucket_name, cost, tenant, rule.algorithm, rule.shadow)
 
 
 # -- the limits of a route --------------------------------------------------------
@@ -447,7 +448,7 @@ def _conflict(first: Limit, second: Limit) -> str:
 
 def _counts_in(limit: Limit) -> tuple[Optional[str], str]:
     """Where a limit counts: a fixed scope, else the route's (None) plus its suffix."""
-    return (limit.scope or limit.rule.scope, limit.suffix)
+    return (limit.bucket_scope or limit.rule.scope, limit.suffix)
 
 
 def _may_share(a: LimitRule, b: LimitRule) -> bool:

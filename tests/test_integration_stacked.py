@@ -31,6 +31,7 @@ from websockets.exceptions import InvalidStatus
 
 from moderato import RateLimitConfigError, RateLimiter, install
 from moderato.integrations import RateLimitMiddleware
+from moderato.integrations.combinations import check_routes
 
 FROZEN_MS = 1_800_000_030_000  # mid-minute: no window of a minute or more rolls over
 IP = "127.0.0.1"
@@ -537,9 +538,7 @@ async def test_install_refuses_cross_slot_limits_on_a_cluster() -> None:
 
     with pytest.raises(RateLimitConfigError, match="hash slots"):
         limiter.limit("10/minute")(y)
-    from moderato.integrations import stack
-
-    stack.check_routes(ok, [])
+    check_routes(ok, [])
 
 
 async def test_a_middleware_without_install_refuses_at_the_first_request() -> None:

@@ -35,7 +35,9 @@ from starlette.requests import HTTPConnection, Request
 
 from ..errors import RateLimitConfigError
 from . import stack
+from .combinations import check_combination
 from .order import remember
+from .request_limits import RULE_ATTRIBUTE, RULES_ATTRIBUTE, stacked
 from .rule import LimitRule, RateSpec, RuleOptions, check_options
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -66,14 +68,14 @@ def limit(limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]) 
     def decorate(func: F) -> F:
         if not callable(func):
             raise RateLimitConfigError(f"limit() decorates a callable, got {type(func).__name__}")
-        inner: list[LimitRule] = list(getattr(func, stack.RULES_ATTRIBUTE, ()))
+        inner: list[LimitRule] = list(getattr(func, RULES_ATTRIBUTE, ()))
         # Stacked decorators that no atomic step could decide fail here, at decoration.
-        stack.check_combination(stack.stacked([*inner, rule]))
+        check_combination(stacked([*inner, rule]))
         endpoint_rule = copy.copy(rule)
         endpoint_rule.endpoint = func
         wrapper = _wrap(func, endpoint_rule)
         remember(func, wrapper, rule.rate)  # routing ``func`` itself is then a mistake
-        setattr(wrapper, stack.RULES_ATTRIBUTE, (*inner, endpoint_rule))
+        setattr(wrapper, RULES_ATTRIBUTE, (*inner, endpoint_rule))
         return cast(F, wrapper)
 
     return decorate
@@ -126,7 +128,7 @@ def _wrap_generator(func: Callable[..., Any], rule: LimitRule) -> Callable[..., 
     async def check(request: Request) -> None:
         await stack.enforce(rule, request)
 
-    setattr(check, stack.RULE_ATTRIBUTE, rule)
+    setattr(check, RULE_ATTRIBUTE, rule)
 
     from fastapi import Depends  # generator endpoints exist only in FastAPI
 

@@ -19,6 +19,7 @@ from starlette.requests import HTTPConnection
 
 from ..results import CheckResult
 from . import stack
+from .request_limits import RULE_ATTRIBUTE
 from .rule import LimitRule, RateSpec, RuleOptions, check_options
 
 if TYPE_CHECKING:
@@ -41,5 +42,5 @@ def dependency(
     async def rate_limit(request: HTTPConnection) -> Optional[CheckResult]:
         return await stack.enforce(rule, request)
 
-    setattr(rate_limit, stack.RULE_ATTRIBUTE, rule)  # found by stack.py in the route's tree
+    setattr(rate_limit, RULE_ATTRIBUTE, rule)  # found in the route's tree (request_limits.py)
     return rate_limit

@@ -39,6 +39,7 @@ from .headers import HeaderList, HeaderStyle, legacy_for_one, render, report, va
 from .identity import ClientIdentity, ProxyHeader
 from .order import log_misplaced
 from .paths import ExemptPaths, exact_paths, normalize
+from .request_limits import Limit
 from .responses import denial_headers, error_response, send_json
 from .rule import RULE_OPTIONS, CostSpec, LimitRule, RateSpec, RuleOptions, check_options
 from .websocket_errors import refuse
@@ -99,7 +100,7 @@ class RateLimitMiddleware:
     """
 
     moderato_app_wide = True
-    """Marks the class for stack.py, which finds it in mounted applications."""
+    """Marks the class for request_limits.py, which looks for it in mounted applications."""
 
     def __init__(
         self,
@@ -201,14 +202,14 @@ class RateLimitMiddleware:
                 return
         await self.app(scope, receive, send)
 
-    async def _limits(self, connection: HTTPConnection) -> list[stack.Limit]:
+    async def _limits(self, connection: HTTPConnection) -> list[Limit]:
         """This middleware's limit for the request, then those of the RateLimitMiddlewares
         inside it (the same application's), which are decided with it."""
         if self._inner is None:
             self._inner = _inner_middlewares(self.app)
         return await _limits_of((self, *self._inner), connection)
 
-    def limit_for_path(self, scope: Scope) -> Optional[stack.Limit]:
+    def limit_for_path(self, scope: Scope) -> Optional[Limit]:
         """The limit this middleware applies to the request's path and type; None when
         they are exempt (the ``exempt`` predicates are asked apart)."""
         if scope["type"] == "websocket" and not self.websockets:
@@ -217,7 +218,7 @@ class RateLimitMiddleware:
         if self.exempt_paths.match(path):
             return None
         rule = self.path_rules.get(normalize(path), self.rule) if self.path_rules else self.rule
-        return stack.Limit(rule, self.bucket_scope)
+        return Limit(rule, self.bucket_scope)
 
     async def _exempt(self, request: HTTPConnection) -> bool:
         for predicate in self.exempt:
@@ -326,7 +327,7 @@ def route_path(scope: Scope) -> str:
 
 async def _limits_of(
     middlewares: Iterable[RateLimitMiddleware], connection: HTTPConnection
-) -> list[stack.Limit]:
+) -> list[Limit]:
     limits = []
     for middleware in middlewares:
         limit = middleware.limit_for_path(connection.scope)
@@ -338,7 +339,7 @@ async def _limits_of(
     return limits
 
 
-async def limits_inside(app: Any, connection: HTTPConnection) -> list[stack.Limit]:
+async def limits_inside(app: Any, connection: HTTPConnection) -> list[Limit]:
     """The limits the RateLimitMiddlewares of a mounted application apply to a request.
 
     A Starlette application builds its middleware stack at its first request;

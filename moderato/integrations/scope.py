@@ -65,7 +65,7 @@ class _Template:
     route: Any = field(default=None, compare=False, repr=False)
     """The route object (FastAPI's per-inclusion context, when it has one)."""
     derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """What other modules work out once per template (stack.py: its limits per method)."""
+    """What other modules work out once per template (request_limits.py: its limits per method)."""
 
     def matches(self, route_path: str, host: Optional[str]) -> bool:
         if self.path_regex is not None and not self.path_regex.match(route_path):

@@ -2,34 +2,20 @@
 
 A request can meet several limits: RateLimitMiddleware's app-wide ones, the
 dependencies of its app, routers and route, and the decorators on its
-endpoint. They are decided together, by the first of them to run (the
-outermost middleware, else the first dependency, else the outermost
-decorator): the request is admitted only if every limit admits it, each limit
-is then charged on its own counter, and when one refuses none is charged
-(``RateLimiter._check_together``). The others find the decision in the
-request's scope when they run, and take it as theirs.
-
-Collecting them needs the route: after routing, the route's dependencies
-(FastAPI's dependency tree, overrides applied) and decorators are read from
-the routing tree once per route; a middleware, which runs before routing,
-finds the route the request will reach first (routing.py).
-
-Each limit counts on its own keys. Two limits of one route with the default
-(route) scope, the same algorithm and a common window would share a counter;
-each of them then counts under the route's scope followed by ``#`` and its
-rate (``GET:/items#10/minute``). What no atomic step can decide is refused
-with a RateLimitConfigError naming both limits, when ``install()`` starts the
-app and again when such a request comes: limits of two RateLimiter objects;
-two limits that would still share a counter (the same explicit scope and a
-common window, or the same rate twice); on a Redis Cluster, limits whose
-keys lie in different hash slots.
+endpoint (request_limits.py). They are decided together, by the first of
+them to run (the outermost middleware, else the first dependency, else the
+outermost decorator): the request is admitted only if every limit admits it,
+each limit is then charged on its own counter, and when one refuses none is
+charged (``RateLimiter._check_together``). The others find the decision in
+the request's scope when they run, and take it as theirs. A middleware, which
+runs before routing, first finds the route the request will reach
+(routing.py). What no atomic step can decide is refused (combinations.py).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
@@ -41,42 +27,19 @@ from ..errors import (
     RateLimitExceeded,
     exceeded,
 )
-from ..policy import policy_for
 from ..results import CheckResult
 from ..together import Check, Together
+from .combinations import check_combination
 from .decisions import record
+from .request_limits import Limit, any_route_limits, describe, route_limits, unique
 from .routing import Opaque, resolve, router_of
 from .rule import CheckArguments, LimitRule
-from .scope import (
-    has_opaque_mounts,
-    mounted_apps,
-    route_template,
-    route_templates,
-    router_derived,
-    scope_method,
-)
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
 
-RULE_ATTRIBUTE = "__moderato_rule__"
-"""Set on a dependency function (and a generator endpoint's check): the rule it enforces."""
-RULES_ATTRIBUTE = "__moderato_rules__"
-"""Set on a decorated endpoint: its decorators' rules, innermost first."""
-
 _DECIDED = "moderato.decided"
 """The request's decision in its scope: a Decided."""
-
-
-class Limit(NamedTuple):
-    """One limit of a request: a rule, and where it counts."""
-
-    rule: LimitRule
-    bucket_scope: Optional[str] = None
-    """The scope it counts in, fixed (a middleware's); None: the rule's own, else the route's.
-    (In this file a bare ``scope`` is always an ASGI scope.)"""
-    suffix: str = ""
-    """Appended to the route's scope, so that stacked limits never share a counter."""
 
 
 class Decided:
@@ -111,12 +74,6 @@ class Decided:
             "(a dependency or a decorator of a route the middleware's application routes), "
             "or install the middleware on the mounted application"
         )
-
-
-def describe(rule: LimitRule) -> str:
-    """How an error names a rule: ``@limiter.limit('4/minute')``."""
-    rate = rule.rate if isinstance(rule.rate, str) else _callable_name(rule.rate)
-    return f"{rule.origin}({rate!r})"
 
 
 # -- entry points -----------------------------------------------------------------
@@ -180,7 +137,7 @@ async def decide_for_middleware(
         everything.extend(route_limits(found))
     if everything:
         await decide(
-            _unique(everything), request, routed, None, unseen=unseen, connections=connections
+            unique(everything), request, routed, None, unseen=unseen, connections=connections
         )
 
 
@@ -266,297 +223,8 @@ async def _check_of(
     return Check(key, rate, bucket_name, cost, tenant, rule.algorithm, rule.shadow)
 
 
-# -- the limits of a route --------------------------------------------------------
-
-
-class RoutePlan(NamedTuple):
-    """The route-level limits of one route (for one method), worked out once."""
-
-    limits: tuple[Limit, ...]
-    dependant: Any
-    """FastAPI's dependency tree of the route, re-read when overrides are set."""
-    overrides_provider: Any
-    endpoint_rules: tuple[LimitRule, ...]
-    where: str
-
-
-def route_limits(scope: Scope, current: Optional[LimitRule] = None) -> tuple[Limit, ...]:
-    """The route-level limits of the routed request ``scope`` (``current`` among them)."""
-    plan = _plan(scope)
-    limits = plan.limits
-    overrides = getattr(plan.overrides_provider, "dependency_overrides", None)
-    if overrides and plan.dependant is not None:
-        rules = [*_dependency_rules(plan.dependant, overrides), *plan.endpoint_rules]
-        limits = stacked(_unique_rules(rules))
-    if current is not None and all(limit.rule is not current for limit in limits):
-        limits = stacked(_unique_rules([*(limit.rule for limit in limits), current]))
-    return limits
-
-
-def _plan(scope: Scope) -> RoutePlan:
-    method = scope_method(scope)
-    template = route_template(scope)
-    if template is not None:
-        cached = template.derived.get(method)
-        if isinstance(cached, RoutePlan):
-            return cached
-        plan = _make_plan(template.route, scope.get("endpoint"), method, template.path)
-        template.derived[method] = plan
-        return plan
-    # Routing the index does not know (an opaque router): the route Starlette
-    # recorded, and the endpoint's own decorators.
-    return _make_plan(scope.get("route"), scope.get("endpoint"), method, "")
-
-
-def _make_plan(route: Any, endpoint: Any, method: str, path: str) -> RoutePlan:
-    dependant = getattr(route, "dependant", None)
-    endpoint_rules = tuple(_endpoint_rules(endpoint, method))
-    rules = [
-        *(_dependency_rules(dependant, None) if dependant is not None else ()),
-        *endpoint_rules,
-    ]
-    where = f"{method} {path}" if path else method
-    return RoutePlan(
-        stacked(_unique_rules(rules)),
-        dependant,
-        getattr(route, "dependency_overrides_provider", None),
-        endpoint_rules,
-        where,
-    )
-
-
-def _dependency_rules(dependant: Any, overrides: Optional[dict[Any, Any]]) -> list[LimitRule]:
-    """The rules of the dependencies FastAPI solves for ``dependant``, in its order:
-    each dependency's own dependencies first, then it."""
-    found: list[LimitRule] = []
-    for sub in getattr(dependant, "dependencies", ()):
-        call = sub.call
-        if overrides:
-            replaced = overrides.get(call, call)
-            if replaced is not call:
-                rule = _rule_of(replaced)
-                if rule is not None:
-                    found.append(rule)
-                continue
-        found.extend(_dependency_rules(sub, overrides))
-        rule = _rule_of(call)
-        if rule is not None:
-            found.append(rule)
-    return found
-
-
-def _endpoint_rules(endpoint: Any, method: str) -> list[LimitRule]:
-    """A decorated endpoint's rules, outermost first; for a class endpoint
-    (Starlette's HTTPEndpoint), those of its method for ``method``."""
-    if inspect.isclass(endpoint):
-        endpoint = None if method == "WS" else getattr(endpoint, method.lower(), None)
-    rules = getattr(endpoint, RULES_ATTRIBUTE, ())
-    return [rule for rule in reversed(rules) if isinstance(rule, LimitRule)]
-
-
-def _rule_of(call: Any) -> Optional[LimitRule]:
-    rule = getattr(call, RULE_ATTRIBUTE, None)
-    return rule if isinstance(rule, LimitRule) else None
-
-
-def _unique_rules(rules: Iterable[LimitRule]) -> list[LimitRule]:
-    unique: dict[int, LimitRule] = {}
-    for rule in rules:
-        unique.setdefault(id(rule), rule)
-    return list(unique.values())
-
-
-def _unique(limits: Iterable[Limit]) -> list[Limit]:
-    unique: dict[int, Limit] = {}
-    for limit in limits:
-        unique.setdefault(id(limit.rule), limit)
-    return list(unique.values())
-
-
-def stacked(rules: Sequence[LimitRule]) -> tuple[Limit, ...]:
-    """The route's rules as limits with counters of their own (see the module docstring)."""
-    limits = []
-    for rule in rules:
-        suffix = ""
-        if rule.scope is None and any(
-            other is not rule and other.scope is None and _may_share(rule, other) for other in rules
-        ):
-            suffix = "#" + (rule.rate if isinstance(rule.rate, str) else _callable_name(rule.rate))
-        limits.append(Limit(rule, None, suffix))
-    return tuple(limits)
-
-
-# -- what cannot be decided as one ------------------------------------------------
-
-
-_CHECKED_MAX = 1024
-_checked: dict[tuple[Limit, ...], str] = {}
-"""Combinations already checked (their limits kept alive, so ids stay theirs): "" or the error."""
-
-
-def check_combination(limits: Sequence[Limit]) -> None:
-    """Raise RateLimitConfigError for limits no one atomic step can decide."""
-    if len(limits) < 2:
-        return
-    combination = tuple(limits)
-    problem = _checked.get(combination)
-    if problem is None:
-        problem = _problem(combination)
-        if len(_checked) >= _CHECKED_MAX:
-            _checked.clear()
-        _checked[combination] = problem
-    if problem:
-        raise RateLimitConfigError(problem)
-
-
-def _problem(limits: Sequence[Limit]) -> str:
-    for index, limit in enumerate(limits):
-        for other in limits[:index]:
-            problem = _conflict(other, limit)
-            if problem:
-                return (
-                    f"{describe(other.rule)} and {describe(limit.rule)} apply to one "
-                    f"request, but {problem}"
-                )
-    return ""
-
-
-def _conflict(first: Limit, second: Limit) -> str:
-    a, b = first.rule, second.rule
-    if a.limiter is not b.limiter:
-        return (
-            "they belong to two RateLimiter objects, which cannot decide them in one "
-            "atomic step: use one RateLimiter for every limit of a request"
-        )
-    same_place = _counts_in(first) == _counts_in(second)
-    if same_place and _may_share(a, b) and not _provably_apart(a, b):
-        return (
-            "they would count in one counter (the same scope, algorithm and window): "
-            "give one of them its own scope=, or remove one"
-        )
-    if a.limiter._node_of is not None and not (
-        same_place and a.key is b.key and a.tenant is b.tenant
-    ):
-        return (
-            "their keys lie in different Redis Cluster hash slots (another scope, tenant "
-            "or key), which no one atomic call can reach: on a cluster the limits of one "
-            "request need one scope, tenant and key (with different windows, or written "
-            "as one rate string), or use a single Redis server (or Sentinel)"
-        )
-    return ""
-
-
-def _counts_in(limit: Limit) -> tuple[Optional[str], str]:
-    """Where a limit counts: a fixed scope, else the route's (None) plus its suffix."""
-    return (limit.bucket_scope or limit.rule.scope, limit.suffix)
-
-
-def _may_share(a: LimitRule, b: LimitRule) -> bool:
-    """Whether two rules of one limiter and scope could count in one key: the same
-    algorithm and a common window (any window, for a rate given per request)."""
-    default = a.limiter.default_algorithm
-    if (a.algorithm or default) != (b.algorithm or default):
-        return False
-    if not isinstance(a.rate, str) or not isinstance(b.rate, str):
-        return True
-    return bool(set(policy_for(a.rate).windows_s) & set(policy_for(b.rate).windows_s))
-
-
-def _provably_apart(a: LimitRule, b: LimitRule) -> bool:
-    """Different static identities or tenants: their keys differ whatever the request."""
-    for mine, theirs in ((a.key, b.key), (a.tenant, b.tenant)):
-        if isinstance(mine, (str, bytes)) and isinstance(theirs, (str, bytes)) and mine != theirs:
-            return True
-    return False
-
-
-def _callable_name(function: Any) -> str:
-    module = getattr(function, "__module__", None) or "?"
-    return f"{module}.{getattr(function, '__qualname__', type(function).__qualname__)}"
-
-
-# -- the route a middleware's request will reach ----------------------------------
-
-
 def _resolve(scope: Scope, mounts: list[tuple[Any, Scope]]) -> Any:
     router = router_of(scope.get("app"))
     if router is None or not any_route_limits(scope.get("router") or router):
         return None
     return resolve(scope, router.routes, router, mounts)
-
-
-def any_route_limits(router: Any) -> bool:
-    """Whether any route under ``router`` has a limit of its own, or may have one behind
-    an opaque mount (else no middleware needs to find the route of its requests)."""
-    derived = router_derived(router)
-    known = derived.get("any limits")
-    if not isinstance(known, bool):
-        known = (
-            has_opaque_mounts(router)
-            or any(_template_has_limits(template) for template in route_templates(router))
-            or any(_limits_app_wide(app) for app in mounted_apps(router))
-        )
-        derived["any limits"] = known
-    return known
-
-
-APP_WIDE_ATTRIBUTE = "moderato_app_wide"
-"""True on a middleware class whose instances apply an app-wide limit (RateLimitMiddleware)."""
-
-
-def _limits_app_wide(app: Any) -> bool:
-    """Whether a mounted application has a middleware applying an app-wide limit."""
-    declared = getattr(app, "user_middleware", ())
-    if any(getattr(getattr(entry, "cls", None), APP_WIDE_ATTRIBUTE, False) for entry in declared):
-        return True
-    current = app
-    for _ in range(64):  # middlewares wrapping it directly, each keeping the next in .app
-        if getattr(type(current), APP_WIDE_ATTRIBUTE, False):
-            return True
-        current = getattr(current, "app", None)
-        if current is None:
-            return False
-    return False
-
-
-def _template_has_limits(template: Any) -> bool:
-    known = template.derived.get("any")
-    if isinstance(known, bool):
-        return known
-    route = template.route
-    endpoint = getattr(route, "endpoint", None)
-    dependant = getattr(route, "dependant", None)
-    found = bool(dependant is not None and _dependency_rules(dependant, None)) or any(
-        _endpoint_rules(endpoint, method) for method in _methods(route)
-    )
-    template.derived["any"] = found
-    return found
-
-
-def check_routes(app: Any, outer: Sequence[Limit]) -> None:
-    """Raise RateLimitConfigError for the first route whose limits (with ``outer``, the
-    app-wide ones) no one atomic step can decide: install()'s start-up check."""
-    router = router_of(app)
-    if router is None:
-        return
-    for template in route_templates(router):
-        route = template.route
-        for method in _methods(route):
-            plan = _make_plan(route, getattr(route, "endpoint", None), method, template.path)
-            try:
-                check_combination(_unique([*outer, *plan.limits]))
-            except RateLimitConfigError as error:
-                raise RateLimitConfigError(f"route {plan.where}: {error}") from None
-
-
-_CLASS_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-
-
-def _methods(route: Any) -> list[str]:
-    """The methods a route answers, as scopes name them (HEAD is GET's; WS a websocket)."""
-    methods = getattr(route, "methods", None)
-    if methods:
-        return sorted({"GET" if method == "HEAD" else method for method in methods})
-    if inspect.isclass(getattr(route, "endpoint", None)):
-        return list(_CLASS_METHODS)  # an HTTPEndpoint answers what it defines
-    return ["WS"]

@@ -4,7 +4,7 @@ It adds the middleware (RateLimitHeadersMiddleware, or RateLimitMiddleware
 when an app-wide ``rate`` is given), and wraps the app's lifespan, keeping
 the one the app already has: on startup it checks that no ``@limiter.limit``
 sits above its route decorator and that every route's limits (with the
-app-wide one) can be decided as one (stack.py), then connects the limiter,
+app-wide one) can be decided as one (combinations.py), then connects the limiter,
 then runs the app's own startup; on shutdown the app's own shutdown runs
 first, then the limiter closes.
 """
@@ -22,10 +22,11 @@ from starlette.types import Receive, Scope, Send
 
 from ..errors import BackendError, RateLimitConfigError
 from ..limiter import check_rule_defaults
-from . import stack
+from .combinations import check_routes
 from .headers import HeaderStyle, validate_style
 from .middleware import MIDDLEWARE_OPTIONS, RateLimitHeadersMiddleware, RateLimitMiddleware
 from .order import check_order
+from .request_limits import Limit
 from .rule import RULE_OPTIONS, CostSpec, KeySpec, RateSpec, TenantSpec, check_options
 
 if TYPE_CHECKING:
@@ -75,13 +76,13 @@ def install(
     check_options("install()", app_limit, INSTALL_OPTIONS)
     validate_style(headers)
     _set_defaults(limiter, key=key, tenant=tenant, cost=cost)
-    app_wide: list[stack.Limit] = []
+    app_wide: list[Limit] = []
     if rate is not None:
         # Built once now so that a bad option fails here, not at the first request.
         validated = RateLimitMiddleware(
             _unused_app, limiter=limiter, rate=rate, headers=headers, **app_limit
         )
-        app_wide.append(stack.Limit(validated.rule, validated.bucket_scope))
+        app_wide.append(Limit(validated.rule, validated.bucket_scope))
         app.add_middleware(
             RateLimitMiddleware, limiter=limiter, rate=rate, headers=headers, **app_limit
         )
@@ -98,7 +99,7 @@ def install(
     @asynccontextmanager
     async def lifespan(lifespan_app: Any) -> AsyncIterator[Any]:
         check_order(app)
-        stack.check_routes(app, app_wide)
+        check_routes(app, app_wide)
         await _connect(limiter, require_backend)
         try:
             async with existing(lifespan_app) as state:

@@ -2,37 +2,40 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import ssl
 import time
 from collections.abc import Awaitable, Sequence
-from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _accel
-from .algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, get_algorithm
+from .algorithms import DEFAULT_ALGORITHM
 from .backends.base import AsyncBackend, Backend, SynchronousBackend, split_replies
 from .backends.schemes import make_backend
-from .breaker import CLOSED, BreakerSet, CircuitBreaker
+from .breaker import CLOSED
 from .denial_cache import DenialCache, announce_reset
-from .errors import BackendError, BackendUnavailableError, RateLimitConfigError
+from .errors import BackendError, RateLimitConfigError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
-from .failure_log import DEFAULT_INTERVAL_S, OutageLog
-from .habits import HABITS, refuse_habits
-from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, tenant_part
-from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
+from .failure_log import DEFAULT_INTERVAL_S
+from .keys import Identity
+from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
+from .limiter_core import (
+    LimiterCore,
+    check_default_types,
+    shadowed,
+    tenant_alias,
+    usage_of,
+)
+from .limiter_core import reset_patterns as reset_patterns  # its home is limiter_core.py
 from .options import count_option, request_callback_option, seconds_option
-from .plans import Plan, Plans
-from .policy import cost_scaled, policy_for, validate_cost
+from .plans import Plan
+from .policy import cost_scaled, validate_cost
 from .redis import RedisClient, RedisClientError
-from .results import CheckResult, PolicyState
+from .results import CheckResult
 from .together import Check, Together, call_parts, deciding_check, distinct_keys, results_of
 
 T = TypeVar("T")
-
-GLOBAL_SCOPE = "global"
 
 logger = logging.getLogger("moderato")
 
@@ -52,7 +55,7 @@ if TYPE_CHECKING:  # the HTTP integration imports Starlette; the core must not n
     from .integrations.websocket import MessageLimit
 
 
-class RateLimiter:
+class RateLimiter(LimiterCore):
     """Decides whether a request may proceed, atomically, on Redis's clock.
 
     ``redis_url`` selects the backend: ``redis://``, ``rediss://`` (TLS),
@@ -90,14 +93,13 @@ class RateLimiter:
     pays and what it changes. The default, 0, keeps it off.
     """
 
-    def __new__(cls, *args: Any, **options: Any) -> RateLimiter:
-        # Only to answer other libraries' keywords (storage_uri=, key_func=...)
-        # with moderato's names before __init__'s bare TypeError would; type
-        # checkers and editors read __init__'s signature.
-        if options and not HABITS.keys().isdisjoint(options):
-            accepted = inspect.signature(cls.__init__).parameters
-            refuse_habits(f"{cls.__name__}()", options, accepted)
-        return super().__new__(cls)
+    _other_limiters_options = (
+        (
+            "max_connections",
+            "is moderato.sync.RateLimiter's pool size; this asyncio RateLimiter multiplexes "
+            "its commands over connections_per_loop= connections per event loop",
+        ),
+    )
 
     def __init__(
         self,
@@ -129,40 +131,25 @@ class RateLimiter:
         connect_timeout_s = seconds_option("connect_timeout_s", connect_timeout_s)
         command_timeout_s = seconds_option("command_timeout_s", command_timeout_s)
         connections_per_loop = count_option("connections_per_loop", connections_per_loop)
-        breaker_failures = count_option("breaker_failures", breaker_failures)
-        breaker_cooldown_s = seconds_option("breaker_cooldown_s", breaker_cooldown_s)
-        failure_log_interval_s = seconds_option("failure_log_interval_s", failure_log_interval_s)
         self.key = key
         self.tenant = tenant
         self.cost = cost
         check_rule_defaults(key, tenant, cost)
         self.redis_url = redis_url
-        self.key_prefix = key_prefix
         self.connections_per_loop = connections_per_loop
-        self._default_algorithm = get_algorithm(default_algorithm)
-        self.default_algorithm = self._default_algorithm.name
-        self.fail_open = bool(fail_open)
-        self.shadow = bool(shadow)
-        # A bypass must always be counted: fail-open turns metrics on.
-        self.enable_metrics = bool(enable_metrics) or self.fail_open
-        self.metrics: Optional[Metrics] = None
-        if self.enable_metrics:
-            wanted_by = WANTED_BY_OPTION if enable_metrics else WANTED_BY_FAIL_OPEN
-            self.metrics = metrics_for(metrics_namespace, metrics_registry, wanted_by=wanted_by)
-        try:
-            # One breaker per cluster node (see breaker.py); self.breaker is the
-            # backend-wide one: a single server's only breaker.
-            self._breakers = BreakerSet(
-                breaker_failures, breaker_cooldown_s, on_change=self._breaker_changed
-            )
-        except ValueError as error:
-            raise RateLimitConfigError(str(error)) from None
-        self.breaker: CircuitBreaker = self._breakers.default
-        if self.metrics is not None:
-            self.metrics.set_breaker_state(self.breaker.state)
-        self.failure_log = OutageLog(fail_open=self.fail_open, interval_s=failure_log_interval_s)
-        self._keyspace = KeySpace(key_prefix, identity_secret, self._default_algorithm.key_tag)
-        self._plans = Plans(self._default_algorithm)
+        self._configure(
+            key_prefix=key_prefix,
+            default_algorithm=default_algorithm,
+            enable_metrics=enable_metrics,
+            fail_open=fail_open,
+            identity_secret=identity_secret,
+            shadow=shadow,
+            breaker_failures=breaker_failures,
+            breaker_cooldown_s=breaker_cooldown_s,
+            metrics_namespace=metrics_namespace,
+            metrics_registry=metrics_registry,
+            failure_log_interval_s=failure_log_interval_s,
+        )
         self._backend: Backend = make_backend(
             redis_url,
             connect_timeout_s=connect_timeout_s,
@@ -171,15 +158,7 @@ class RateLimiter:
             ssl_context=ssl_context,
             client_name=client_name,
         )
-        self._backend.bind(self._keyspace)
-        # On a cluster: the node owning a key (None until the slot map is loaded).
-        self._node_of: Optional[Callable[[bytes], Optional[str]]] = getattr(
-            self._backend, "node_of", None
-        )
-        # On a cluster: reload the slot map (a node's open breaker hides its failover).
-        self._reload_routes: Optional[Callable[[], None]] = getattr(
-            self._backend, "reload_routes", None
-        )
+        self._bound(self._backend)
         # An in-process backend decides without waiting: checks call it directly;
         # a remote one hands over its client's future, awaited here.
         self._check_now: Optional[Callable[..., CheckResult]] = None
@@ -292,31 +271,16 @@ class RateLimiter:
         plan = self._plans.get(rate, algorithm)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
-        metrics = self.metrics
-        started_s = time.perf_counter() if metrics is not None else 0.0
+        started_s = time.perf_counter() if self.metrics is not None else 0.0
         try:
             charged_scaled = cost_scaled(cost)
             result = await self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
         except BackendError as error:
-            # Never bypass a cost no quota could ever hold: that is a denial, not an outage.
-            if not self.fail_open or cost > plan.policy.smallest_limit:
-                if metrics is not None:
-                    metrics.checks.labels(plan.algorithm.name, "error").inc()
-                self.failure_log.failed("denied", error)
-                raise
-            return self._bypass(plan, error)
+            return self._undecided(plan, cost, error)  # raises, or bypasses under fail-open
         if not result.allowed and (self.shadow if shadow is None else shadow):
-            result = _shadowed(result, scope)
-        if metrics is not None:
-            name = plan.algorithm.name
-            metrics.check_duration.labels(name).observe(time.perf_counter() - started_s)
-            if result.shadow_denied:
-                outcome = "shadow_denied"
-            else:
-                outcome = "allowed" if result.allowed else "denied"
-            metrics.checks.labels(name, outcome).inc()
-            if not result.allowed:
-                metrics.limit_exceeded.labels(name).inc()
+            result = shadowed(result, scope)
+        if self.metrics is not None:
+            self._observe(plan, result, started_s)
         return result
 
     async def get_usage(
@@ -339,25 +303,7 @@ class RateLimiter:
             tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
         plan = self._plans.get(rate, algorithm)
         result = await self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
-        return {
-            "limit": result.limit,
-            "current": result.limit - (result.remaining or 0),
-            "remaining": result.remaining,
-            "reset_at": result.reset_at,
-            "window_seconds": result.window_seconds,
-            "rate": result.rate,
-            "algorithm": result.algorithm,
-            "policies": [
-                {
-                    "limit": state.limit,
-                    "window_seconds": state.window_seconds,
-                    "current": state.limit - (state.remaining or 0),
-                    "remaining": state.remaining,
-                    "reset_at": state.reset_at,
-                }
-                for state in result.policies
-            ],
-        }
+        return usage_of(result)
 
     async def reset(
         self,
@@ -384,38 +330,12 @@ class RateLimiter:
         """
         if tenant is not None:
             tenant_type = tenant_alias("reset()", tenant_type, tenant)
-        keyspace = self._keyspace
-        tenant = tenant_part(tenant_type)
-        identity = identity_part(key)
-        if rate is not None and scope is not None:
-            policy = policy_for(rate)
-            chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
-            keys: list[bytes] = []
-            windows: list[int] = []
-            for each in chosen:
-                keys.extend(
-                    keyspace.decision_keys(each.key_tag, policy, identity, tenant_type, scope)
-                )
-                windows.extend(policy.windows_s)
-            deleted: int = await self._guarded(
-                "reset", self._backend.reset(keys, windows), route=keys[0]
-            )
-            await self._announce_reset()
-            return deleted
-        pattern = keyspace.build(
-            _accel.key_pattern, tenant, "" if scope is None else scope_part(scope), identity
-        )
-        patterns = reset_patterns(
-            pattern,
-            len(self.key_prefix),
-            every_scope=scope is None,
-            key_tag=self._algorithm(algorithm).key_tag if algorithm else None,
-            windows_s=policy_for(rate).windows_s if rate is not None else None,
-        )
-        # One scope's patterns share a hash tag, so one node's breaker answers for
-        # them; every scope means every primary, which the limiter-wide one does.
-        route = patterns[0] if scope is not None else None
-        deleted = await self._guarded("reset", self._delete_matching(patterns), route=route)
+        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm)
+        if targets.keys:
+            call = self._backend.reset(targets.keys, targets.windows_s)
+        else:
+            call = self._delete_matching(targets.patterns)
+        deleted: int = await self._guarded("reset", call, route=targets.route)
         await self._announce_reset()
         return deleted
 
@@ -455,86 +375,6 @@ class RateLimiter:
             raise
         self._succeeded(operation, breaker)
         return result
-
-    def _breaker_for(self, key: Optional[bytes]) -> CircuitBreaker:
-        """The breaker of the cluster node owning ``key``; the only one for a single server."""
-        node_of = self._node_of
-        if node_of is None or key is None:
-            return self.breaker
-        return self._breakers.for_node(node_of(key))
-
-    def _succeeded(self, operation: str, breaker: CircuitBreaker) -> None:
-        breaker.success()
-        if self.failure_log.active:
-            self.failure_log.recovered()
-        if self.metrics is not None:  # checked here too: this runs on every check
-            self._count_operation(operation, "ok")
-
-    def _failed(self, operation: str, error: BaseException, breaker: CircuitBreaker) -> None:
-        """Tell the breaker how a backend call that raised ended (the caller re-raises)."""
-        if isinstance(error, KeyPartError):
-            breaker.abandon()  # refused before the backend was asked: it proved nothing
-        elif isinstance(error, RateLimitConfigError):
-            # The backend answered (it refused an argument): it is healthy.
-            breaker.success()
-            if self.failure_log.active:
-                self.failure_log.recovered()
-        elif isinstance(error, BackendUnavailableError):
-            # No answer (unreachable, timed out, connection lost): what the breaker is for.
-            breaker.failure()
-            self._count_operation(operation, "error")
-            self.failure_log.failed("errors", error)
-        elif isinstance(error, BackendError):
-            # An answer, if an error one (NOPERM, WRONGTYPE, OOM, corrupt state):
-            # the backend is up and the failure is this call's alone, so other
-            # calls, routes and algorithms must not be short-circuited for it.
-            breaker.success()
-            self._count_operation(operation, "error")
-            self.failure_log.failed("errors", error)
-        else:  # cancelled, or a bug: it proved nothing either way
-            breaker.abandon()
-
-    def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
-        """The error of a call the open breaker refused (counted here)."""
-        self._count_operation(operation, "short_circuited")
-        if breaker.node is not None and self._reload_routes is not None:
-            # The node's slots may have a new owner by now, with its own breaker.
-            self._reload_routes()
-        return BackendUnavailableError(
-            f"{breaker.describe()} is open after repeated failures; "
-            f"next attempt in {breaker.retry_in_s():.2f} s"
-        )
-
-    def _count_operation(self, operation: str, status: str) -> None:
-        if self.metrics is not None:
-            self.metrics.backend_operations.labels(operation, status).inc()
-
-    def _breaker_changed(self, state: str) -> None:
-        if self.metrics is not None:
-            self.metrics.set_breaker_state(state)
-
-    def _bypass(self, plan: Plan, error: BackendError) -> CheckResult:
-        policy, algorithm = plan.policy, plan.algorithm
-        self.failure_log.failed("bypassed", error)
-        if self.metrics is not None:
-            self.metrics.fail_open.labels(algorithm.name).inc()
-            self.metrics.checks.labels(algorithm.name, "bypassed").inc()
-        unknown = tuple(
-            PolicyState(rate.limit, rate.window_s, None, None, None) for rate in policy.rates
-        )
-        tightest = min(unknown, key=lambda state: state.limit)
-        return CheckResult(
-            allowed=True,
-            limit=tightest.limit,
-            remaining=None,
-            retry_after=None,
-            reset_at=None,
-            window_seconds=tightest.window_seconds,
-            rate=policy.text,
-            algorithm=algorithm.name,
-            policies=unknown,
-            bypassed=True,
-        )
 
     async def _check_together(self, checks: Sequence[Check]) -> Together:
         """Decide several checks as one (together.py): admitted only if every one admits,
@@ -576,7 +416,7 @@ class RateLimiter:
             )
             for index, result in zip(chosen, chosen_results):
                 if not chosen_allowed and shadow and not result.allowed:
-                    result = _shadowed(result, checks[index].scope)
+                    result = shadowed(result, checks[index].scope)
                 results[index] = result
             allowed = chosen_allowed or shadow
         decided = [result for result in results if result is not None]
@@ -635,11 +475,6 @@ class RateLimiter:
                     metrics.checks.labels(name, "denied").inc()
                     metrics.limit_exceeded.labels(name).inc()
         return allowed, results
-
-    def _algorithm(self, name: Optional[str]) -> Algorithm:
-        if name is None:
-            return self._default_algorithm
-        return get_algorithm(name)
 
     async def _decision(
         self,
@@ -739,59 +574,18 @@ class RateLimiter:
         return MessageLimit(self, rate, **options)
 
 
-def tenant_alias(where: str, tenant_type: Optional[str], tenant: str) -> str:
-    """``tenant=``, the rules' name, given to a manual call whose own is ``tenant_type=``."""
-    if tenant_type is not None:
-        raise RateLimitConfigError(
-            f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
-        )
-    return tenant
-
-
 def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
     """The rules' defaults have the rules' types (checked here: the core has no Starlette)."""
-    if key is not None and not isinstance(key, (str, bytes)) and not callable(key):
-        raise RateLimitConfigError(
-            f"key must be a string or a callable of the request, got {type(key).__name__}"
-        )
-    if tenant is not None and not isinstance(tenant, str) and not callable(tenant):
-        raise RateLimitConfigError(
-            f"tenant must be a string or a callable of the request, got {type(tenant).__name__}"
-        )
-    if cost is not None and not callable(cost):
-        validate_cost(cost)
+    check_default_types(key, tenant, cost, "the request")
     request_callback_option("key", key, "str or bytes")
     request_callback_option("tenant", tenant, "str or None")
     request_callback_option("cost", cost, "int")
 
 
-def reset_patterns(
-    pattern: bytes,
-    prefix_size: int,
-    *,
-    every_scope: bool,
-    key_tag: Optional[str],
-    windows_s: Optional[tuple[int, ...]],
-) -> list[bytes]:
-    """The SCAN globs of a reset, derived from ``_accel.key_pattern``'s one.
-
-    ``pattern`` is ``<prefix>:??:{<tenant>:<scope>:<identity>}:*``, built with
-    an empty scope when ``every_scope``. Encoded components contain no ``:``,
-    ``{``, ``}`` nor glob metacharacter, so a ``*`` spliced between the tag's
-    two colons matches exactly one whole scope component, and the literal
-    ``{`` after ``??`` keeps a longer key prefix out of reach.
-    """
-    tag_at = prefix_size + 4  # "<prefix>:??:" then "{"
-    if every_scope:
-        scope_at = pattern.index(b":", tag_at) + 1
-        pattern = pattern[:scope_at] + b"*" + pattern[scope_at:]
-    if key_tag is not None:
-        pattern = pattern[: prefix_size + 1] + key_tag.encode() + pattern[prefix_size + 3 :]
-    if windows_s is None:
-        return [pattern]
-    stem = pattern[:-1]  # without the final "*": "...}:"
-    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
-    return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
+def _discard(call: Awaitable[Any]) -> None:
+    close = getattr(call, "close", None)
+    if close is not None:
+        close()  # a coroutine never awaited would warn
 
 
 def _one_slot(checks: Sequence[Check], keys: Sequence[list[bytes]]) -> None:
@@ -807,18 +601,3 @@ def _one_slot(checks: Sequence[Check], keys: Sequence[list[bytes]]) -> None:
                 "on a cluster, the limits of one request need one scope, tenant and key "
                 "(different windows, or one rate string); or use a single Redis server"
             )
-
-
-def _discard(call: Awaitable[Any]) -> None:
-    close = getattr(call, "close", None)
-    if close is not None:
-        close()  # a coroutine never awaited would warn
-
-
-def _shadowed(result: CheckResult, scope: object) -> CheckResult:
-    logger.info(
-        "moderato: shadow mode let through a request denied by %s (scope %r)",
-        result.rate,
-        scope,
-    )
-    return replace(result, allowed=True, shadow_denied=True)

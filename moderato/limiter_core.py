@@ -1,0 +1,371 @@
+"""What the asyncio RateLimiter (limiter.py) and the blocking one (sync/) share.
+
+Everything about a check except waiting for the backend: the options and
+their checks, plans, keys, the circuit breakers, metrics, the failure policy
+(fail closed, or a counted bypass), shadow mode, usage snapshots and the
+keys and patterns of a reset. Each limiter calls these from its own
+``check_with_info``, ``get_usage`` and ``reset``, awaiting or blocking on the
+backend in between, so a sync and an async limiter on one URL and
+``key_prefix`` decide every check by the same rules on the same keys.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Callable, NamedTuple, Optional, TypeVar
+
+from . import _accel
+from .algorithms import ALGORITHMS, Algorithm, get_algorithm
+from .breaker import BreakerSet, CircuitBreaker
+from .errors import BackendError, BackendUnavailableError, RateLimitConfigError
+from .failure_log import OutageLog
+from .habits import HABITS, refuse_habits
+from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, tenant_part
+from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
+from .options import count_option, seconds_option
+from .plans import Plan, Plans
+from .policy import policy_for, validate_cost
+from .results import CheckResult, PolicyState
+
+GLOBAL_SCOPE = "global"
+
+_Limiter = TypeVar("_Limiter", bound="LimiterCore")
+
+logger = logging.getLogger("moderato")
+
+__all__ = [
+    "GLOBAL_SCOPE",
+    "LimiterCore",
+    "ResetTargets",
+    "check_default_types",
+    "reset_patterns",
+    "shadowed",
+    "tenant_alias",
+    "usage_of",
+]
+
+
+class ResetTargets(NamedTuple):
+    """What a reset deletes: exact keys (and their windows), or SCAN patterns."""
+
+    keys: list[bytes]
+    windows_s: list[int]
+    patterns: list[bytes]
+    route: Optional[bytes]
+    """A key or pattern whose node's circuit breaker answers for the reset (None: all)."""
+
+
+class LimiterCore:
+    """The state and rules both RateLimiters share (see the module doc)."""
+
+    metrics: Optional[Metrics]
+    breaker: CircuitBreaker
+    failure_log: OutageLog
+    _node_of: Optional[Callable[[bytes], Optional[str]]]
+
+    def __new__(cls: type[_Limiter], *args: Any, **options: Any) -> _Limiter:
+        # Only to answer other libraries' keywords (storage_uri=, key_func=...)
+        # with moderato's names before __init__'s bare TypeError would; type
+        # checkers and editors read __init__'s signature.
+        if options and not HABITS.keys().isdisjoint(options):
+            accepted = inspect.signature(cls.__init__).parameters
+            refuse_habits(f"{cls.__name__}()", options, accepted)
+        return super().__new__(cls)
+
+    def _configure(
+        self,
+        *,
+        key_prefix: str,
+        default_algorithm: str,
+        enable_metrics: bool,
+        fail_open: bool,
+        identity_secret: Optional[bytes],
+        shadow: bool,
+        breaker_failures: int,
+        breaker_cooldown_s: float,
+        metrics_namespace: str,
+        metrics_registry: Optional[Any],
+        failure_log_interval_s: float,
+    ) -> None:
+        """Check and keep the options both limiters take, before the backend is made."""
+        breaker_failures = count_option("breaker_failures", breaker_failures)
+        breaker_cooldown_s = seconds_option("breaker_cooldown_s", breaker_cooldown_s)
+        failure_log_interval_s = seconds_option("failure_log_interval_s", failure_log_interval_s)
+        self.key_prefix = key_prefix
+        self._default_algorithm = get_algorithm(default_algorithm)
+        self.default_algorithm = self._default_algorithm.name
+        self.fail_open = bool(fail_open)
+        self.shadow = bool(shadow)
+        # A bypass must always be counted: fail-open turns metrics on.
+        self.enable_metrics = bool(enable_metrics) or self.fail_open
+        self.metrics = None
+        if self.enable_metrics:
+            wanted_by = WANTED_BY_OPTION if enable_metrics else WANTED_BY_FAIL_OPEN
+            self.metrics = metrics_for(metrics_namespace, metrics_registry, wanted_by=wanted_by)
+        try:
+            # One breaker per cluster node (see breaker.py); self.breaker is the
+            # backend-wide one: a single server's only breaker.
+            self._breakers = BreakerSet(
+                breaker_failures, breaker_cooldown_s, on_change=self._breaker_changed
+            )
+        except ValueError as error:
+            raise RateLimitConfigError(str(error)) from None
+        self.breaker = self._breakers.default
+        if self.metrics is not None:
+            self.metrics.set_breaker_state(self.breaker.state)
+        self.failure_log = OutageLog(fail_open=self.fail_open, interval_s=failure_log_interval_s)
+        self._keyspace = KeySpace(key_prefix, identity_secret, self._default_algorithm.key_tag)
+        self._plans = Plans(self._default_algorithm)
+
+    def _bound(self, backend: Any) -> None:
+        """``backend`` builds its keys from this limiter's KeySpace from now on."""
+        backend.bind(self._keyspace)
+        # On a cluster: the node owning a key (None until the slot map is loaded).
+        self._node_of = getattr(backend, "node_of", None)
+        # On a cluster: reload the slot map (a node's open breaker hides its failover).
+        self._reload_routes: Optional[Callable[[], None]] = getattr(
+            backend, "reload_routes", None
+        )
+
+    # -- a check's outcome -----------------------------------------------------------
+
+    def _undecided(self, plan: Plan, cost: int, error: BackendError) -> CheckResult:
+        """A check the backend could not decide: raise ``error`` (fail closed), or let
+        it through counted and logged (fail open). A cost no quota could ever hold is
+        never let through: that is a denial, not an outage."""
+        if not self.fail_open or cost > plan.policy.smallest_limit:
+            if self.metrics is not None:
+                self.metrics.checks.labels(plan.algorithm.name, "error").inc()
+            self.failure_log.failed("denied", error)
+            raise error
+        return self._bypass(plan, error)
+
+    def _observe(self, plan: Plan, result: CheckResult, started_s: float) -> None:
+        """Count a decided check in the metrics (only called when they are on)."""
+        metrics = self.metrics
+        assert metrics is not None
+        name = plan.algorithm.name
+        metrics.check_duration.labels(name).observe(time.perf_counter() - started_s)
+        if result.shadow_denied:
+            outcome = "shadow_denied"
+        else:
+            outcome = "allowed" if result.allowed else "denied"
+        metrics.checks.labels(name, outcome).inc()
+        if not result.allowed:
+            metrics.limit_exceeded.labels(name).inc()
+
+    def _bypass(self, plan: Plan, error: BackendError) -> CheckResult:
+        policy, algorithm = plan.policy, plan.algorithm
+        self.failure_log.failed("bypassed", error)
+        if self.metrics is not None:
+            self.metrics.fail_open.labels(algorithm.name).inc()
+            self.metrics.checks.labels(algorithm.name, "bypassed").inc()
+        unknown = tuple(
+            PolicyState(rate.limit, rate.window_s, None, None, None) for rate in policy.rates
+        )
+        tightest = min(unknown, key=lambda state: state.limit)
+        return CheckResult(
+            allowed=True,
+            limit=tightest.limit,
+            remaining=None,
+            retry_after=None,
+            reset_at=None,
+            window_seconds=tightest.window_seconds,
+            rate=policy.text,
+            algorithm=algorithm.name,
+            policies=unknown,
+            bypassed=True,
+        )
+
+    # -- the circuit breakers --------------------------------------------------------
+
+    def _breaker_for(self, key: Optional[bytes]) -> CircuitBreaker:
+        """The breaker of the cluster node owning ``key``; the only one for a single server."""
+        node_of = self._node_of
+        if node_of is None or key is None:
+            return self.breaker
+        return self._breakers.for_node(node_of(key))
+
+    def _succeeded(self, operation: str, breaker: CircuitBreaker) -> None:
+        breaker.success()
+        if self.failure_log.active:
+            self.failure_log.recovered()
+        if self.metrics is not None:  # checked here too: this runs on every check
+            self._count_operation(operation, "ok")
+
+    def _failed(self, operation: str, error: BaseException, breaker: CircuitBreaker) -> None:
+        """Tell the breaker how a backend call that raised ended (the caller re-raises)."""
+        if isinstance(error, KeyPartError):
+            breaker.abandon()  # refused before the backend was asked: it proved nothing
+        elif isinstance(error, RateLimitConfigError):
+            # The backend answered (it refused an argument): it is healthy.
+            breaker.success()
+            if self.failure_log.active:
+                self.failure_log.recovered()
+        elif isinstance(error, BackendUnavailableError):
+            # No answer (unreachable, timed out, connection lost): what the breaker is for.
+            breaker.failure()
+            self._count_operation(operation, "error")
+            self.failure_log.failed("errors", error)
+        elif isinstance(error, BackendError):
+            # An answer, if an error one (NOPERM, WRONGTYPE, OOM, corrupt state):
+            # the backend is up and the failure is this call's alone, so other
+            # calls, routes and algorithms must not be short-circuited for it.
+            breaker.success()
+            self._count_operation(operation, "error")
+            self.failure_log.failed("errors", error)
+        else:  # cancelled, or a bug: it proved nothing either way
+            breaker.abandon()
+
+    def _short_circuit(self, operation: str, breaker: CircuitBreaker) -> BackendError:
+        """The error of a call the open breaker refused (counted here)."""
+        self._count_operation(operation, "short_circuited")
+        if breaker.node is not None and self._reload_routes is not None:
+            # The node's slots may have a new owner by now, with its own breaker.
+            self._reload_routes()
+        return BackendUnavailableError(
+            f"{breaker.describe()} is open after repeated failures; "
+            f"next attempt in {breaker.retry_in_s():.2f} s"
+        )
+
+    def _count_operation(self, operation: str, status: str) -> None:
+        if self.metrics is not None:
+            self.metrics.backend_operations.labels(operation, status).inc()
+
+    def _breaker_changed(self, state: str) -> None:
+        if self.metrics is not None:
+            self.metrics.set_breaker_state(state)
+
+    # -- reset -------------------------------------------------------------------------
+
+    def _reset_targets(
+        self,
+        key: Identity,
+        rate: Optional[str],
+        tenant_type: Optional[str],
+        scope: Optional[str],
+        algorithm: Optional[str],
+    ) -> ResetTargets:
+        """The keys a reset deletes (a rate and a scope: known exactly), else its SCAN
+        patterns (every scope means every primary of a cluster)."""
+        keyspace = self._keyspace
+        tenant = tenant_part(tenant_type)
+        identity = identity_part(key)
+        if rate is not None and scope is not None:
+            policy = policy_for(rate)
+            chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
+            keys: list[bytes] = []
+            windows: list[int] = []
+            for each in chosen:
+                keys.extend(
+                    keyspace.decision_keys(each.key_tag, policy, identity, tenant_type, scope)
+                )
+                windows.extend(policy.windows_s)
+            return ResetTargets(keys, windows, [], keys[0])
+        pattern = keyspace.build(
+            _accel.key_pattern, tenant, "" if scope is None else scope_part(scope), identity
+        )
+        patterns = reset_patterns(
+            pattern,
+            len(self.key_prefix),
+            every_scope=scope is None,
+            key_tag=self._algorithm(algorithm).key_tag if algorithm else None,
+            windows_s=policy_for(rate).windows_s if rate is not None else None,
+        )
+        # One scope's patterns share a hash tag, so one node's breaker answers for
+        # them; every scope means every primary, which the limiter-wide one does.
+        return ResetTargets([], [], patterns, patterns[0] if scope is not None else None)
+
+    def _algorithm(self, name: Optional[str]) -> Algorithm:
+        if name is None:
+            return self._default_algorithm
+        return get_algorithm(name)
+
+
+def usage_of(result: CheckResult) -> dict[str, Any]:
+    """``get_usage()``'s snapshot from a peek's result."""
+    return {
+        "limit": result.limit,
+        "current": result.limit - (result.remaining or 0),
+        "remaining": result.remaining,
+        "reset_at": result.reset_at,
+        "window_seconds": result.window_seconds,
+        "rate": result.rate,
+        "algorithm": result.algorithm,
+        "policies": [
+            {
+                "limit": state.limit,
+                "window_seconds": state.window_seconds,
+                "current": state.limit - (state.remaining or 0),
+                "remaining": state.remaining,
+                "reset_at": state.reset_at,
+            }
+            for state in result.policies
+        ],
+    }
+
+
+def tenant_alias(where: str, tenant_type: Optional[str], tenant: str) -> str:
+    """``tenant=``, the rules' name, given to a manual call whose own is ``tenant_type=``."""
+    if tenant_type is not None:
+        raise RateLimitConfigError(
+            f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
+        )
+    return tenant
+
+
+def check_default_types(key: object, tenant: object, cost: object, of_what: str) -> None:
+    """The limiter-wide ``key``, ``tenant`` and ``cost`` defaults: values, or callables
+    (of ``of_what``: the request, or a decorated function's arguments)."""
+    if key is not None and not isinstance(key, (str, bytes)) and not callable(key):
+        raise RateLimitConfigError(
+            f"key must be a string or a callable of {of_what}, got {type(key).__name__}"
+        )
+    if tenant is not None and not isinstance(tenant, str) and not callable(tenant):
+        raise RateLimitConfigError(
+            f"tenant must be a string or a callable of {of_what}, got {type(tenant).__name__}"
+        )
+    if cost is not None and not callable(cost):
+        validate_cost(cost)
+
+
+def reset_patterns(
+    pattern: bytes,
+    prefix_size: int,
+    *,
+    every_scope: bool,
+    key_tag: Optional[str],
+    windows_s: Optional[tuple[int, ...]],
+) -> list[bytes]:
+    """The SCAN globs of a reset, derived from ``_accel.key_pattern``'s one.
+
+    ``pattern`` is ``<prefix>:??:{<tenant>:<scope>:<identity>}:*``, built with
+    an empty scope when ``every_scope``. Encoded components contain no ``:``,
+    ``{``, ``}`` nor glob metacharacter, so a ``*`` spliced between the tag's
+    two colons matches exactly one whole scope component, and the literal
+    ``{`` after ``??`` keeps a longer key prefix out of reach.
+    """
+    tag_at = prefix_size + 4  # "<prefix>:??:" then "{"
+    if every_scope:
+        scope_at = pattern.index(b":", tag_at) + 1
+        pattern = pattern[:scope_at] + b"*" + pattern[scope_at:]
+    if key_tag is not None:
+        pattern = pattern[: prefix_size + 1] + key_tag.encode() + pattern[prefix_size + 3 :]
+    if windows_s is None:
+        return [pattern]
+    stem = pattern[:-1]  # without the final "*": "...}:"
+    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
+    return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
+
+
+def shadowed(result: CheckResult, scope: object) -> CheckResult:
+    """A denial shadow mode lets through: logged, and counted as shadow_denied."""
+    logger.info(
+        "moderato: shadow mode let through a request denied by %s (scope %r)",
+        result.rate,
+        scope,
+    )
+    return replace(result, allowed=True, shadow_denied=True)

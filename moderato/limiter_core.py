@@ -20,7 +20,12 @@ from typing import Any, Callable, NamedTuple, Optional, TypeVar
 from . import _accel
 from .algorithms import ALGORITHMS, Algorithm, get_algorithm
 from .breaker import BreakerSet, CircuitBreaker
-from .errors import BackendError, BackendUnavailableError, RateLimitConfigError
+from .errors import (
+    BackendError,
+    BackendUnavailableError,
+    RateLimitConfigError,
+    UnknownOptionError,
+)
 from .failure_log import OutageLog
 from .habits import HABITS, refuse_habits
 from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, tenant_part
@@ -66,13 +71,20 @@ class LimiterCore:
     failure_log: OutageLog
     _node_of: Optional[Callable[[bytes], Optional[str]]]
 
+    _other_limiters_options: tuple[tuple[str, str], ...] = ()
+    """Keywords of the other RateLimiter (asyncio or blocking) this one does not take,
+    with what it takes instead."""
+
     def __new__(cls: type[_Limiter], *args: Any, **options: Any) -> _Limiter:
-        # Only to answer other libraries' keywords (storage_uri=, key_func=...)
-        # with moderato's names before __init__'s bare TypeError would; type
-        # checkers and editors read __init__'s signature.
+        # Only to answer other libraries' keywords (storage_uri=, key_func=...), and
+        # the other limiter's, with moderato's names before __init__'s bare
+        # TypeError would; type checkers and editors read __init__'s signature.
         if options and not HABITS.keys().isdisjoint(options):
             accepted = inspect.signature(cls.__init__).parameters
             refuse_habits(f"{cls.__name__}()", options, accepted)
+        for name, advice in cls._other_limiters_options:
+            if name in options:
+                raise UnknownOptionError(f"{cls.__name__}(): {name}= {advice}")
         return super().__new__(cls)
 
     def _configure(
@@ -119,6 +131,11 @@ class LimiterCore:
         self.failure_log = OutageLog(fail_open=self.fail_open, interval_s=failure_log_interval_s)
         self._keyspace = KeySpace(key_prefix, identity_secret, self._default_algorithm.key_tag)
         self._plans = Plans(self._default_algorithm)
+
+    def plan_for(self, rate: object, algorithm: Optional[str] = None) -> Plan:
+        """``rate`` and ``algorithm`` (default: the limiter's) worked out for checks, once;
+        RateLimitConfigError for a bad rate, algorithm or pair."""
+        return self._plans.get(rate, algorithm)
 
     def _bound(self, backend: Any) -> None:
         """``backend`` builds its keys from this limiter's KeySpace from now on."""

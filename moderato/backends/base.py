@@ -356,3 +356,38 @@ class AsyncBackend(Backend, Protocol):
     def check_failed(self, plan: Plan, error: Exception) -> BaseException:
         """What the error ``start_check``'s result raised means (moderato's errors only)."""
         ...
+
+
+class BlockingBackend(Protocol):
+    """A backend of the blocking RateLimiter (moderato.sync): every call returns once it
+    is done. The same keys, scripts, replies and errors as the asyncio backends."""
+
+    keyspace: KeySpace
+
+    def bind(self, keyspace: KeySpace) -> None: ...
+
+    def decision_keys(
+        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
+    ) -> list[bytes]: ...
+
+    def check_now(
+        self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
+    ) -> CheckResult:
+        """One decision (``apply``) or peek, decoded; raises moderato's errors only."""
+        ...
+
+    def reset_now(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
+        """Delete every key derived from these base keys; returns how many were deleted."""
+        ...
+
+    def delete_matching_now(self, pattern: bytes) -> int:
+        """Delete every key matching a glob pattern; returns how many were deleted."""
+        ...
+
+    def connect_now(self) -> None:
+        """Check the backend answers now (BackendError if not)."""
+        ...
+
+    def close_now(self) -> None:
+        """Release connections (the backend stays usable)."""
+        ...

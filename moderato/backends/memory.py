@@ -73,7 +73,12 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
     ``max_entries`` caps the table (least recently used entries are evicted
     beyond it); ``clock`` returns Unix milliseconds (default: the wall clock).
     Safe from several threads and event loops: each store call is atomic
-    under the GIL.
+    under the GIL (csrc/memory.c: no method releases it or runs Python code
+    while the table changes; the module does not declare itself free of the
+    GIL, so a free-threaded interpreter turns the GIL on when it loads it,
+    unless told otherwise with PYTHON_GIL=0).
+    Both RateLimiters use it: the asyncio one and the blocking one
+    (``reset_now``, ``delete_matching_now``).
     """
 
     synchronous = True
@@ -193,14 +198,28 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
         return reply
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
+        return self.reset_now(keys, windows_s)
+
+    async def delete_matching(self, pattern: bytes) -> int:
+        return self.delete_matching_now(pattern)
+
+    # -- the blocking RateLimiter's interface (BlockingBackend): the same calls --
+
+    def reset_now(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         try:
             # reset.lua's ARGV: the registry's suffixes follow the windows, as for Redis.
             return self.store.reset(keys, [*windows_s, *RESET_SUFFIXES], self.clock())
         except ValueError as error:
             raise _store_error("reset", error) from None
 
-    async def delete_matching(self, pattern: bytes) -> int:
+    def delete_matching_now(self, pattern: bytes) -> int:
         return self.store.delete_matching(pattern, self.clock())
+
+    def connect_now(self) -> None:
+        pass
+
+    def close_now(self) -> None:
+        pass
 
     def sweep(self) -> int:
         """Sweep the whole table now; returns how many entries were dropped."""

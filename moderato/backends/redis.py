@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from typing import Any, Callable, Optional, Union
 
-from .._accel import key_slot
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
-from ..errors import BackendError
 from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
@@ -22,8 +20,7 @@ from .base import (
     translated,
 )
 from .redis_py import RedisPyClient
-
-_SCAN_BATCH = 1000
+from .scan import as_count, deletion, literal_hash_tag
 
 Execute = Callable[..., Awaitable[Any]]
 """A client's (or one node's) ``execute``."""
@@ -116,7 +113,7 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
             deleted = await self.client.evalsha(script, keys, [*windows_s, *RESET_SUFFIXES])
         except RedisClientError as error:
             raise translated(error, script.name) from None
-        return _as_count(deleted, script.name)
+        return as_count(deleted, script.name)
 
     async def delete_matching(self, pattern: bytes) -> int:
         try:
@@ -129,7 +126,7 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
         cluster = isinstance(client, ClusterClient) or (
             isinstance(client, RedisPyClient) and client.is_cluster
         )
-        if not cluster or _literal_hash_tag(pattern):
+        if not cluster or literal_hash_tag(pattern):
             # One server, or one slot's owner (the client routes SCAN by the hash tag).
             return await _scan_and_unlink(client.execute, client.execute, pattern, cluster)
         # No one slot holds the matches: walk every primary.
@@ -147,38 +144,13 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
 
 
 async def _scan_and_unlink(scan: Execute, unlink: Execute, pattern: bytes, cluster: bool) -> int:
-    """SCAN with ``scan`` for ``pattern`` and UNLINK what it finds with ``unlink``.
-
-    On a cluster the keys one node returns may lie in several slots, and one
-    UNLINK must stay in one slot: they are grouped by slot, each group sent
-    to its owner (the cluster client follows a slot that moved meanwhile).
-    """
-    deleted = 0
-    cursor: Any = b"0"
+    """SCAN with ``scan`` for ``pattern`` and UNLINK what it finds with ``unlink`` (scan.py)."""
+    steps = deletion(pattern, cluster)
+    reply: Any = None
     while True:
-        reply = await scan("SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_BATCH)
-        cursor, found = reply[0], reply[1]
-        if found:
-            groups = [found]
-            if cluster:
-                by_slot: dict[int, list[bytes]] = {}
-                for key in found:
-                    by_slot.setdefault(key_slot(key), []).append(key)
-                groups = list(by_slot.values())
-            for group in groups:
-                deleted += _as_count(await unlink("UNLINK", *group), "UNLINK")
-        if cursor in (b"0", 0, "0"):
+        try:
+            command = steps.send(reply)
+        except StopIteration as done:
+            deleted: int = done.value
             return deleted
-
-
-def _literal_hash_tag(pattern: bytes) -> bool:
-    """Whether the pattern's ``{hash tag}`` is literal text (so it fixes one slot)."""
-    start = pattern.find(b"{")
-    end = pattern.find(b"}", start + 1) if start >= 0 else -1
-    return end > start + 1 and not any(char in pattern[start + 1 : end] for char in b"*?[]\\")
-
-
-def _as_count(reply: object, what: str) -> int:
-    if isinstance(reply, bool) or not isinstance(reply, int):
-        raise BackendError(f"{what} replied {reply!r}, expected an integer count")
-    return reply
+        reply = await (scan if command[0] == "SCAN" else unlink)(*command)

@@ -119,20 +119,29 @@ class RedisPyClient:
 
     async def _scan_on(self, node: Any, *args: Arg) -> Any:
         reply = await self._guard(lambda: self.client.execute_command(*args, target_nodes=node))
-        cursor, found = reply
-        if isinstance(cursor, dict):  # redis-py keys a cluster SCAN's cursor by node
-            (cursor,) = cursor.values()
-        return [cursor, found]
+        return scan_reply(reply)
 
     def _scan_node(self, args: Sequence[Arg]) -> Any:
-        """The node a SCAN goes to: the owner of its MATCH pattern's hash tag."""
-        names = [_word(arg) for arg in args]
-        if "MATCH" not in names:
-            raise RedisConnectionError(
-                "SCAN on a Redis Cluster needs a MATCH pattern with a {hash tag}"
-            )
-        pattern = args[names.index("MATCH") + 1]
-        return self.client.get_node_from_key(pattern)
+        return scan_node(self.client, args)
+
+
+def scan_node(client: Any, args: Sequence[Arg]) -> Any:
+    """The node of a redis-py cluster a SCAN goes to: the owner of its MATCH pattern's
+    hash tag."""
+    names = [_word(arg) for arg in args]
+    if "MATCH" not in names:
+        raise RedisConnectionError(
+            "SCAN on a Redis Cluster needs a MATCH pattern with a {hash tag}"
+        )
+    return client.get_node_from_key(args[names.index("MATCH") + 1])
+
+
+def scan_reply(reply: Any) -> list[Any]:
+    """``[cursor, keys]`` of a SCAN sent to one node of a redis-py cluster."""
+    cursor, found = reply
+    if isinstance(cursor, dict):  # redis-py keys a cluster SCAN's cursor by node
+        (cursor,) = cursor.values()
+    return [cursor, found]
 
 
 class _NoScript(Exception):

@@ -11,10 +11,11 @@ from typing import Any, Callable
 
 from ..errors import RateLimitConfigError
 from ..redis.url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, mask_url
-from .base import Backend
+from .base import Backend, BlockingBackend
 
-BackendFactory = Callable[..., Backend]
-"""``factory(url, **options)``: a backend for one URL of its scheme."""
+BackendFactory = Callable[..., Any]
+"""``factory(url, **options)``: a backend (Backend or BlockingBackend) for one URL of its
+scheme."""
 
 
 def _memory(url: str, **options: Any) -> Backend:
@@ -55,6 +56,29 @@ SCHEMES: dict[str, BackendFactory] = {
 }
 
 
+def _blocking(kind: str) -> BackendFactory:
+    """The blocking client ``kind`` (RedisClient, ClusterClient, SentinelClient) of a URL."""
+
+    def factory(url: str, **options: Any) -> Any:
+        from ..redis import blocking
+        from .blocking_redis import BlockingRedisBackend
+
+        return BlockingRedisBackend(getattr(blocking, kind).from_url(url, **options))
+
+    return factory
+
+
+# The blocking RateLimiter's: the same schemes, blocking clients (memory:// is the same store).
+BLOCKING_SCHEMES: dict[str, BackendFactory] = {
+    "memory": _memory,
+    "redis": _blocking("RedisClient"),
+    "rediss": _blocking("RedisClient"),
+    "unix": _blocking("RedisClient"),
+    **{scheme: _blocking("ClusterClient") for scheme in CLUSTER_SCHEMES},
+    **{scheme: _blocking("SentinelClient") for scheme in SENTINEL_SCHEMES},
+}
+
+
 def accepted_schemes() -> str:
     """Every accepted scheme, for error messages: ``memory://, redis://, ...``."""
     return ", ".join(f"{scheme}://" for scheme in SCHEMES)
@@ -68,19 +92,54 @@ def make_backend(url: object, **options: Any) -> Backend:
     (moderato's timeouts, TLS, client name) are not used.
     """
     from .redis_py import is_redis_py_client
+    from .redis_py_blocking import is_blocking_redis_py_client
 
     if is_redis_py_client(url):
         from .redis import RedisBackend
         from .redis_py import RedisPyClient
 
         return RedisBackend(RedisPyClient(url))
+    if is_blocking_redis_py_client(url):
+        raise RateLimitConfigError(
+            f"redis_url is a blocking redis-py client ({type(url).__name__}); the asyncio "
+            "RateLimiter takes a redis.asyncio.Redis / RedisCluster client, and "
+            "moderato.sync.RateLimiter takes this one"
+        )
+    backend: Backend = _from_url(url, SCHEMES, "a redis.asyncio.Redis / RedisCluster", options)
+    return backend
+
+
+def make_blocking_backend(url: object, **options: Any) -> BlockingBackend:
+    """``make_backend()`` for the blocking RateLimiter: the same URLs, or an application's
+    own blocking ``redis.Redis`` or ``redis.cluster.RedisCluster`` client."""
+    from .redis_py import is_redis_py_client
+    from .redis_py_blocking import is_blocking_redis_py_client
+
+    if is_blocking_redis_py_client(url):
+        from .blocking_redis import BlockingRedisBackend
+        from .redis_py_blocking import BlockingRedisPyClient
+
+        return BlockingRedisBackend(BlockingRedisPyClient(url))
+    if is_redis_py_client(url):
+        raise RateLimitConfigError(
+            f"redis_url is an asyncio redis-py client ({type(url).__name__}); the blocking "
+            "RateLimiter takes a redis.Redis / RedisCluster client, and moderato.RateLimiter "
+            "takes this one"
+        )
+    backend: BlockingBackend = _from_url(
+        url, BLOCKING_SCHEMES, "a redis.Redis / RedisCluster", options
+    )
+    return backend
+
+
+def _from_url(url: object, schemes: dict[str, BackendFactory], own: str, options: Any) -> Any:
     if not isinstance(url, str):
         raise RateLimitConfigError(
-            "redis_url must be a URL string or a redis.asyncio.Redis / RedisCluster client, "
+            f"redis_url must be a URL string or {own} client, "
             f"got {type(url).__name__}; URL schemes: {accepted_schemes()}"
         )
     scheme, sep, _ = url.partition("://")
-    factory = SCHEMES.get(scheme.lower()) if sep else None
+    factory = schemes.get(scheme.lower()) if sep else None
     if factory is None:
         shown = f"{scheme}://" if sep and scheme else "(none)"
         raise RateLimitConfigError(

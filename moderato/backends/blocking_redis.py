@@ -1,0 +1,102 @@
+"""Decisions made by the Lua scripts inside Redis, for the blocking RateLimiter.
+
+The asyncio RedisBackend's twin (redis.py): the same scripts on the same
+keys with the same arguments, the same error mapping and reply decoding
+(base.py), the same reset (scan.py), through a blocking client: one server,
+a cluster, the primary Sentinel names, or a user's own redis-py client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, Union
+
+from ..algorithms import RESET_SUFFIXES
+from ..plans import Plan
+from ..redis.blocking import ClusterClient, RedisClient, SentinelClient
+from ..redis.errors import RedisClientError
+from ..results import CheckResult
+from ..scripts import RESET_SCRIPT, load_script
+from .base import KeySpaceBound, decoded, translated
+from .redis_py_blocking import BlockingRedisPyClient
+from .scan import as_count, deletion, literal_hash_tag
+
+__all__ = ["BlockingRedisBackend"]
+
+BlockingClient = Union[RedisClient, ClusterClient, SentinelClient, BlockingRedisPyClient]
+Execute = Callable[..., Any]
+
+
+class BlockingRedisBackend(KeySpaceBound):
+    """The BlockingBackend protocol over a blocking Redis client (see the module doc)."""
+
+    def __init__(self, client: BlockingClient) -> None:
+        self.client = client
+        # On a cluster, the node owning a key: the limiter keeps a circuit
+        # breaker per node, so one failing primary does not stop the others.
+        self.node_of: Optional[Callable[[bytes], Optional[str]]] = (
+            client.node_for_key if isinstance(client, ClusterClient) else None
+        )
+
+    def check_now(
+        self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
+    ) -> CheckResult:
+        args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        try:
+            reply = self.client.evalsha(load_script(plan.algorithm.name), keys, args)
+        except RedisClientError as error:
+            raise translated(error, plan.algorithm.name) from None
+        return decoded(plan, reply)
+
+    def reset_now(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
+        script = load_script(RESET_SCRIPT)
+        try:
+            deleted = self.client.evalsha(script, keys, [*windows_s, *RESET_SUFFIXES])
+        except RedisClientError as error:
+            raise translated(error, script.name) from None
+        return as_count(deleted, script.name)
+
+    def delete_matching_now(self, pattern: bytes) -> int:
+        client = self.client
+        cluster = isinstance(client, ClusterClient) or (
+            isinstance(client, BlockingRedisPyClient) and client.is_cluster
+        )
+        try:
+            if not cluster or literal_hash_tag(pattern):
+                # One server, or one slot's owner (the client routes SCAN by the hash tag).
+                return _scan_and_unlink(client.execute, client.execute, pattern, cluster)
+            # No one slot holds the matches: walk every primary.
+            scanners: list[Execute]
+            if isinstance(client, ClusterClient):
+                client.connect()  # loads the slot map: the primaries are known
+                scanners = [client.node_client(name).execute for name in client.primaries()]
+            else:
+                assert isinstance(client, BlockingRedisPyClient)
+                scanners = client.primary_executors()
+            return sum(
+                _scan_and_unlink(scan, client.execute, pattern, cluster) for scan in scanners
+            )
+        except RedisClientError as error:
+            raise translated(error) from None
+
+    def connect_now(self) -> None:
+        try:
+            self.client.connect()
+        except RedisClientError as error:
+            raise translated(error) from None
+
+    def close_now(self) -> None:
+        self.client.close()
+
+
+def _scan_and_unlink(scan: Execute, unlink: Execute, pattern: bytes, cluster: bool) -> int:
+    """SCAN with ``scan`` for ``pattern`` and UNLINK what it finds with ``unlink`` (scan.py)."""
+    steps = deletion(pattern, cluster)
+    reply: Any = None
+    while True:
+        try:
+            command = steps.send(reply)
+        except StopIteration as done:
+            deleted: int = done.value
+            return deleted
+        reply = (scan if command[0] == "SCAN" else unlink)(*command)

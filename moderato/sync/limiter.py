@@ -1,0 +1,385 @@
+"""The blocking RateLimiter: moderato.RateLimiter's API and rules for threads, without asyncio."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+
+from ..algorithms import DEFAULT_ALGORITHM
+from ..backends.base import BlockingBackend
+from ..backends.schemes import make_blocking_backend
+from ..denial_cache import channel_for
+from ..errors import BackendError, RateLimitConfigError, exceeded
+from ..failure_log import DEFAULT_INTERVAL_S
+from ..keys import Identity
+from ..limiter_core import (
+    GLOBAL_SCOPE,
+    LimiterCore,
+    check_default_types,
+    shadowed,
+    tenant_alias,
+    usage_of,
+)
+from ..options import count_option, seconds_option
+from ..plans import Plan
+from ..policy import cost_scaled, validate_cost
+from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
+from ..redis.blocking import RedisClient as BlockingRedisClient
+from ..redis.errors import RedisClientError
+from ..results import CheckResult
+
+if TYPE_CHECKING:
+    from .decorator import CostOf, F, KeyOf, TenantOf
+
+T = TypeVar("T")
+
+logger = logging.getLogger("moderato")
+
+__all__ = ["RateLimiter"]
+
+
+class RateLimiter(LimiterCore):
+    """Decides whether a call may proceed, atomically, on Redis's clock; every method blocks.
+
+    The asyncio ``moderato.RateLimiter``'s constructor, methods, results,
+    exceptions and rules, for threads: Flask and Django views, Celery and RQ
+    workers, scripts. A blocking limiter and an asyncio one on the same URL
+    and ``key_prefix`` share every quota exactly: the same keys, the same Lua
+    scripts, one decision per check in Redis.
+
+    ``redis_url`` takes the same URLs (``redis://``, ``rediss://``,
+    ``unix://``, ``redis+cluster://``, ``redis+sentinel://``, ``memory://``),
+    or an application's own blocking ``redis.Redis`` or
+    ``redis.cluster.RedisCluster`` client (``moderato[redis-py]``), whose own
+    settings then apply. Nothing connects until ``connect()`` or the first
+    check.
+
+    One limiter is safe to share between threads. Connections: a bounded
+    pool of ``max_connections`` per Redis server (per node of a cluster); a
+    thread that finds every one busy waits for one at most
+    ``command_timeout_s``, then gets BackendError (never a hang). A connect
+    takes at most ``connect_timeout_s``, a command ``command_timeout_s``.
+    After ``fork()`` the child opens its own connections on first use.
+
+    Failure policy, shadow mode, the circuit breaker, metrics and logs are
+    the asyncio limiter's (see its docstring): fail closed by default
+    (BackendError), ``fail_open=True`` lets checks through counted, and so
+    on. ``key``, ``tenant`` and ``cost`` are the defaults of ``limit()``:
+    values, or callables of the decorated function's arguments. The denial
+    cache is the asyncio limiter's alone (``denial_cache_size`` must be 0);
+    resets made here still reach the asyncio limiters' caches.
+    """
+
+    _other_limiters_options = (
+        (
+            "connections_per_loop",
+            "is the asyncio RateLimiter's (connections per event loop); this blocking "
+            "RateLimiter's pool is max_connections= (per Redis server)",
+        ),
+    )
+
+    def __init__(
+        self,
+        redis_url: Union[str, Any] = "redis://localhost:6379",
+        *,
+        key_prefix: str = "moderato",
+        default_algorithm: str = DEFAULT_ALGORITHM,
+        enable_metrics: bool = False,
+        fail_open: bool = False,
+        identity_secret: Optional[bytes] = None,
+        connect_timeout_s: float = 1.0,
+        command_timeout_s: float = 0.5,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        client_name: Optional[str] = None,
+        shadow: bool = False,
+        breaker_failures: int = 5,
+        breaker_cooldown_s: float = 1.0,
+        metrics_namespace: str = "moderato",
+        metrics_registry: Optional[Any] = None,
+        failure_log_interval_s: float = DEFAULT_INTERVAL_S,
+        key: Optional[KeyOf] = None,
+        tenant: Optional[TenantOf] = None,
+        cost: Optional[CostOf] = None,
+        denial_cache_size: int = 0,
+    ) -> None:
+        connect_timeout_s = seconds_option("connect_timeout_s", connect_timeout_s)
+        command_timeout_s = seconds_option("command_timeout_s", command_timeout_s)
+        max_connections = count_option("max_connections", max_connections)
+        if denial_cache_size != 0:
+            raise RateLimitConfigError(
+                f"denial_cache_size={denial_cache_size!r}: the denial cache is the asyncio "
+                "RateLimiter's; the blocking one asks Redis for every check (0 only)"
+            )
+        check_default_types(key, tenant, cost, "the decorated function's arguments")
+        self.key = key
+        self.tenant = tenant
+        self.cost = cost
+        self.redis_url = redis_url
+        self.max_connections = max_connections
+        self._configure(
+            key_prefix=key_prefix,
+            default_algorithm=default_algorithm,
+            enable_metrics=enable_metrics,
+            fail_open=fail_open,
+            identity_secret=identity_secret,
+            shadow=shadow,
+            breaker_failures=breaker_failures,
+            breaker_cooldown_s=breaker_cooldown_s,
+            metrics_namespace=metrics_namespace,
+            metrics_registry=metrics_registry,
+            failure_log_interval_s=failure_log_interval_s,
+        )
+        self._backend: BlockingBackend = make_blocking_backend(
+            redis_url,
+            connect_timeout_s=connect_timeout_s,
+            command_timeout_s=command_timeout_s,
+            max_connections=max_connections,
+            ssl_context=ssl_context,
+            client_name=client_name,
+        )
+        self._bound(self._backend)
+        client = getattr(self._backend, "client", None)
+        # Resets are announced on one server, for the asyncio limiters' denial caches.
+        self._announce_to: Optional[BlockingRedisClient] = (
+            client if isinstance(client, BlockingRedisClient) else None
+        )
+
+    @property
+    def backend(self) -> BlockingBackend:
+        """What decides this limiter's checks: a ``BlockingRedisBackend`` or a ``MemoryBackend``
+        (whose ``clock`` tests may replace)."""
+        return self._backend
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect now (optional: checks connect lazily); raises BackendError on failure."""
+        self._backend.connect_now()
+
+    def close(self) -> None:
+        """Close the connections (the limiter stays usable: the next check reconnects)."""
+        self._backend.close_now()
+
+    def __enter__(self) -> RateLimiter:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    # -- decisions ---------------------------------------------------------------
+
+    def check(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        cost: int = 1,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+        shadow: Optional[bool] = None,
+        tenant: Optional[str] = None,
+    ) -> bool:
+        """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
+
+        Returns True when admitted (also for a fail-open bypass or a shadow denial).
+        ``tenant`` is an alias of ``tenant_type``.
+        """
+        if tenant is not None:
+            tenant_type = tenant_alias("check()", tenant_type, tenant)
+        result = self.check_with_info(
+            key,
+            rate,
+            cost=cost,
+            tenant_type=tenant_type,
+            scope=scope,
+            algorithm=algorithm,
+            shadow=shadow,
+        )
+        if not result.allowed:
+            raise exceeded(result)
+        return True
+
+    def check_with_info(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        cost: int = 1,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+        shadow: Optional[bool] = None,
+        tenant: Optional[str] = None,
+    ) -> CheckResult:
+        """Decide and charge; always returns a CheckResult, denied or not.
+
+        ``shadow`` (default: the limiter's setting) turns a denial into an
+        admission that is logged and counted as ``shadow_denied``. ``tenant``
+        is an alias of ``tenant_type``.
+        """
+        if tenant is not None:
+            tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
+        plan = self._plans.get(rate, algorithm)
+        if type(cost) is not int or cost < 1:
+            cost = validate_cost(cost)  # raises for anything but a positive int
+        started_s = time.perf_counter() if self.metrics is not None else 0.0
+        try:
+            result = self._decision("decide", plan, key, tenant_type, scope, cost_scaled(cost))
+        except BackendError as error:
+            return self._undecided(plan, cost, error)  # raises, or bypasses under fail-open
+        if not result.allowed and (self.shadow if shadow is None else shadow):
+            result = shadowed(result, scope)
+        if self.metrics is not None:
+            self._observe(plan, result, started_s)
+        return result
+
+    def get_usage(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+        tenant: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """A read-only snapshot (not a reservation) of the identity's quota; as the
+        asyncio limiter's ``get_usage()``."""
+        if tenant is not None:
+            tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
+        plan = self._plans.get(rate, algorithm)
+        return usage_of(self._decision("usage", plan, key, tenant_type, scope, 0, apply=False))
+
+    def reset(
+        self,
+        key: Identity,
+        *,
+        rate: Optional[str] = None,
+        tenant_type: Optional[str] = None,
+        scope: Optional[str] = None,
+        algorithm: Optional[str] = None,
+        tenant: Optional[str] = None,
+    ) -> int:
+        """Forget the identity's usage; returns the number of keys deleted.
+
+        As the asyncio limiter's ``reset()``: ``scope=None`` means every scope;
+        with both ``rate`` and ``scope`` the keys are known exactly (one script
+        call), otherwise they are found with SCAN (an admin action).
+        """
+        if tenant is not None:
+            tenant_type = tenant_alias("reset()", tenant_type, tenant)
+        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm)
+        backend = self._backend
+        if targets.keys:
+            deleted = self._guarded(
+                "reset",
+                lambda: backend.reset_now(targets.keys, targets.windows_s),
+                route=targets.route,
+            )
+        else:
+            deleted = self._guarded(
+                "reset",
+                lambda: sum(backend.delete_matching_now(p) for p in targets.patterns),
+                route=targets.route,
+            )
+        self._announce_reset()
+        return deleted
+
+    def limit(
+        self,
+        rate: str,
+        *,
+        key: Optional[KeyOf] = None,
+        tenant: Optional[TenantOf] = None,
+        cost: Optional[CostOf] = None,
+        scope: Optional[str] = None,
+        algorithm: Optional[str] = None,
+        shadow: Optional[bool] = None,
+    ) -> Callable[[F], F]:
+        """Decorate a plain function: every call is checked first, and a denied one raises
+        RateLimitExceeded instead of running.
+
+        ``key``, ``tenant`` and ``cost`` are values or callables taking the
+        function's own arguments (default: the limiter's, else one quota for
+        every call, no tenant, a cost of 1); ``scope`` defaults to the
+        function's module and qualified name. Configuration errors (a bad
+        rate, algorithm or static cost) raise RateLimitConfigError here; a
+        callback that raises fails the call with RateLimitCallbackError.
+        """
+        from .decorator import limit
+
+        return limit(
+            self,
+            rate,
+            key=key,
+            tenant=tenant,
+            cost=cost,
+            scope=scope,
+            algorithm=algorithm,
+            shadow=shadow,
+        )
+
+    # -- internals ---------------------------------------------------------------
+
+    def _decision(
+        self,
+        operation: str,
+        plan: Plan,
+        key: object,
+        tenant_type: Optional[str],
+        scope: object,
+        charged_scaled: int,
+        *,
+        apply: bool = True,
+    ) -> CheckResult:
+        """One decision (or peek) by the backend, through the circuit breaker of its node."""
+        backend = self._backend
+        keys = backend.decision_keys(plan, key, tenant_type, scope)
+        breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
+        if not breaker.allow():
+            raise self._short_circuit(operation, breaker)
+        try:
+            result = backend.check_now(plan, keys, charged_scaled, apply)
+        except BaseException as error:
+            self._failed(operation, error, breaker)
+            raise
+        self._succeeded(operation, breaker)
+        return result
+
+    def _guarded(
+        self, operation: str, call: Callable[[], T], *, route: Optional[bytes] = None
+    ) -> T:
+        """Run one backend call through the circuit breaker of the node ``route`` lives on."""
+        breaker = self._breaker_for(route)
+        if not breaker.allow():
+            raise self._short_circuit(operation, breaker)
+        try:
+            result = call()
+        except BaseException as error:
+            self._failed(operation, error, breaker)
+            raise
+        self._succeeded(operation, breaker)
+        return result
+
+    def _announce_reset(self) -> None:
+        """Tell every asyncio limiter under this prefix to empty its denial cache (pub/sub)."""
+        client = self._announce_to
+        if client is None:
+            return
+        try:
+            client.execute("PUBLISH", channel_for(self.key_prefix), b"reset")
+        except RedisClientError as error:
+            # The keys are gone; a limiter that misses the message holds its
+            # entries no longer than denial_cache.MAX_HOLD_S.
+            logger.warning("moderato: reset done, but announcing it failed: %s", error)

@@ -37,6 +37,11 @@ class BlockingRedisBackend(KeySpaceBound):
         self.node_of: Optional[Callable[[bytes], Optional[str]]] = (
             client.node_for_key if isinstance(client, ClusterClient) else None
         )
+        # While a node's breaker is open no check reaches it: reload the slot
+        # map meanwhile, so a replica promoted in its place is used at once.
+        self.reload_routes: Optional[Callable[[], None]] = (
+            client.reload_map_soon if isinstance(client, ClusterClient) else None
+        )
 
     def check_now(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool

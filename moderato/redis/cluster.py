@@ -361,15 +361,6 @@ class ClusterClient(SlotMap[RedisClient]):
         except asyncio.TimeoutError:
             raise late or self._timeout_error(self.command_timeout_s) from None
 
-    def _cluster_down(self, error: RedisClientError) -> RedisClusterDownError | None:
-        """``error`` as the call's error if the cluster still says it at the deadline."""
-        if isinstance(error, RedisReplyError) and error.message.startswith("CLUSTERDOWN"):
-            return RedisClusterDownError(
-                f"{error.message} (Redis Cluster {self.address}: still the answer after "
-                f"retrying for {self.command_timeout_s:g} s)"
-            )
-        return None
-
     def _send_asking(
         self, node: _Node, request: _Request
     ) -> tuple[asyncio.Future[Any] | None, asyncio.Future[Any]]:

@@ -16,7 +16,12 @@ from typing import Any, Generic, TypeVar
 
 from .._accel import key_slot
 from ._encoding import Arg
-from .errors import RedisConnectionError, RedisReplyError
+from .errors import (
+    RedisClientError,
+    RedisClusterDownError,
+    RedisConnectionError,
+    RedisReplyError,
+)
 from .url import ClusterAddress, RedisAddress
 
 __all__ = [
@@ -275,6 +280,15 @@ class SlotMap(Generic[C]):
                 node = Node(host, port, self._new_client(self.address.node(host, port)))
                 self._nodes = {**self._nodes, name: node}
             return node
+
+    def _cluster_down(self, error: RedisClientError) -> RedisClusterDownError | None:
+        """``error`` as the call's error if the cluster still says it at the deadline."""
+        if isinstance(error, RedisReplyError) and error.message.startswith("CLUSTERDOWN"):
+            return RedisClusterDownError(
+                f"{error.message} (Redis Cluster {self.address}: still the answer after "
+                f"retrying for {self.command_timeout_s:g} s)"
+            )
+        return None
 
     def _no_map_error(self) -> RedisConnectionError:
         return RedisConnectionError(

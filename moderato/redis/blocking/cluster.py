@@ -15,7 +15,8 @@ pool (the blocking RedisClient, ``max_connections`` per node).
   (``CLUSTER COUNTKEYSINSLOT`` = 0), since the scripts' derived keys are
   invisible to Redis; until then it waits, like TRYAGAIN.
 - ``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING``: retried after a pause (5 ms
-  doubling to 100 ms).
+  doubling to 100 ms); a call still answered CLUSTERDOWN at its deadline
+  raises RedisClusterDownError (an error reply: the cluster's state).
 - A lost or refused connection: the map is reloaded and the command retried
   on the slot's owner; a script only if it was never written
   (CommandNotSentError), as one whose reply was lost may have charged.
@@ -55,7 +56,7 @@ from ..cluster_map import (
 )
 from ..cluster_recovery import Drained, EnsureMap, Pause, Refresh, Send, recovery
 from ..connection import ScriptLike
-from ..errors import RedisClientError, RedisReplyError
+from ..errors import RedisClientError, RedisClusterDownError, RedisReplyError
 from ..forks import abandon_in_children
 from ..url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
 from ..url_options import client_from_url
@@ -132,6 +133,17 @@ class ClusterClient(SlotMap[RedisClient]):
     def _new_client(self, address: RedisAddress) -> RedisClient:
         return RedisClient(address, **self._client_options)
 
+    def reload_map_soon(self) -> None:
+        """Reload the slot map on a thread of its own (at most one at a time, one per
+        REFRESH_INTERVAL_S), for a caller that stopped sending to a node (the limiter,
+        while that node's circuit breaker is open) and must not wait for the reload."""
+        if monotonic() - self._refresh_started < REFRESH_INTERVAL_S or self._refresh_lock.locked():
+            return
+        deadline = monotonic() + self.command_timeout_s
+        threading.Thread(
+            target=self._load_map, args=(deadline,), kwargs={"force": False}, daemon=True
+        ).start()
+
     # -- commands ----------------------------------------------------------------
 
     def execute(self, *args: Arg) -> Any:
@@ -200,6 +212,9 @@ class ClusterClient(SlotMap[RedisClient]):
         pause = RETRY_START_S
         steps = recovery(self, request.slot, request.script is not None, node, error)
         answer: Any = None
+        # The CLUSTERDOWN the last pause was for, if it was: a deadline that comes
+        # before the attempt after it is the cluster's state, not a timeout.
+        cluster_down: Optional[RedisClusterDownError] = None
         while True:
             try:
                 step = steps.send(answer)
@@ -207,9 +222,11 @@ class ClusterClient(SlotMap[RedisClient]):
                 return done.value
             answer = None
             if type(step) is Send:
-                answer = self._attempt(step.node, step.asking, request, deadline)
+                answer = self._attempt(step.node, step.asking, request, deadline, cluster_down)
+                cluster_down = None
             elif type(step) is Pause:
-                pause = _pause(pause, deadline, step.error)
+                cluster_down = self._cluster_down(step.error)
+                pause = _pause(pause, deadline, cluster_down or step.error)
             elif type(step) is Refresh:
                 self._load_map(deadline, force=False)
             elif type(step) is EnsureMap:
@@ -218,10 +235,21 @@ class ClusterClient(SlotMap[RedisClient]):
                 assert type(step) is Drained
                 answer = self._source_drained(step.slot, step.source, step.target)
 
-    def _attempt(self, node: _Node, asking: bool, request: _Request, deadline: float) -> Any:
-        """The reply of one attempt on ``node``, or the RedisClientError it raised."""
+    def _attempt(
+        self,
+        node: _Node,
+        asking: bool,
+        request: _Request,
+        deadline: float,
+        cluster_down: Optional[RedisClusterDownError],
+    ) -> Any:
+        """The reply of one attempt on ``node``, or the RedisClientError it raised.
+
+        Nothing is sent once the deadline has passed (a script sent then would
+        still run and charge): ``cluster_down`` is raised if given, else a timeout.
+        """
         if monotonic() >= deadline:
-            raise self._timeout_error(self.command_timeout_s)
+            raise cluster_down or self._timeout_error(self.command_timeout_s)
         try:
             if asking:
                 return self._send_asking(node, request)

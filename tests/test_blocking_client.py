@@ -120,19 +120,22 @@ def test_a_paused_server_times_out_every_thread_and_no_connection_stays_out_of_s
             outcomes = list(pool.map(timed, range(8)))
     finally:
         own_redis_server.resume()
-    # Four threads wrote and timed out (RedisConnectionError: it may have run);
-    # four waited for a place freed by a timeout (its connection closed, never
-    # reused), and failed to open a new one within the connect timeout.
-    names = sorted(name for name, _ in outcomes)
-    assert names == ["CommandNotSentError"] * 4 + ["RedisConnectionError"] * 4
-    assert all(took < 0.3 + 0.3 + 0.5 for _, took in outcomes), outcomes
+    # A thread that took an idle connection wrote its INCR and timed out
+    # (RedisConnectionError: it may have run); the others opened a connection,
+    # which the paused server never greeted (CommandNotSentError: it did not run).
+    # None hung: each within its connect or command timeout (plus a pool wait).
+    names = [name for name, _ in outcomes]
+    written = names.count("RedisConnectionError")
+    assert names.count("CommandNotSentError") + written == 8
+    assert 1 <= written <= 4
+    assert all(took < 2.0 for _, took in outcomes), outcomes  # 0.3 + 0.3, and a loaded host
     assert client.idle_connections == 0
-    # Whatever the paused server ran of the four INCRs written, its replies
-    # went to closed connections, none to a later command of this client.
+    # Whatever the paused server ran of the INCRs written, its replies went to
+    # closed connections, none to a later command of this client.
     client.connect()  # at once, whatever the reconnect backoff says
-    written = int(client.execute("GET", "n")) - 8
-    assert 0 <= written <= 4
-    assert client.execute("INCR", "n") == 8 + written + 1
+    ran = int(client.execute("GET", "n")) - 8
+    assert 0 <= ran <= written
+    assert client.execute("INCR", "n") == 8 + ran + 1
 
 
 def test_the_pool_never_opens_more_than_max_connections(redis_server: RedisServer) -> None:

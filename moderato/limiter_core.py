@@ -143,9 +143,7 @@ class LimiterCore:
         # On a cluster: the node owning a key (None until the slot map is loaded).
         self._node_of = getattr(backend, "node_of", None)
         # On a cluster: reload the slot map (a node's open breaker hides its failover).
-        self._reload_routes: Optional[Callable[[], None]] = getattr(
-            backend, "reload_routes", None
-        )
+        self._reload_routes: Optional[Callable[[], None]] = getattr(backend, "reload_routes", None)
 
     # -- a check's outcome -----------------------------------------------------------
 

@@ -7,30 +7,33 @@
 
 #include "store_bucket.h"
 
-/* Above ACCEL_ACCRUAL_EXACT_WINDOW_MS (26 h) a capacity of at most 2^53 / window keeps
- * elapsed * per_ms_rest within 2^53 (prelude.lua's exact_accrual). */
-int
-check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv)
-{
-    int64_t largest_scaled = floor_div(ACCEL_MAX_SAFE_INTEGER, policy->window_ms);
-    if (policy->window_ms > ACCEL_ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
-        refuse("MODERATO_ARG",
-               "ARGV[%zd] (capacity_scaled of policy %d) must be at most %lld for a window of "
-               "%lld s (accrual stays below 2^53), got %lld",
-               capacity_argv, policy->number, (long long)largest_scaled,
-               (long long)policy->window_s, (long long)policy->capacity_scaled);
-        return -1;
-    }
-    return 0;
-}
-
-void
+static void
 bucket_public_rate(memory_policy *policy)
 {
     policy->per_ms_whole = floor_div(policy->capacity_scaled, policy->window_ms);
     policy->per_ms_rest = policy->capacity_scaled - policy->per_ms_whole * policy->window_ms;
 }
 
+
+/* Above ACCEL_ACCRUAL_EXACT_WINDOW_MS (26 h) a capacity of at most 2^53 / window keeps
+ * elapsed * per_ms_rest within 2^53 (prelude.lua's exact_accrual); then the public
+ * rate, split for the accrual. */
+int
+bucket_parse_policy(memory_policy *policy, Py_ssize_t argv_index)
+{
+    int64_t largest_scaled = floor_div(ACCEL_MAX_SAFE_INTEGER, policy->window_ms);
+    if (policy->window_ms > ACCEL_ACCRUAL_EXACT_WINDOW_MS && policy->capacity_scaled > largest_scaled) {
+        /* ARGV[argv_index - 1], 1-based: capacity_scaled */
+        refuse("MODERATO_ARG",
+               "ARGV[%zd] (capacity_scaled of policy %d) must be at most %lld for a window of "
+               "%lld s (accrual stays below 2^53), got %lld",
+               argv_index - 1, policy->number, (long long)largest_scaled,
+               (long long)policy->window_s, (long long)policy->capacity_scaled);
+        return -1;
+    }
+    bucket_public_rate(policy);
+    return 0;
+}
 
 /* Exactly floor(elapsed_ms * capacity / window) for 0 <= elapsed_ms <= window:
  * capacity = per_ms_whole * window + per_ms_rest keeps both products small. */

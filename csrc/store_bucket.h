@@ -20,11 +20,10 @@ typedef struct {
     int64_t credited_scaled;
 } stored_bucket;
 
-/* prelude.lua's exact_accrual rule (both buckets' arguments): above
- * ACCEL_ACCRUAL_EXACT_WINDOW_MS, capacity_scaled <= 2^53 / window_ms.
- * capacity_argv is 1-based. */
-int check_exact_accrual(const memory_policy *policy, Py_ssize_t capacity_argv);
-void bucket_public_rate(memory_policy *policy);
+/* What both buckets' parse_extra ends with (argv_index as it has it): the
+ * exact-accrual rule of prelude.lua (above ACCEL_ACCRUAL_EXACT_WINDOW_MS,
+ * capacity_scaled <= 2^53 / window_ms), then the public rate's split. */
+int bucket_parse_policy(memory_policy *policy, Py_ssize_t argv_index);
 double bucket_ttl_ms(const memory_policy *policy);
 /* A bucket's evaluate step, up to the level or tokens written: its key
  * (base + suffix, of kind KIND_BUCKET or KIND_LEAKY) read as tokens (the leaky

@@ -9,11 +9,7 @@ static int
 leaky_bucket_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy,
                          Py_ssize_t argv_index)
 {
-    if (check_exact_accrual(policy, argv_index - 1) < 0) {
-        return -1;
-    }
-    bucket_public_rate(policy);
-    return 0;
+    return bucket_parse_policy(policy, argv_index);
 }
 
 static int

@@ -103,11 +103,7 @@ token_bucket_parse_extra(memory_call *call, memory_policy *policy, Py_ssize_t ar
         policy->custom_rate = 1;
         policy->refill_scaled_per_s = rate;
     }
-    if (check_exact_accrual(policy, argv_index - 1) < 0) {
-        return -1;
-    }
-    bucket_public_rate(policy);
-    return 0;
+    return bucket_parse_policy(policy, argv_index);
 }
 
 static int

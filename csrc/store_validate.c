@@ -48,18 +48,32 @@ shown_bytes(const char *data, Py_ssize_t size, Py_ssize_t max_bytes)
     return text;
 }
 
-/* Raise ValueError("<kind> <message>"). Always returns -1. */
+/* Every refusal: ValueError("<kind> <message>", and ", got <shown>" unless
+ * shown is NULL). Always returns -1. */
+static int
+refuse_formatted(const char *kind, PyObject *shown, const char *format, va_list vargs)
+{
+    PyObject *message = PyUnicode_FromFormatV(format, vargs);
+    if (message == NULL) {
+        return -1;
+    }
+    if (shown == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s %U", kind, message);
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "%s %U, got %U", kind, message, shown);
+    }
+    Py_DECREF(message);
+    return -1;
+}
+
 int
 refuse(const char *kind, const char *format, ...)
 {
     va_list vargs;
     va_start(vargs, format);
-    PyObject *message = PyUnicode_FromFormatV(format, vargs);
+    refuse_formatted(kind, NULL, format, vargs);
     va_end(vargs);
-    if (message != NULL) {
-        PyErr_Format(PyExc_ValueError, "%s %U", kind, message);
-        Py_DECREF(message);
-    }
     return -1;
 }
 
@@ -128,16 +142,15 @@ shown_arg(const arg_view *view)
 int
 refuse_arg(const arg_view *view, const char *format, ...)
 {
+    PyObject *shown = shown_arg(view);
+    if (shown == NULL) {
+        return -1;
+    }
     va_list vargs;
     va_start(vargs, format);
-    PyObject *message = PyUnicode_FromFormatV(format, vargs);
+    refuse_formatted("MODERATO_ARG", shown, format, vargs);
     va_end(vargs);
-    PyObject *shown = message == NULL ? NULL : shown_arg(view);
-    if (shown != NULL) {
-        refuse("MODERATO_ARG", "%U, got %U", message, shown);
-    }
-    Py_XDECREF(shown);
-    Py_XDECREF(message);
+    Py_DECREF(shown);
     return -1;
 }
 
@@ -436,6 +449,23 @@ read_hash(const memory_target *target, int kind, const long long *highs, int64_t
 
 /* ---- validation, in the scripts' order ------------------------------------------ */
 
+/* args[index] (ARGV[index + 1]), a field of policy number: an integer 1..high
+ * (high_text its digits), or the refusal naming it. */
+static int
+parse_policy_integer(const memory_call *call, Py_ssize_t index, const char *field, int number,
+                     long long high, const char *high_text, long long *value)
+{
+    arg_view view;
+    if (view_arg("decide", "args", index, call->argv[index], &view) < 0) {
+        return -1;
+    }
+    if (!parse_integer(&view, 1, high, value)) {
+        return refuse_arg(&view, "ARGV[%zd] (%s of policy %d) must be an integer 1..%s",
+                          index + 1, field, number, high_text);
+    }
+    return 0;
+}
+
 int
 parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
 {
@@ -499,24 +529,16 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
     for (int i = 0; i < call->policy_count; i++) {
         memory_policy *policy = &call->policies[i];
         Py_ssize_t first = 2 + (Py_ssize_t)fields_per_policy * i; /* 0-based */
-        if (view_arg("decide", "args", first, call->argv[first], &view) < 0) {
+        if (parse_policy_integer(call, first, "capacity_scaled", policy->number,
+                                 ACCEL_MAX_CAPACITY_SCALED, ACCEL_TEXT(ACCEL_MAX_CAPACITY_SCALED),
+                                 &value) < 0) {
             return -1;
-        }
-        if (!parse_integer(&view, 1, ACCEL_MAX_CAPACITY_SCALED, &value)) {
-            return refuse_arg(&view,
-                              "ARGV[%zd] (capacity_scaled of policy %d) must be an integer "
-                              "1.." ACCEL_TEXT(ACCEL_MAX_CAPACITY_SCALED),
-                              first + 1, policy->number);
         }
         policy->capacity_scaled = value;
-        if (view_arg("decide", "args", first + 1, call->argv[first + 1], &view) < 0) {
+        if (parse_policy_integer(call, first + 1, "window_s", policy->number,
+                                 ACCEL_MAX_LONG_WINDOW_S, ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S),
+                                 &value) < 0) {
             return -1;
-        }
-        if (!parse_integer(&view, 1, ACCEL_MAX_LONG_WINDOW_S, &value)) {
-            return refuse_arg(&view,
-                              "ARGV[%zd] (window_s of policy %d) must be an integer "
-                              "1.." ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S),
-                              first + 2, policy->number);
         }
         policy->window_s = value;
         policy->window_ms = value * 1000;

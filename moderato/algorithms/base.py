@@ -27,18 +27,30 @@ WINDOW_INDEX = ":#"
 index = floor(now_ms / window_ms): the current and previous window's counters."""
 
 
+def capacity_and_window(rate: Rate) -> tuple[ScriptArg, ...]:
+    """The script arguments of most algorithms: capacity_scaled, window_s."""
+    return (rate.capacity_scaled, rate.window_s)
+
+
+def any_limit(window_s: int) -> int:
+    """Counters and sums that never multiply by the window: every limit is exact."""
+    return MAX_LIMIT
+
+
 @dataclass(frozen=True)
 class Algorithm:
+    """An algorithm's registry entry; the defaults are what most algorithms take."""
+
     name: str
     """Its registry name, its Lua script (lua/<name>.lua) and its name in the C store."""
     key_tag: str
     """Short tag inside every key, so algorithms never share (and never WRONGTYPE) a key."""
-    policy_args: Callable[[Rate], tuple[ScriptArg, ...]]
-    """A policy's script arguments, after cost_scaled and apply."""
-    max_limit: MaxLimit
-    """The exact range: the largest limit decided exactly for a window."""
     state_suffixes: tuple[str, ...]
     """The keys it keeps under a policy's base key: suffixes, or WINDOW_INDEX."""
+    policy_args: Callable[[Rate], tuple[ScriptArg, ...]] = capacity_and_window
+    """A policy's script arguments, after cost_scaled and apply."""
+    max_limit: MaxLimit = any_limit
+    """The exact range: the largest limit decided exactly for a window."""
 
     def check_exact_range(self, policy: Policy) -> None:
         """Refuse a policy whose (limit, window) lies outside this algorithm's exact range."""
@@ -73,13 +85,3 @@ class Algorithm:
             else:
                 high = middle - 1
         return low
-
-
-def capacity_and_window(rate: Rate) -> tuple[ScriptArg, ...]:
-    """The script arguments of most algorithms: capacity_scaled, window_s."""
-    return (rate.capacity_scaled, rate.window_s)
-
-
-def any_limit(window_s: int) -> int:
-    """Counters and sums that never multiply by the window: every limit is exact."""
-    return MAX_LIMIT

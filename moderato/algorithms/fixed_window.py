@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from .base import WINDOW_INDEX, Algorithm, any_limit, capacity_and_window
+from .base import WINDOW_INDEX, Algorithm
 
-ALGORITHM = Algorithm(
-    name="fixed_window",
-    key_tag="fw",
-    policy_args=capacity_and_window,
-    max_limit=any_limit,
-    state_suffixes=(WINDOW_INDEX,),
-)
+ALGORITHM = Algorithm(name="fixed_window", key_tag="fw", state_suffixes=(WINDOW_INDEX,))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import _accel
 from ..policy import MAX_LIMIT
-from .base import Algorithm, capacity_and_window
+from .base import Algorithm
 
 GCRA_MAX_WINDOW_S: int = _accel.GCRA_MAX_WINDOW_S
 """Largest GCRA window: now_us + 2 * window_us + 1 <= 2**53 up to now_ms = 9 * 10**12 (2255)."""
@@ -16,9 +16,5 @@ def gcra_max_limit(window_s: int) -> int:
 
 
 ALGORITHM = Algorithm(
-    name="gcra",
-    key_tag="gc",
-    policy_args=capacity_and_window,
-    max_limit=gcra_max_limit,
-    state_suffixes=(":gcra",),
+    name="gcra", key_tag="gc", state_suffixes=(":gcra",), max_limit=gcra_max_limit
 )

@@ -4,12 +4,8 @@
 from __future__ import annotations
 
 from .accrual import accrual_max_limit
-from .base import Algorithm, capacity_and_window
+from .base import Algorithm
 
 ALGORITHM = Algorithm(
-    name="leaky_bucket",
-    key_tag="lb",
-    policy_args=capacity_and_window,
-    max_limit=accrual_max_limit,
-    state_suffixes=(":leaky",),
+    name="leaky_bucket", key_tag="lb", state_suffixes=(":leaky",), max_limit=accrual_max_limit
 )

@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-from .base import Algorithm, any_limit, capacity_and_window
+from .base import Algorithm
 
-ALGORITHM = Algorithm(
-    name="sliding_log",
-    key_tag="sl",
-    policy_args=capacity_and_window,
-    max_limit=any_limit,
-    state_suffixes=(":log",),
-)
+ALGORITHM = Algorithm(name="sliding_log", key_tag="sl", state_suffixes=(":log",))

@@ -16,8 +16,8 @@ def policy_args(rate: Rate) -> tuple[ScriptArg, ...]:
 ALGORITHM = Algorithm(
     name="token_bucket",
     key_tag="tb",
-    policy_args=policy_args,
-    max_limit=accrual_max_limit,
     # ":bucket" is the state of releases before v2, still deleted by reset.
     state_suffixes=(":bucket:v2", ":bucket"),
+    policy_args=policy_args,
+    max_limit=accrual_max_limit,
 )

@@ -180,7 +180,10 @@ class RateLimitMiddleware:
         # No receive: callbacks may read headers, never the body the app still needs.
         request = Request(scope)
         try:
-            await stack.decide_for_middleware(await self._limits(request), request, limits_inside)
+            limits = self._limits_now(request)
+            if limits is None:
+                limits = await self._limits(request)
+            await stack.decide_for_middleware(limits, request, limits_inside)
         except Exception as error:
             if not await send_error(error, scope, send, self.headers):
                 raise
@@ -201,6 +204,18 @@ class RateLimitMiddleware:
                     raise
                 return
         await self.app(scope, receive, send)
+
+    def _limits_now(self, connection: HTTPConnection) -> Optional[list[Limit]]:
+        """``_limits`` without a coroutine when no ``exempt`` predicate must be asked."""
+        if self._inner is None:
+            self._inner = _inner_middlewares(self.app)
+        if self.exempt or any(inner.exempt for inner in self._inner):
+            return None
+        if not self._inner:
+            limit = self.limit_for_path(connection.scope)
+            return [] if limit is None else [limit]
+        limits = (m.limit_for_path(connection.scope) for m in (self, *self._inner))
+        return [limit for limit in limits if limit is not None]
 
     async def _limits(self, connection: HTTPConnection) -> list[Limit]:
         """This middleware's limit for the request, then those of the RateLimitMiddlewares

@@ -135,7 +135,12 @@ async def decide_for_middleware(
     elif found is not None:
         routed = HTTPConnection(found)
         everything.extend(route_limits(found))
-    if everything:
+    if len(everything) == 1 and not connections and everything[0].bucket_scope is not None:
+        # The app-wide limit alone (the usual case): the rule's own path, no joint step.
+        rule = everything[0].rule
+        result = await rule.enforce(request, scope=everything[0].bucket_scope, convert=False)
+        request.scope[_DECIDED] = Decided((rule,), {id(rule): result}, unseen)
+    elif everything:
         await decide(
             unique(everything), request, routed, None, unseen=unseen, connections=connections
         )

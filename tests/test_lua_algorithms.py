@@ -1000,7 +1000,7 @@ async def test_a_bucket_hash_refusal_names_the_field(
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir() == Path(__file__).resolve().parent.parent / "lua"
     # spliced into scripts, never run on their own (together.lua: into the composite
-    # scripts.together_script() assembles)
+    # scripts.composite_script() assembles)
     included = ("prelude", "accrual", "bucket_state", "one_policy", "window_counter", "together")
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)
     assert sorted(SCRIPT_NAMES) == shipped

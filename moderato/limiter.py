@@ -20,39 +20,33 @@ from .errors import exceeded as exceeded  # its home is errors.py; kept importab
 from .failure_log import DEFAULT_INTERVAL_S
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
-from .limiter_core import (
-    LimiterCore,
-    check_default_types,
-    shadowed,
-    tenant_alias,
-    usage_of,
-)
+from .limiter_core import LimiterCore, shadowed, tenant_alias, usage_of
 from .limiter_core import reset_patterns as reset_patterns  # its home is limiter_core.py
-from .options import count_option, request_callback_option, seconds_option
+from .options import count_option, seconds_option
 from .plans import Plan
 from .policy import cost_scaled, validate_cost
 from .redis import RedisClient, RedisClientError
 from .results import CheckResult
+from .specs import (
+    CostSpec,
+    F,
+    KeySpec,
+    MessageChecker,
+    MessageOptions,
+    RateLimitDependency,
+    RateSpec,
+    RuleOptions,
+    TenantSpec,
+    check_specs,
+)
 from .together import Check, Together, call_parts, deciding_check, distinct_keys, results_of
 
 T = TypeVar("T")
 
 logger = logging.getLogger("moderato")
 
-if TYPE_CHECKING:  # the HTTP integration imports Starlette; the core must not need it
+if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from .integrations.decorator import F
-    from .integrations.dependency import RateLimitDependency
-    from .integrations.rule import (
-        CostSpec,
-        KeySpec,
-        MessageOptions,
-        RateSpec,
-        RuleOptions,
-        TenantSpec,
-    )
-    from .integrations.websocket import MessageLimit
 
 
 class RateLimiter(LimiterCore):
@@ -134,7 +128,7 @@ class RateLimiter(LimiterCore):
         self.key = key
         self.tenant = tenant
         self.cost = cost
-        check_rule_defaults(key, tenant, cost)
+        check_specs(key=key, tenant=tenant, cost=cost)
         self.redis_url = redis_url
         self.connections_per_loop = connections_per_loop
         self._configure(
@@ -555,7 +549,7 @@ class RateLimiter(LimiterCore):
         or async), skips the limit when it returns True. On a websocket route the
         handshake is limited. Static configuration errors, including a static
         cost above capacity, raise RateLimitConfigError here. The options are
-        ``RuleOptions`` (moderato.integrations.rule).
+        ``RuleOptions`` (moderato.specs).
         """
         from .integrations.decorator import limit
 
@@ -567,19 +561,12 @@ class RateLimiter(LimiterCore):
 
         return dependency(self, rate, **options)
 
-    def message_limit(self, rate: RateSpec, **options: Unpack[MessageOptions]) -> MessageLimit:
-        """A per-message limit for an open websocket: ``await it.check(websocket)``."""
+    def message_limit(self, rate: RateSpec, **options: Unpack[MessageOptions]) -> MessageChecker:
+        """A per-message limit for an open websocket (a MessageLimit):
+        ``await it.check(websocket)``."""
         from .integrations.websocket import MessageLimit
 
         return MessageLimit(self, rate, **options)
-
-
-def check_rule_defaults(key: object, tenant: object, cost: object) -> None:
-    """The rules' defaults have the rules' types (checked here: the core has no Starlette)."""
-    check_default_types(key, tenant, cost, "the request")
-    request_callback_option("key", key, "str or bytes")
-    request_callback_option("tenant", tenant, "str or None")
-    request_callback_option("cost", cost, "int")
 
 
 def _discard(call: Awaitable[Any]) -> None:

@@ -32,7 +32,7 @@ from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, t
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
-from .policy import policy_for, validate_cost
+from .policy import policy_for
 from .results import CheckResult, PolicyState
 
 GLOBAL_SCOPE = "global"
@@ -45,7 +45,6 @@ __all__ = [
     "GLOBAL_SCOPE",
     "LimiterCore",
     "ResetTargets",
-    "check_default_types",
     "reset_patterns",
     "shadowed",
     "tenant_alias",
@@ -330,21 +329,6 @@ def tenant_alias(where: str, tenant_type: Optional[str], tenant: str) -> str:
             f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
         )
     return tenant
-
-
-def check_default_types(key: object, tenant: object, cost: object, of_what: str) -> None:
-    """The limiter-wide ``key``, ``tenant`` and ``cost`` defaults: values, or callables
-    (of ``of_what``: the request, or a decorated function's arguments)."""
-    if key is not None and not isinstance(key, (str, bytes)) and not callable(key):
-        raise RateLimitConfigError(
-            f"key must be a string or a callable of {of_what}, got {type(key).__name__}"
-        )
-    if tenant is not None and not isinstance(tenant, str) and not callable(tenant):
-        raise RateLimitConfigError(
-            f"tenant must be a string or a callable of {of_what}, got {type(tenant).__name__}"
-        )
-    if cost is not None and not callable(cost):
-        validate_cost(cost)
 
 
 def reset_patterns(

@@ -15,8 +15,8 @@ from moderato import RateLimitConfigError, RateLimiter
 from moderato.errors import UnknownOptionError
 from moderato.habits import HABITS
 from moderato.integrations import RateLimitMiddleware, install
-from moderato.integrations.rule import MESSAGE_OPTIONS, RULE_OPTIONS
 from moderato.integrations.wiring import INSTALL_OPTIONS
+from moderato.specs import MESSAGE_OPTIONS, RULE_OPTIONS
 
 
 def memory_limiter() -> RateLimiter:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from ..specs import RateLimitDependency
+
 # First: without Starlette, an ImportError naming the extra to install.
 from . import _starlette  # noqa: F401
 from .decorator import REQUEST_PARAMETER, limit
-from .dependency import RateLimitDependency, dependency
+from .dependency import dependency
 from .headers import HeaderStyle
 from .http_errors import HTTPBackendError, HTTPRateLimitCallbackError, HTTPRateLimitExceeded
 from .identity import ClientIdentity

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable
-from typing import Callable, TypeVar, Union
+from typing import TypeVar
 
 from starlette.requests import Request
 
 from ..errors import RateLimitCallbackError
 from ..failure_log import CallbackFailureLog
+from ..specs import RequestCallback
 
 T = TypeVar("T")
-
-RequestCallback = Callable[[Request], Union[T, Awaitable[T]]]
-"""A function of the request returning a value, or an awaitable of one."""
 
 RETURN_VALUE = "(its return value)"
 """What the log names when a callback's return value, not the callback, failed."""

@@ -28,19 +28,18 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
 
 from ..errors import RateLimitConfigError
+from ..specs import F, RateSpec, RuleOptions
 from . import stack
 from .combinations import check_combination
 from .order import remember
 from .request_limits import RULE_ATTRIBUTE, RULES_ATTRIBUTE, stacked
-from .rule import LimitRule, RateSpec, RuleOptions, check_options
-
-F = TypeVar("F", bound=Callable[..., Any])
+from .rule import LimitRule, check_options
 
 REQUEST_PARAMETER = "moderato_request"
 """The keyword-only Request parameter added to endpoints that declare none."""

@@ -12,22 +12,20 @@ with them, each on its own counter (stack.py).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
 from starlette.requests import HTTPConnection
 
 from ..results import CheckResult
+from ..specs import RateLimitDependency, RateSpec, RuleOptions
 from . import stack
 from .request_limits import RULE_ATTRIBUTE
-from .rule import LimitRule, RateSpec, RuleOptions, check_options
+from .rule import LimitRule, check_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ..limiter import RateLimiter
-
-RateLimitDependency = Callable[[HTTPConnection], Awaitable[Optional[CheckResult]]]
 
 
 def dependency(

@@ -15,7 +15,7 @@ requests and to websocket handshakes alike (both are ``HTTPConnection``s).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypedDict, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
@@ -30,10 +30,10 @@ from ..errors import (
     exceeded,
 )
 from ..habits import refuse_unknown
-from ..options import request_callback_option
 from ..policy import validate_cost
 from ..results import CheckResult
-from .callbacks import RequestCallback, call_callback, callback_raised, callback_returned_unusable
+from ..specs import RULE_OPTIONS, CostSpec, ExemptWhen, KeySpec, RateSpec, TenantSpec, check_specs
+from .callbacks import call_callback, callback_raised, callback_returned_unusable
 from .decisions import has_middleware, record
 from .http_errors import http_error
 from .identity import DEFAULT_IDENTITY, ClientIdentity
@@ -43,47 +43,8 @@ from .websocket_errors import is_websocket, websocket_error
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
 
-RateSpec = Union[str, RequestCallback[str]]
-"""A rate string such as ``"100/minute"``, or a callback returning one per request."""
-KeySpec = Union[str, bytes, RequestCallback[Union[str, bytes]]]
-TenantSpec = Union[str, RequestCallback[Optional[str]]]
-CostSpec = Union[int, RequestCallback[int]]
 CheckArguments = tuple[Union[str, bytes], str, int, Optional[str], str]
 """A check's key, rate, cost, tenant and scope, as one request resolves them."""
-ExemptWhen = RequestCallback[bool]
-"""A predicate of the request: True skips the rule for it (nothing is charged)."""
-
-
-class MessageOptions(TypedDict, total=False):
-    """A limit's options besides its rate, declared once: the keywords of
-    ``limiter.message_limit()`` and MessageLimit, forwarded to LimitRule,
-    whose signature holds the defaults."""
-
-    key: Optional[KeySpec]
-    """The identity; default: the limiter's default key, else the client IP."""
-    algorithm: Optional[str]
-    """Default: the limiter's."""
-    scope: Optional[str]
-    """The bucket's name; default: the route's method and template."""
-    cost: Optional[CostSpec]
-    """Default: the limiter's default cost, else 1."""
-    tenant: Optional[TenantSpec]
-    shadow: Optional[bool]
-    """None follows the limiter; True observes without denying; False always enforces."""
-
-
-class RuleOptions(MessageOptions, total=False):
-    """A rule's options besides its rate, declared once: the keywords of
-    ``limiter.limit()``, ``limiter.dependency()``, the decorator, the
-    dependency and RateLimitMiddleware (whose ``scope`` defaults to "app"),
-    forwarded to LimitRule."""
-
-    exempt_when: Optional[ExemptWhen]
-    """A predicate of the request: True skips the rule (nothing is charged)."""
-
-
-MESSAGE_OPTIONS: frozenset[str] = frozenset(MessageOptions.__annotations__)
-RULE_OPTIONS: frozenset[str] = frozenset(RuleOptions.__annotations__)
 
 
 def check_options(
@@ -138,42 +99,18 @@ class LimitRule:
             raise RateLimitConfigError(
                 f"scope must be a string or None, got {type(self.scope).__name__}"
             )
-        if not isinstance(self.rate, str) and not callable(self.rate):
-            raise RateLimitConfigError(
-                "rate must be a string such as '100/minute' or a callable, "
-                f"got {type(self.rate).__name__}"
-            )
         # Parses the rate and checks it against the algorithm's exact range.
         plan = (
-            self.limiter._plans.get(self.rate, self.algorithm)
-            if isinstance(self.rate, str)
-            else None
+            self.limiter.plan_for(self.rate, self.algorithm) if isinstance(self.rate, str) else None
         )
-        for name, value in (("key", self.key), ("tenant", self.tenant)):
-            if value is not None and not isinstance(value, (str, bytes)) and not callable(value):
-                raise RateLimitConfigError(
-                    f"{name} must be a string or a callable of the request, "
-                    f"got {type(value).__name__}"
-                )
-        if isinstance(self.tenant, bytes):
-            raise RateLimitConfigError(
-                "tenant must be a string or a callable of the request, got bytes"
-            )
-        if self.exempt_when is not None and not callable(self.exempt_when):
-            raise RateLimitConfigError(
-                "exempt_when must be a callable of the request returning bool, "
-                f"got {type(self.exempt_when).__name__}"
-            )
-        # A callback that cannot take the request would fail (503) every request.
-        request_callback_option("rate", self.rate, "str")
-        request_callback_option("key", self.key, "str or bytes")
-        request_callback_option("tenant", self.tenant, "str or None")
-        request_callback_option("cost", self.cost, "int")
-        request_callback_option("exempt_when", self.exempt_when, "bool")
-        if self.cost is None or callable(self.cost):
-            return
-        cost = validate_cost(self.cost)
-        if plan is not None and cost > plan.policy.smallest_limit:
+        cost = check_specs(
+            rate=self.rate,
+            key=self.key,
+            tenant=self.tenant,
+            cost=self.cost,
+            exempt_when=self.exempt_when,
+        )
+        if cost is not None and plan is not None and cost > plan.policy.smallest_limit:
             capacity = plan.policy.smallest_limit
             raise RateLimitConfigError(
                 f"cost {cost} exceeds capacity {capacity} of policy '{self.rate}'; "
@@ -251,13 +188,12 @@ class LimitRule:
         default identity (known to be synchronous); None when ``_arguments`` must await.
         """
         rate = self.rate
-        tenant = self.tenant if self.tenant is not None else self.limiter.tenant
-        cost = self._cost_spec()
+        key_spec, tenant, cost = self._specs()
         if type(rate) is not str or type(cost) is not int:
             return None
         if tenant is not None and type(tenant) is not str:
             return None
-        key = self._key_now(_as_request(request))
+        key = self._key_now(key_spec, _as_request(request))
         if key is None:
             return None
         return key, rate, cost, tenant, self._scope(request, scope)
@@ -268,15 +204,14 @@ class LimitRule:
         rate = self.rate
         if type(rate) is not str:
             rate = await self._rate(callback_request)
-        key = self._key_now(callback_request)
+        key_spec, tenant, cost = self._specs()
+        key = self._key_now(key_spec, callback_request)
         if key is None:
-            key = await self._key(callback_request)
-        tenant = self.tenant if self.tenant is not None else self.limiter.tenant
+            key = await self._key(key_spec, callback_request)
         if tenant is not None and type(tenant) is not str:
-            tenant = await self._tenant(callback_request)
-        cost = self._cost_spec()
+            tenant = await self._tenant(tenant, callback_request)
         if type(cost) is not int:
-            cost = await self._cost(callback_request)
+            cost = await self._cost(cost, callback_request)
         return key, rate, cost, tenant, self._scope(request, scope)
 
     def _checked(self, arguments: CheckArguments) -> Awaitable[CheckResult]:
@@ -292,11 +227,19 @@ class LimitRule:
             shadow=self.shadow,
         )
 
-    def _cost_spec(self) -> CostSpec:
-        """The rule's cost, else the limiter's default, else 1."""
-        if self.cost is not None:
-            return self.cost
-        return self.limiter.cost if self.limiter.cost is not None else 1
+    def _specs(self) -> tuple[KeySpec, Optional[TenantSpec], CostSpec]:
+        """The key, tenant and cost to charge: the rule's own, else the limiter's defaults
+        (read per request: ``install(app, limiter, key=...)`` may set them after the rule
+        was made), else the client address, no tenant and a cost of 1."""
+        limiter = self.limiter
+        key = self.key if self.key is not None else limiter.key
+        tenant = self.tenant if self.tenant is not None else limiter.tenant
+        cost = self.cost if self.cost is not None else limiter.cost
+        return (
+            DEFAULT_IDENTITY if key is None else key,
+            tenant,
+            1 if cost is None else cost,
+        )
 
     def _scope(self, request: HTTPConnection, scope: Optional[str]) -> str:
         return scope or self.scope or route_scope(request.scope, self.endpoint)
@@ -306,18 +249,16 @@ class LimitRule:
             return self.rate
         rate = await call_callback("rate", self.rate, request)
         try:
-            self.limiter._plans.get(rate, self.algorithm)
+            self.limiter.plan_for(rate, self.algorithm)
         except RateLimitConfigError as error:
             raise callback_returned_unusable("rate", str(error)) from error
         return rate
 
-    def _key_now(self, request: Request) -> Union[str, bytes, None]:
+    @staticmethod
+    def _key_now(spec: KeySpec, request: Request) -> Union[str, bytes, None]:
         """The identity without a coroutine when it is static or a ClientIdentity (the
         default, known to be synchronous); None when ``_key`` must await a callback.
         """
-        spec = self.key if self.key is not None else self.limiter.key
-        if spec is None:
-            spec = DEFAULT_IDENTITY
         if isinstance(spec, (str, bytes)):
             return spec
         if type(spec) is not ClientIdentity:
@@ -327,10 +268,8 @@ class LimitRule:
         except Exception as error:
             raise callback_raised("key", spec, error) from error
 
-    async def _key(self, request: Request) -> Union[str, bytes]:
-        spec = self.key if self.key is not None else self.limiter.key
-        if spec is None:
-            spec = DEFAULT_IDENTITY
+    @staticmethod
+    async def _key(spec: KeySpec, request: Request) -> Union[str, bytes]:
         if isinstance(spec, (str, bytes)):
             return spec
         key = await call_callback("key", spec, request)
@@ -340,9 +279,9 @@ class LimitRule:
             )
         return key
 
-    async def _tenant(self, request: Request) -> Optional[str]:
-        spec = self.tenant if self.tenant is not None else self.limiter.tenant
-        if spec is None or isinstance(spec, str):
+    @staticmethod
+    async def _tenant(spec: TenantSpec, request: Request) -> Optional[str]:
+        if isinstance(spec, str):
             return spec
         tenant = await call_callback("tenant", spec, request)
         if tenant is not None and not isinstance(tenant, str):
@@ -351,10 +290,8 @@ class LimitRule:
             )
         return tenant
 
-    async def _cost(self, request: Request) -> int:
-        spec = self.cost if self.cost is not None else self.limiter.cost
-        if spec is None:
-            return 1
+    @staticmethod
+    async def _cost(spec: CostSpec, request: Request) -> int:
         if not callable(spec):
             return spec
         cost = await call_callback("cost", spec, request)

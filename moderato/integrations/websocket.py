@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from starlette.websockets import WebSocket
 
 from ..results import CheckResult
-from .rule import MESSAGE_OPTIONS, LimitRule, MessageOptions, RateSpec, check_options
+from ..specs import MESSAGE_OPTIONS, MessageOptions, RateSpec
+from .rule import LimitRule, check_options
 from .scope import WEBSOCKET_METHOD, route_scope
 
 if TYPE_CHECKING:

@@ -21,13 +21,13 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from ..errors import BackendError, RateLimitConfigError
-from ..limiter import check_rule_defaults
+from ..specs import RULE_OPTIONS, CostSpec, KeySpec, RateSpec, TenantSpec, check_specs
 from .combinations import check_routes
 from .headers import HeaderStyle, validate_style
 from .middleware import MIDDLEWARE_OPTIONS, RateLimitHeadersMiddleware, RateLimitMiddleware
 from .order import check_order
 from .request_limits import Limit
-from .rule import RULE_OPTIONS, CostSpec, KeySpec, RateSpec, TenantSpec, check_options
+from .rule import check_options
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
@@ -125,7 +125,7 @@ def _set_defaults(limiter: RateLimiter, **defaults: Any) -> None:
                 f"install() {name}= conflicts with the limiter's own default {name}; "
                 "set it in one place"
             )
-    check_rule_defaults(**defaults)
+    check_specs(**defaults)
     for name, value in given.items():
         setattr(limiter, name, value)
 

@@ -16,8 +16,8 @@ import inspect
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from ..errors import RateLimitCallbackError, RateLimitConfigError
-from ..limiter_core import check_default_types
 from ..policy import validate_cost
+from ..specs import check_spec_types
 
 if TYPE_CHECKING:
     from .limiter import RateLimiter
@@ -49,7 +49,7 @@ def limit(
     key = limiter.key if key is None else key
     tenant = limiter.tenant if tenant is None else tenant
     cost = limiter.cost if cost is None else cost
-    check_default_types(key, tenant, cost, "the decorated function's arguments")
+    check_spec_types(key, tenant, cost, "the decorated function's arguments")
     if scope is not None and not isinstance(scope, str):
         raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")
     plan = limiter.plan_for(rate, algorithm)  # a bad rate or algorithm: refused now

@@ -18,7 +18,6 @@ from ..keys import Identity
 from ..limiter_core import (
     GLOBAL_SCOPE,
     LimiterCore,
-    check_default_types,
     shadowed,
     tenant_alias,
     usage_of,
@@ -30,6 +29,7 @@ from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
 from ..redis.blocking import RedisClient as BlockingRedisClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
+from ..specs import check_spec_types
 
 if TYPE_CHECKING:
     from .decorator import CostOf, F, KeyOf, TenantOf
@@ -114,7 +114,7 @@ class RateLimiter(LimiterCore):
                 f"denial_cache_size={denial_cache_size!r}: the denial cache is the asyncio "
                 "RateLimiter's; the blocking one asks Redis for every check (0 only)"
             )
-        check_default_types(key, tenant, cost, "the decorated function's arguments")
+        check_spec_types(key, tenant, cost, "the decorated function's arguments")
         self.key = key
         self.tenant = tenant
         self.cost = cost

@@ -1,10 +1,11 @@
 """What a rule may be given (key, tenant, cost, rate, exempt_when) and its one check.
 
 The limiter's defaults (``RateLimiter(key=..., tenant=..., cost=...)``) and
-every HTTP rule take the same specs: a value, or a callback of the request.
-Both check them here, so this module needs no Starlette: the request type is
-named for type checkers only, and the core imports this module, never the
-integrations.
+every HTTP rule take the same specs: a value, or a callback of the request;
+the blocking limiter's (``moderato.sync``) a value, or a callable of the
+decorated function's arguments. All are checked here, so this module needs
+no Starlette: the request type is named for type checkers only, and the core
+imports this module, never the integrations.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ ExemptWhen = RequestCallback[bool]
 
 F = TypeVar("F", bound=Callable[..., Any])
 """An endpoint, as ``limiter.limit()`` decorates it (its signature kept)."""
+
+KeyOf = Union[str, bytes, Callable[..., Union[str, bytes]]]
+"""The blocking limiter's identity: a value, or a callable of the decorated function's
+arguments returning one (``moderato.sync``; the HTTP rules take a KeySpec)."""
+TenantOf = Union[str, Callable[..., Optional[str]]]
+CostOf = Union[int, Callable[..., int]]
 
 RateLimitDependency = Callable[["HTTPConnection"], Awaitable[Optional[CheckResult]]]
 """What ``limiter.dependency()`` returns: the admitted CheckResult, or None when exempt."""

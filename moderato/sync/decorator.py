@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ..errors import RateLimitCallbackError, RateLimitConfigError
 from ..policy import validate_cost
-from ..specs import check_spec_types
+from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
 
 if TYPE_CHECKING:
     from .limiter import RateLimiter
 
 __all__ = ["ALL_CALLS", "CostOf", "F", "KeyOf", "TenantOf", "limit"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-KeyOf = Union[str, bytes, Callable[..., Union[str, bytes]]]
-"""An identity, or a callable of the decorated function's arguments returning one."""
-TenantOf = Union[str, Callable[..., Optional[str]]]
-CostOf = Union[int, Callable[..., int]]
 
 ALL_CALLS = "all"
 """The identity of a limit without ``key``: one quota shared by every call."""

@@ -6,7 +6,7 @@ import logging
 import ssl
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from ..algorithms import DEFAULT_ALGORITHM
 from ..backends.base import BlockingBackend
@@ -29,10 +29,7 @@ from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
 from ..redis.blocking import RedisClient as BlockingRedisClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
-from ..specs import check_spec_types
-
-if TYPE_CHECKING:
-    from .decorator import CostOf, F, KeyOf, TenantOf
+from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
 
 T = TypeVar("T")
 

@@ -1,14 +1,16 @@
 """Where a limiter's state lives: its key prefix, its identity secret, and the keys they make.
 
 The limiter creates one KeySpace and binds its backend to it; the backend
-builds the keys of every decision from it (``decision_keys``), and reset
-builds its keys and SCAN patterns from it. ``_accel`` does the byte work
-(docs/internals.md lays the keys out); this module only names what was
-wrong when a part is refused.
+builds the keys of every decision from it (``decision_keys``), and a reset
+asks it for its keys (``reset_keys``) or SCAN patterns (``reset_patterns``).
+The key layout is known here and in ``_accel``, which does the byte work
+(docs/internals.md lays the keys out); the limiter only names an identity,
+tenant, scope, algorithm tags and windows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 from . import _accel
@@ -77,6 +79,79 @@ class KeySpace:
         except (TypeError, ValueError) as error:
             raise KeyPartError(str(error)) from None
         return keys
+
+    def reset_keys(
+        self,
+        key_tags: Sequence[str],
+        policy: Policy,
+        key: object,
+        tenant_type: object,
+        scope: object,
+    ) -> list[bytes]:
+        """The base keys a reset of this identity deletes: one per policy window of each
+        algorithm tag (the keys derived from each are the backend's to find)."""
+        tenant_part(tenant_type)
+        identity = identity_part(key)
+        keys: list[bytes] = []
+        for key_tag in key_tags:
+            keys.extend(self.decision_keys(key_tag, policy, identity, tenant_type, scope))
+        return keys
+
+    def reset_patterns(
+        self,
+        key: object,
+        tenant_type: object,
+        scope: Optional[str],
+        *,
+        key_tag: Optional[str],
+        windows_s: Optional[tuple[int, ...]],
+    ) -> list[bytes]:
+        """The SCAN patterns of a reset: this identity's keys in ``scope`` (None: every
+        scope), of one algorithm tag (None: every one) and of some windows (None: all).
+
+        One scope's patterns share a hash tag: on a cluster, one node holds them all.
+        """
+        tenant = tenant_part(tenant_type)
+        identity = identity_part(key)
+        pattern: bytes = self.build(
+            _accel.key_pattern, tenant, "" if scope is None else scope_part(scope), identity
+        )
+        return narrowed(
+            pattern,
+            len(self.prefix),
+            every_scope=scope is None,
+            key_tag=key_tag,
+            windows_s=windows_s,
+        )
+
+
+def narrowed(
+    pattern: bytes,
+    prefix_size: int,
+    *,
+    every_scope: bool,
+    key_tag: Optional[str],
+    windows_s: Optional[tuple[int, ...]],
+) -> list[bytes]:
+    """A reset's SCAN globs, spliced into ``_accel.key_pattern``'s one.
+
+    ``pattern`` is ``<prefix>:??:{<tenant>:<scope>:<identity>}:*``, built with
+    an empty scope when ``every_scope``. Encoded components contain no ``:``,
+    ``{``, ``}`` nor glob metacharacter, so a ``*`` spliced between the tag's
+    two colons matches exactly one whole scope component, and the literal
+    ``{`` after ``??`` keeps a longer key prefix out of reach.
+    """
+    tag_at = prefix_size + 4  # "<prefix>:??:" then "{"
+    if every_scope:
+        scope_at = pattern.index(b":", tag_at) + 1
+        pattern = pattern[:scope_at] + b"*" + pattern[scope_at:]
+    if key_tag is not None:
+        pattern = pattern[: prefix_size + 1] + key_tag.encode() + pattern[prefix_size + 3 :]
+    if windows_s is None:
+        return [pattern]
+    stem = pattern[:-1]  # without the final "*": "...}:"
+    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
+    return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
 
 
 def tenant_part(tenant_type: object) -> str:

@@ -21,7 +21,6 @@ from .failure_log import DEFAULT_INTERVAL_S
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
 from .limiter_core import LimiterCore, shadowed, tenant_alias, usage_of
-from .limiter_core import reset_patterns as reset_patterns  # its home is limiter_core.py
 from .options import count_option, seconds_option
 from .plans import Plan
 from .policy import cost_scaled, validate_cost

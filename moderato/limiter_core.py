@@ -17,7 +17,6 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
-from . import _accel
 from .algorithms import ALGORITHMS, Algorithm, get_algorithm
 from .breaker import BreakerSet, CircuitBreaker
 from .errors import (
@@ -28,7 +27,7 @@ from .errors import (
 )
 from .failure_log import OutageLog
 from .habits import HABITS, refuse_habits
-from .keys import Identity, KeyPartError, KeySpace, identity_part, scope_part, tenant_part
+from .keys import Identity, KeyPartError, KeySpace
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
@@ -45,7 +44,6 @@ __all__ = [
     "GLOBAL_SCOPE",
     "LimiterCore",
     "ResetTargets",
-    "reset_patterns",
     "shadowed",
     "tenant_alias",
     "usage_of",
@@ -266,26 +264,17 @@ class LimiterCore:
         """The keys a reset deletes (a rate and a scope: known exactly), else its SCAN
         patterns (every scope means every primary of a cluster)."""
         keyspace = self._keyspace
-        tenant = tenant_part(tenant_type)
-        identity = identity_part(key)
         if rate is not None and scope is not None:
             policy = policy_for(rate)
             chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
-            keys: list[bytes] = []
-            windows: list[int] = []
-            for each in chosen:
-                keys.extend(
-                    keyspace.decision_keys(each.key_tag, policy, identity, tenant_type, scope)
-                )
-                windows.extend(policy.windows_s)
-            return ResetTargets(keys, windows, [], keys[0])
-        pattern = keyspace.build(
-            _accel.key_pattern, tenant, "" if scope is None else scope_part(scope), identity
-        )
-        patterns = reset_patterns(
-            pattern,
-            len(self.key_prefix),
-            every_scope=scope is None,
+            keys = keyspace.reset_keys(
+                [each.key_tag for each in chosen], policy, key, tenant_type, scope
+            )
+            return ResetTargets(keys, list(policy.windows_s) * len(chosen), [], keys[0])
+        patterns = keyspace.reset_patterns(
+            key,
+            tenant_type,
+            scope,
             key_tag=self._algorithm(algorithm).key_tag if algorithm else None,
             windows_s=policy_for(rate).windows_s if rate is not None else None,
         )
@@ -329,35 +318,6 @@ def tenant_alias(where: str, tenant_type: Optional[str], tenant: str) -> str:
             f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
         )
     return tenant
-
-
-def reset_patterns(
-    pattern: bytes,
-    prefix_size: int,
-    *,
-    every_scope: bool,
-    key_tag: Optional[str],
-    windows_s: Optional[tuple[int, ...]],
-) -> list[bytes]:
-    """The SCAN globs of a reset, derived from ``_accel.key_pattern``'s one.
-
-    ``pattern`` is ``<prefix>:??:{<tenant>:<scope>:<identity>}:*``, built with
-    an empty scope when ``every_scope``. Encoded components contain no ``:``,
-    ``{``, ``}`` nor glob metacharacter, so a ``*`` spliced between the tag's
-    two colons matches exactly one whole scope component, and the literal
-    ``{`` after ``??`` keeps a longer key prefix out of reach.
-    """
-    tag_at = prefix_size + 4  # "<prefix>:??:" then "{"
-    if every_scope:
-        scope_at = pattern.index(b":", tag_at) + 1
-        pattern = pattern[:scope_at] + b"*" + pattern[scope_at:]
-    if key_tag is not None:
-        pattern = pattern[: prefix_size + 1] + key_tag.encode() + pattern[prefix_size + 3 :]
-    if windows_s is None:
-        return [pattern]
-    stem = pattern[:-1]  # without the final "*": "...}:"
-    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
-    return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
 
 
 def shadowed(result: CheckResult, scope: object) -> CheckResult:

@@ -18,7 +18,8 @@ from http_helpers import client
 from moderato import RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
 from moderato.integrations import RateLimitHeadersMiddleware
-from moderato.limiter import reset_patterns
+from moderato.keys import KeySpace, narrowed
+from moderato.policy import policy_for
 
 
 @pytest.fixture(params=["redis", "memory"])
@@ -151,14 +152,31 @@ async def test_an_identity_secret_resets_the_hashed_identity(redis_url: str) -> 
 
 def test_reset_patterns_splice_scope_tag_and_windows() -> None:
     pattern = b"p:??:{t::id}:*"
-    assert reset_patterns(pattern, 1, every_scope=True, key_tag=None, windows_s=None) == [
+    assert narrowed(pattern, 1, every_scope=True, key_tag=None, windows_s=None) == [
         b"p:??:{t:*:id}:*"
     ]
-    assert reset_patterns(pattern, 1, every_scope=True, key_tag="tb", windows_s=(60, 3600)) == [
+    assert narrowed(pattern, 1, every_scope=True, key_tag="tb", windows_s=(60, 3600)) == [
         b"p:tb:{t:*:id}:60",
         b"p:tb:{t:*:id}:60:*",
         b"p:tb:{t:*:id}:3600",
         b"p:tb:{t:*:id}:3600:*",
+    ]
+
+
+def test_the_keyspace_gives_a_reset_its_keys_and_patterns() -> None:
+    space = KeySpace("p", None, "fw")
+    assert space.reset_patterns("id", "t", None, key_tag="tb", windows_s=(60,)) == [
+        b"p:tb:{t:*:id}:60",
+        b"p:tb:{t:*:id}:60:*",
+    ]
+    assert space.reset_patterns("id", None, "api", key_tag=None, windows_s=None) == [
+        b"p:??:{:api:id}:*"
+    ]
+    assert space.reset_keys(["fw", "tb"], policy_for("1/minute;2/hour"), "id", None, "api") == [
+        b"p:fw:{:api:id}:60",
+        b"p:fw:{:api:id}:3600",
+        b"p:tb:{:api:id}:60",
+        b"p:tb:{:api:id}:3600",
     ]
 
 

@@ -26,6 +26,7 @@ from redis_servers import RedisServer, free_port, make_tls_files
 from skips import skip_without_tls
 
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
+from moderato.redis.connection import CommandNotSentError
 from moderato.redis.errors import RedisClientError, RedisReplyError
 
 # -- helpers -------------------------------------------------------------------
@@ -935,3 +936,36 @@ def test_the_client_reads_no_private_asyncio_attribute() -> None:
         text = path.read_text()
         assert "_thread_id" not in text, path.name
         assert private.search(text) is None, (path.name, private.search(text))
+
+
+# -- a required role ------------------------------------------------------------------
+
+
+async def test_a_required_role_is_checked_on_every_connect(own_redis_server: RedisServer) -> None:
+    """role="master": ROLE in each handshake; a server that answers otherwise gets nothing."""
+    primary = own_redis_server
+    client = RedisClient.from_url(primary.url, role="master", command_timeout_s=0.5)
+    try:
+        assert await client.execute("SET", "role:k", "1") == b"OK"
+        # Demoted while the client is away (a replica of a server that is not
+        # there), then its connection dropped: the next command reconnects.
+        primary.command("REPLICAOF", "127.0.0.1", str(free_port()))
+        primary.command("CLIENT", "KILL", "TYPE", "normal")
+        deadline = time.monotonic() + 5
+        while client.connections() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the client sees its connection close
+        with pytest.raises(CommandNotSentError, match=r"it is a slave, not a master \(ROLE\)"):
+            await client.execute("GET", "role:k")
+        # Nothing but the handshake reached it: the GET was never sent.
+        assert b"cmdstat_get:" not in primary.command("INFO", "commandstats")
+        primary.command("REPLICAOF", "NO", "ONE")
+        # After the reconnect backoff, a master again: served.
+        await asyncio.sleep(BACKOFF_CAP_S)
+        assert await client.execute("GET", "role:k") == b"1"
+    finally:
+        await client.close()
+
+
+def test_a_required_role_is_master_or_slave() -> None:
+    with pytest.raises(ValueError, match="role must be 'master', 'slave' or None, got 'primary'"):
+        RedisClient.from_url("redis://h", role="primary")

@@ -265,6 +265,11 @@ class RedisClient:
     command waits longer than ``command_timeout_s`` (twice that when a NOSCRIPT
     reply has it re-sent behind a SCRIPT LOAD), and ``connect()`` no longer than
     ``connect_timeout_s``.
+
+    ``role`` ("master" or "slave"): every connection, reconnects included,
+    sends ``ROLE`` in its handshake and is used only if the server reports that
+    role; otherwise the connect fails and the commands waiting for it fail with
+    CommandNotSentError (they never left this process).
     """
 
     def __init__(
@@ -276,6 +281,7 @@ class RedisClient:
         connections_per_loop: int = 1,
         ssl_context: ssl.SSLContext | None = None,
         client_name: str | None = None,
+        role: str | None = None,
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
         self.address = address
@@ -293,6 +299,9 @@ class RedisClient:
         self.connections_per_loop = connections_per_loop
         self._ssl_context = checked_ssl_context(ssl_context, address)
         self.client_name = checked_client_name(client_name, address)
+        if role not in (None, "master", "slave"):
+            raise ValueError(f"role must be 'master', 'slave' or None, got {role!r}")
+        self.role = role
 
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._pools_lock = threading.Lock()
@@ -500,6 +509,7 @@ class RedisClient:
             command_timeout_s=self.command_timeout_s,
             ssl_context=self._ssl_context,
             client_name=self.client_name,
+            role=self.role,
             on_close=slot.connection_closed,
         )
         slot.connection = connection

@@ -23,10 +23,12 @@ How a command travels:
   queueing behind a dead peer forever. (Measured against asyncio.wait_for per
   command: that adds ~5 us of CPU per command, twice the client's whole cost.)
 - At connect the RESP2 handshake (AUTH, SELECT, CLIENT SETNAME, whichever apply,
-  else a PING) is written in one go; commands issued meanwhile are batched and
-  timed as usual but held back until every handshake reply is OK, so a failed
-  SELECT can never let a command run in the wrong database, and a slow connect
-  never holds a command past its own timeout.
+  else a PING; then ROLE when the connection was given a ``role``) is written in
+  one go; commands issued meanwhile are batched and timed as usual but held back
+  until every handshake reply is OK, so a failed SELECT can never let a command
+  run in the wrong database, a server that reports another role than the one
+  required (a demoted primary) never gets one, and a slow connect never holds a
+  command past its own timeout.
 - A script is sent by its SHA1 (EVALSHA). When Redis no longer has it (a
   restart, a failover, SCRIPT FLUSH) every call of it in flight is answered
   NOSCRIPT, which means it did not run. The first such reply queues one
@@ -150,6 +152,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         command_timeout_s: float,
         ssl_context: ssl.SSLContext | None = None,
         client_name: str | None = None,
+        role: str | None = None,
         on_close: CloseCallback | None = None,
     ) -> None:
         self._loop = loop
@@ -159,6 +162,8 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._stall_s = command_timeout_s * (STALL_FACTOR - 1.0)
         self._ssl_context = ssl_context
         self._client_name = client_name if client_name is not None else address.client_name
+        # The role ROLE must report before any command is sent ("master"), if any.
+        self._role = role
         self._on_close = on_close
         # The process that opened it: only that one may close or shut down its socket.
         self.pid = os.getpid()
@@ -530,7 +535,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if self._state == _CLOSED:  # lost between connection_made and here
             raise self._closed_error()
 
-        steps, payloads = greeting(self.address, self._client_name)
+        steps, payloads = greeting(self.address, self._client_name, role=self._role)
         futures = [loop.create_future() for _ in steps]
         # Commands sent while connecting already wait in _pending: the handshake
         # goes first on the wire, so its futures go first in the deque.
@@ -542,7 +547,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, RedisReplyError):
                 raise outcome
-        refused_steps(self._label, steps, outcomes)
+        refused_steps(self._label, steps, outcomes, role=self._role)
 
     def _become_ready(self) -> None:
         if self._state != _CONNECTING:

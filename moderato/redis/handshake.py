@@ -1,8 +1,11 @@
 """What a new connection says first, and what its replies mean (both clients' connections).
 
 The RESP2 greeting of an address: AUTH, SELECT, CLIENT SETNAME, whichever
-apply, else a PING. A TCP accept alone proves little (the kernel accepts for
-a paused server), so "ready" always means Redis itself answered.
+apply, else a PING; then ROLE when the connection requires a role (a
+Sentinel client's primary must be a master on every connect, reconnects
+included: a server can be demoted while a client is away from it). A TCP
+accept alone proves little (the kernel accepts for a paused server), so
+"ready" always means Redis itself answered.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from .url import RedisAddress
 __all__ = ["greeting", "refused_steps"]
 
 
-def greeting(address: RedisAddress, client_name: str | None) -> tuple[list[str], list[bytes]]:
+def greeting(
+    address: RedisAddress, client_name: str | None, *, role: str | None = None
+) -> tuple[list[str], list[bytes]]:
     """(step names, encoded commands) of the greeting, sent in one write."""
     steps: list[str] = []
     payloads: list[bytes] = []
@@ -32,22 +37,38 @@ def greeting(address: RedisAddress, client_name: str | None) -> tuple[list[str],
     if client_name is not None:
         payloads.append(encode_command("CLIENT", "SETNAME", client_name))
         steps.append("CLIENT SETNAME")
+    if role is not None:
+        payloads.append(encode_command("ROLE"))
+        steps.append("ROLE")
     if not steps:
         payloads.append(encode_command("PING"))
         steps.append("PING")
     return steps, payloads
 
 
-def refused_steps(label: str, steps: Sequence[str], replies: Sequence[object]) -> None:
-    """Raise RedisConnectionError naming every step Redis refused, if any.
+def refused_steps(
+    label: str, steps: Sequence[str], replies: Sequence[object], *, role: str | None = None
+) -> None:
+    """Raise RedisConnectionError naming every step Redis refused, if any, and a ROLE
+    reply that names another role than ``role``.
 
-    A refused SELECT must never let a command run in the wrong database, so
-    one refusal fails the whole connection.
+    A refused SELECT must never let a command run in the wrong database, nor a
+    server of the wrong role get a command, so one refusal fails the whole
+    connection.
     """
     failures = [
         f"{step} was refused: {reply.message}"
         for step, reply in zip(steps, replies)
         if isinstance(reply, RedisReplyError)
     ]
+    for step, reply in zip(steps, replies):
+        if step == "ROLE" and not isinstance(reply, RedisReplyError):
+            reported = reply[0] if isinstance(reply, list) and reply else None
+            shown = reported.decode(errors="replace") if isinstance(reported, bytes) else None
+            if shown != role:
+                failures.append(
+                    f"it is a {shown or repr(reply)}, not a {role} (ROLE); "
+                    "no command was sent to it"
+                )
     if failures:
         raise RedisConnectionError(f"{label}: {'; '.join(failures)}")

@@ -298,6 +298,12 @@ def test_is_cluster_url() -> None:
                          sentinel_tls=True)),
         ("rediss+sentinel://s1/svc?sentinel_ssl=false",
          SentinelAddress(sentinels=(("s1", 26379),), service_name="svc", tls=True)),
+        # Replies released without waiting for the replicas (WAIT).
+        ("redis+sentinel://s1/svc?wait_for_replicas=false",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc",
+                         wait_for_replicas=False)),
+        ("redis+sentinel://s1/svc?wait_for_replicas=TRUE",
+         SentinelAddress(sentinels=(("s1", 26379),), service_name="svc")),
     ],
 )  # fmt: skip
 def test_accepted_sentinel_urls(url: str, expected: SentinelAddress) -> None:
@@ -316,6 +322,7 @@ def test_accepted_sentinel_urls(url: str, expected: SentinelAddress) -> None:
         ("redis+sentinel://s1/svc/x", "must be a database number"),
         ("redis+sentinel://s1/svc/1?db=2", "the database is given twice and differs"),
         ("redis+sentinel://s1/svc?sentinel_ssl=maybe", "sentinel_ssl must be true or false"),
+        ("redis+sentinel://s1/svc?wait_for_replicas=1", "wait_for_replicas must be true or false"),
         ("redis+sentinel://s1/svc?sentinel_username=u", "sentinel_username needs"),
         ("redis+sentinel://s1/svc?master=x", "unknown option 'master'; accepted: db, "),
         ("redis+sentinel://s1/svc#x", "a fragment"),

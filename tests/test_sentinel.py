@@ -12,15 +12,20 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
+import httpx
 import pytest
 from cluster import call, report, script_calls
-from redis_servers import SentinelDeployment, free_port
+from redis_servers import RedisServer, SentinelDeployment, SentinelServer, free_port
+from uvicorn_helpers import app_processes
 
 from moderato import RateLimiter
 from moderato.errors import BackendError
 from moderato.redis import RedisClient, SentinelClient
-from moderato.redis.errors import RedisClientError
+from moderato.redis.errors import RedisClientError, RedisConnectionError
+from moderato.redis.sentinel import RETRY_INTERVAL_S
 
 RATE = "100/hour"
 LOAD_RATE = "100000/hour"
@@ -115,6 +120,177 @@ async def test_a_demoted_primary_is_never_decided_on(own_deployment: SentinelDep
         # and the server they name answered ROLE "slave": nothing ran anywhere.
         assert "is a slave (a failover in progress?)" in str(raised.value)
         assert own_deployment.replica.command("GET", limiter_keys[0]) == b"$1\r\n1\r\n"
+    finally:
+        await client.close()
+
+
+async def test_a_reconnect_to_a_demoted_primary_sends_nothing(
+    own_deployment: SentinelDeployment,
+) -> None:
+    """The connection drops while idle and the server is demoted meanwhile: the silent
+    reconnect's ROLE check refuses it, so not even a read reaches the replica."""
+    servers = own_deployment
+    client = SentinelClient(servers.url, command_timeout_s=0.3)
+    try:
+        assert await client.execute("SET", "idle:1", "1") == b"OK"
+        servers.replica.command("REPLICAOF", "NO", "ONE")
+        servers.primary.command("REPLICAOF", "127.0.0.1", str(servers.replica.port))
+        # What Sentinel does to a server it demotes: every client connection closed.
+        servers.primary.command("CLIENT", "KILL", "TYPE", "normal")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and client._primary.client.connections():  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+        with pytest.raises(RedisClientError, match="is a slave"):
+            await client.execute("GET", "idle:1")
+        # The old primary saw no GET: not the first attempt (refused at the
+        # handshake), not the second (the sentinels still name it, and its ROLE
+        # check refuses it again).
+        assert b"cmdstat_get:" not in servers.primary.command("INFO", "commandstats")
+    finally:
+        await client.close()
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.slow
+async def test_a_switchover_is_followed_when_the_sentinels_announce_it(
+    own_deployment: SentinelDeployment,
+) -> None:
+    """No command fails first: the +switch-master announcement moves the client."""
+    servers = own_deployment
+    client = SentinelClient(servers.url, command_timeout_s=0.3)
+    try:
+        await client.connect()
+        await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
+        assert client.primary_address == ("127.0.0.1", servers.primary.port)
+        servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
+        # No command is sent meanwhile: only the announcement can move it.
+        await _until(
+            lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
+            15,
+            "following the switchover",
+        )
+        # The old primary is still a master (the sentinels demote it seconds later).
+        assert servers.primary.command("ROLE").startswith(b"*3\r\n$6\r\nmaster")
+        assert client.failovers == 1
+        assert await client.execute("SET", "after-switch", "1") == b"OK"
+        assert servers.replica.command("GET", "after-switch") == b"$1\r\n1\r\n"
+        assert servers.primary.command("EXISTS", "after-switch") == b":0\r\n"
+    finally:
+        await client.close()
+
+
+@pytest.mark.slow
+async def test_a_sentinel_behind_the_newest_configuration_is_passed_over(
+    own_deployment: SentinelDeployment,
+) -> None:
+    """After a failover, a sentinel still naming an older primary never sends the client back.
+
+    The stand-in for a sentinel that has not heard of the failover: a fourth
+    sentinel watching another server under the same service name, at
+    configuration epoch 0, listed last.
+    """
+    servers = own_deployment
+    other = RedisServer().start()
+    behind = SentinelServer(other.port, servers.service).start()
+    hosts = ",".join(f"127.0.0.1:{s.port}" for s in (*servers.sentinels, behind))
+    client = SentinelClient(f"redis+sentinel://{hosts}/{servers.service}", command_timeout_s=0.3)
+    try:
+        await client.connect()
+        await _until(lambda: client.watching == 4, 10, "subscribing to the four sentinels")
+        servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
+        await _until(
+            lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
+            15,
+            "following the switchover",
+        )
+        # Only the sentinel that is behind can answer, and the primary is silent.
+        for sentinel in servers.sentinels:
+            sentinel.pause()
+        servers.replica.pause()
+        try:
+            with pytest.raises(RedisConnectionError):
+                await client.execute("SET", "k", "1")  # times out: the client asks again
+            with pytest.raises(RedisConnectionError, match=r"older than epoch 1"):
+                await client.execute("SET", "k", "1")
+        finally:
+            servers.replica.resume()
+            for sentinel in servers.sentinels:
+                sentinel.resume()
+        assert other.command("DBSIZE") == b":0\r\n"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert await client.execute("SET", "k", "2") == b"OK"
+                break
+            except RedisConnectionError:
+                assert time.monotonic() < deadline, "not back on the new primary after 10 s"
+                await asyncio.sleep(0.05)
+        assert client.primary_address == ("127.0.0.1", servers.replica.port)
+        assert other.command("DBSIZE") == b":0\r\n"
+    finally:
+        await client.close()
+        behind.close()
+        other.close()
+
+
+async def test_a_reply_waits_for_the_replicas(own_deployment: SentinelDeployment) -> None:
+    """A write the replica has not acknowledged is not answered: it could still be lost."""
+    servers = own_deployment
+    client = SentinelClient(servers.url, command_timeout_s=0.4)
+    try:
+        assert await client.execute("SET", "acked", "1") == b"OK"
+        assert client.replicas_required == 1
+        assert client.replica_wait_ms == 100
+        servers.replica.pause()  # SIGSTOP: it acknowledges nothing
+        try:
+            with pytest.raises(RedisConnectionError, match=r"0 of the 1 replicas .* \(WAIT\)"):
+                await client.execute("INCR", "unacked")
+        finally:
+            servers.replica.resume()
+        # It ran on the primary: only its reply was withheld.
+        assert servers.primary.command("GET", "unacked") == b"$1\r\n1\r\n"
+        # Acknowledged again: answered again (after the sentinels are asked once more).
+        await asyncio.sleep(RETRY_INTERVAL_S * 2)
+        assert await client.execute("INCR", "unacked") == 2
+    finally:
+        await client.close()
+
+
+async def test_a_dead_replica_stops_counting_once_the_sentinels_declare_it_down(
+    own_deployment: SentinelDeployment,
+) -> None:
+    servers = own_deployment
+    client = SentinelClient(servers.url, command_timeout_s=0.4)
+    try:
+        assert await client.execute("SET", "k", "1") == b"OK"
+        killed_at = time.monotonic()
+        servers.replica.stop()  # SIGKILL
+        with pytest.raises(RedisConnectionError, match="0 of the 1 replicas"):
+            await client.execute("INCR", "n")
+        # Failing until the sentinels declare it down (down-after-milliseconds 400),
+        # then answered with no replica to wait for.
+        failures = 1
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                reply = await client.execute("INCR", "n")
+            except RedisConnectionError:
+                failures += 1
+                assert time.monotonic() < deadline, "still failing after 15 s"
+                await asyncio.sleep(0.02)
+            else:
+                break
+        back_s = time.monotonic() - killed_at
+        assert client.replicas_required == 0
+        assert reply == int(servers.primary.command("GET", "n").split(b"\r\n")[1])
+        print(f"\nreplica killed: {failures} failed commands, answered again after {back_s:.2f} s")
     finally:
         await client.close()
 
@@ -293,3 +469,157 @@ async def test_a_cold_script_cache_under_a_burst_through_sentinel(
         assert (usage["current"], usage["remaining"]) == (limit, 0)
     finally:
         await limiter.close()
+
+
+# -- a change of primary under real app processes ---------------------------------------------
+#
+# Identities keep asking one or two uvicorn processes (sentinel_app.py) for a
+# QUOTA/day route while the primary changes: gracefully (SENTINEL FAILOVER:
+# the old primary stays up, a master still, for seconds after the replica's
+# promotion, then is demoted and resyncs, dropping what it wrote meanwhile) or
+# by a crash (SIGKILL). Identity n starts at n * STAGGER_S, so some are part
+# way through their quota when the primary changes and some start during the
+# change. Every identity asks until the change is over and it has then been
+# refused (429) at least once: its quota is spent on the primary that stays.
+
+QUOTA = 20
+IDENTITIES = 24
+STAGGER_S = 0.25
+PACE_S = 0.1
+CHANGE_AT_S = 2.0
+
+
+@dataclass
+class Tally:
+    """Per identity: the 200s, the 503s and when the last 429 came; every status seen."""
+
+    admitted: dict[str, int] = field(default_factory=dict)
+    unavailable: dict[str, int] = field(default_factory=dict)
+    refused_at: dict[str, float] = field(default_factory=dict)
+    statuses: dict[int, int] = field(default_factory=dict)
+
+    def count(self, identity: str, status: int) -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        if status == 200:
+            self.admitted[identity] = self.admitted.get(identity, 0) + 1
+        elif status == 503:
+            self.unavailable[identity] = self.unavailable.get(identity, 0) + 1
+        elif status == 429:
+            self.refused_at[identity] = time.monotonic()
+
+    def refused_since(self, since: float) -> bool:
+        """Whether every identity has been refused since ``since``."""
+        return all(self.refused_at.get(f"client-{n}", 0.0) > since for n in range(IDENTITIES))
+
+
+async def _ask_until(
+    http: httpx.AsyncClient,
+    urls: list[str],
+    identity: str,
+    start_s: float,
+    tally: Tally,
+    stop: asyncio.Event,
+) -> None:
+    await asyncio.sleep(start_s)
+    sent = 0
+    while not stop.is_set():
+        url = urls[sent % len(urls)]  # two apps: each gets every other request
+        sent += 1
+        try:
+            response = await http.get(f"{url}/quota", headers={"x-client": identity})
+        except httpx.TransportError:
+            tally.count(identity, 0)
+        else:
+            tally.count(identity, response.status_code)
+        await asyncio.sleep(PACE_S)
+
+
+def _synced_replica(server: RedisServer) -> bool:
+    """Whether ``server`` is a replica whose link to its primary is up (its resync done)."""
+    try:
+        return b"master_link_status:up" in server.command("INFO", "replication")
+    except OSError:
+        return False
+
+
+async def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll ``condition`` every 0.1 s; the time it held, or AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+        await asyncio.sleep(0.1)
+    return time.monotonic()
+
+
+async def _change_primary_under_clients(
+    servers: SentinelDeployment, urls: list[str], how: str
+) -> tuple[Tally, float]:
+    """Run the identities; change the primary ``how``: "switchover" or "crash".
+
+    Returns the tally and how many seconds the run took.
+    """
+    tally, stop = Tally(), asyncio.Event()
+    limits = httpx.Limits(max_connections=IDENTITIES * 2)
+    async with httpx.AsyncClient(limits=limits, timeout=5) as http:
+        began = time.monotonic()
+        clients = [
+            asyncio.ensure_future(_ask_until(http, urls, f"client-{n}", n * STAGGER_S, tally, stop))
+            for n in range(IDENTITIES)
+        ]
+        try:
+            await asyncio.sleep(CHANGE_AT_S)
+            if how == "switchover":
+                reply = servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
+                assert reply == b"+OK\r\n", reply
+            else:
+                servers.primary.stop()  # SIGKILL
+            # Over when the sentinels name the replica and, after a switchover,
+            # the old primary has been demoted and has resynced from the new one:
+            # until the demotion it answers as a master, and until the resync it
+            # still holds the counters it wrote after the promotion.
+            over_at = await _wait_for(
+                lambda: (
+                    servers.sentinels[1].primary_port() == servers.replica.port
+                    and (how == "crash" or _synced_replica(servers.primary))
+                ),
+                40,
+                f"the {how}",
+            )
+            await _wait_for(
+                lambda: tally.refused_since(over_at), 30, "a 429 for every identity after it"
+            )
+        finally:
+            stop.set()
+            await asyncio.gather(*clients)
+    return tally, time.monotonic() - began
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps"])
+@pytest.mark.parametrize("how", ["switchover", "crash"])
+async def test_no_identity_gets_more_than_its_quota_across_a_change_of_primary(
+    own_deployment: SentinelDeployment, tmp_path: Path, how: str, apps: int
+) -> None:
+    servers = own_deployment
+    env = {"MODERATO_TEST_SENTINEL_URL": servers.url, "MODERATO_TEST_QUOTA": str(QUOTA)}
+    with app_processes("sentinel_app:app", apps, env, tmp_path) as urls:
+        tally, took_s = await _change_primary_under_clients(servers, urls, how)
+    identities = [f"client-{n}" for n in range(IDENTITIES)]
+    admitted = [tally.admitted.get(identity, 0) for identity in identities]
+    unavailable = [tally.unavailable.get(identity, 0) for identity in identities]
+    print(
+        f"\n{how}, {apps} app(s), {took_s:.1f} s: admitted per identity {admitted} "
+        f"(quota {QUOTA}); 503s per identity {unavailable}; "
+        f"statuses {dict(sorted(tally.statuses.items()))}"
+    )
+    assert tally.statuses.keys() <= {200, 429, 503}, tally.statuses
+    assert max(admitted) <= QUOTA, admitted
+    if how == "switchover":
+        # Nothing the old primary decided after the promotion was let through,
+        # and it charged nothing that stayed: each identity got exactly its quota.
+        assert admitted == [QUOTA] * IDENTITIES, admitted
+    else:
+        # A check whose reply died with the primary may have been charged and
+        # replicated: that identity is short by as many (at most one in flight).
+        assert all(count >= QUOTA - 1 for count in admitted), admitted

@@ -1,28 +1,46 @@
 """SentinelClient: the primary of a Sentinel-watched Redis, found and followed across failovers.
 
-The sentinels are asked for the primary (``SENTINEL get-master-addr-by-name``,
-each sentinel in turn until one answers); the server they name is sent
-``ROLE`` and used only if it answers ``master``. Commands then go to it
-through a RedisClient (every loop, every pipelining trick of the single-node
-client).
+Finding the primary. The sentinels are asked in turn (``SENTINEL MASTER``
+and ``SENTINEL REPLICAS``, pipelined) until one names it. Each sentinel
+reports the configuration epoch of what it names; a failover raises it. An
+answer older than the newest configuration this client has seen comes from a
+sentinel that has not yet heard of a failover, and is passed over. The server
+named must answer ``ROLE`` with ``master``, and so must every connection the
+client opens to it later, reconnects included (the ROLE check is part of each
+connection's handshake): a demoted primary is never sent a command.
 
-Following a failover. Whatever suggests the primary moved makes the next
-command ask again before it is sent:
+Following a failover. The client subscribes to every sentinel's
+``+switch-master`` announcement on the first event loop that uses it, so a
+switchover is followed as the sentinels make it, not after a failure: the
+announcing sentinel is asked at once and the old primary's connections are
+closed. Besides, whatever suggests the primary moved makes the next command
+ask again before it is sent:
 
 - the primary stopped answering (a lost connection, a refused connect, a
-  command timeout: any RedisConnectionError); the failed command is not retried, as it
-  may have run;
-- a ``-READONLY`` reply: the server was demoted to a replica and refused the
-  write, so nothing ran there and the command is sent once more to the primary
-  the sentinels name now.
+  command timeout: any RedisConnectionError); the failed command is not
+  retried, as it may have run;
+- a ``-READONLY`` reply (demoted under a live connection), or a command that
+  never left this process because its connection's ROLE check failed: nothing
+  ran, so the command is sent once more to the primary named now.
 
 Until the sentinels promote a replica they keep naming the dead primary, whose
-ROLE check fails; asking again is then limited to once per
-``RETRY_INTERVAL_S`` (commands meanwhile fail fast with the last error), so an
-outage costs the sentinels a few queries a second, not one per check. A server
-that is not (or no longer) a master is never sent a command: that is what
-"never decide on a replica" takes, since a replica that still holds an old
-copy of the counters would admit what the primary already spent.
+ROLE check fails; asking is then limited to once per ``RETRY_INTERVAL_S``
+(commands meanwhile fail fast with the last error).
+
+Replies a failover could take back (``wait_for_replicas``, the default).
+During a switchover the old primary goes on answering as a master for
+seconds after its replica was promoted, and whatever it writes then is lost
+when it is demoted and resyncs; after a crash, what had not reached the
+replica is lost. No ROLE check can see either. So every loop turn's commands
+to the primary are sent as one batch followed by ``WAIT n timeout``, and no
+reply is released until ``n`` replicas have acknowledged every write before
+it: a reply that could still be lost is never seen by the caller, who gets a
+RedisConnectionError instead (the command may have run on a server whose
+writes are about to be discarded). ``n`` starts at the number of replicas the
+primary reports (``ROLE``) when it is first used and rises with every WAIT
+that sees more; it is lowered only when the sentinels report that fewer
+replicas are up (one was declared down), never on the primary's own word: a
+primary whose replica was just promoted away reports no replicas at all.
 """
 
 from __future__ import annotations
@@ -31,30 +49,66 @@ import asyncio
 import contextlib
 import math
 from asyncio import get_running_loop
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ._encoding import Arg
+from ._encoding import Arg, encode_command
 from .client import ClientOptions, RedisClient
-from .connection import ScriptLike
+from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
+from .subscriber import Subscriber
 from .url import SentinelAddress, address_of, parse_sentinel_url
 from .url_options import client_from_url
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["RETRY_INTERVAL_S", "SentinelClient"]
+__all__ = ["RETRY_INTERVAL_S", "SUBSCRIBE_REFUSED_RETRY_S", "SUBSCRIBE_RETRY_S", "SentinelClient"]
 
 RETRY_INTERVAL_S = 0.05
+SUBSCRIBE_RETRY_S = 1.0
+"""A lost subscription to a sentinel is reopened after this long."""
+SUBSCRIBE_REFUSED_RETRY_S = 60.0
+"""After a sentinel refused the subscription (an ACL without the channel), this long."""
+
+# A replica a sentinel flags so cannot be promoted by it: it does not count
+# among the replicas that must acknowledge.
+_DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
+
+Send = Callable[[RedisClient], "asyncio.Future[Any]"]
+
+
+class _Primary:
+    """The primary in use and what the client knows about it."""
+
+    __slots__ = ("at", "client", "epoch", "replicas")
+
+    def __init__(self, client: RedisClient, at: tuple[str, int], epoch: int, replicas: int):
+        self.client = client
+        self.at = at
+        # The configuration epoch of the sentinels' answer that named it.
+        self.epoch = epoch
+        # How many replicas must acknowledge a write before its reply is released.
+        self.replicas = replicas
+
+
+class _Batch:
+    """One loop turn's commands for the primary, sent together with the WAIT after them."""
+
+    __slots__ = ("calls", "primary")
+
+    def __init__(self, primary: _Primary) -> None:
+        self.primary = primary
+        self.calls: list[tuple[Send, asyncio.Future[Any]]] = []
 
 
 class SentinelClient:
     """A Redis client for the primary a set of sentinels names (see the module doc).
 
     Takes RedisClient's options; they apply to the primary. The sentinels are
-    asked with the same timeouts over one connection each.
+    asked with the same timeouts over one connection each, plus one subscribed
+    connection each.
     """
 
     def __init__(self, address: SentinelAddress | str, **options: Unpack[ClientOptions]) -> None:
@@ -69,15 +123,30 @@ class SentinelClient:
             "command_timeout_s": primary.command_timeout_s,
             "ssl_context": ssl_context if address.sentinel_tls == address.tls else None,
         }
+        self._connect_timeout_s = primary.connect_timeout_s
+        self.wait_for_replicas = address.wait_for_replicas
+        # WAIT blocks the connection it is sent on; a quarter of the command
+        # timeout leaves the commands queued behind it time to be answered.
+        self.replica_wait_ms = max(1, int(primary.command_timeout_s * 250))
         self._sentinel_order = list(address.sentinels)
         self._sentinel_clients: dict[tuple[str, int], RedisClient] = {}
-        self._primary: RedisClient | None = None
-        self._primary_at: tuple[str, int] | None = None
+        self._primary: _Primary | None = None
+        # The newest configuration epoch any sentinel reported.
+        self._epoch = 0
         # True when the primary must be confirmed before the next command.
         self._stale = True
-        self._finding: dict[asyncio.AbstractEventLoop, asyncio.Task[RedisClient]] = {}
+        # Bumped by every announcement: a search that began before one is stale.
+        self._announcements = 0
+        self._finding: dict[asyncio.AbstractEventLoop, asyncio.Task[_Primary]] = {}
         self._retry_at = 0.0
         self._last_error: RedisClientError | None = None
+        self._batches: dict[asyncio.AbstractEventLoop, _Batch] = {}
+        self._watch_loop: asyncio.AbstractEventLoop | None = None
+        self._subscribers: dict[tuple[str, int], Subscriber] = {}
+        self._resubscribe: dict[tuple[str, int], asyncio.TimerHandle] = {}
+        self._watch_hook: AsyncGenerator[None, None] | None = None
+        self.subscription_problems: dict[tuple[str, int], str] = {}
+        """Why the subscription to a sentinel was last lost (for diagnostics)."""
         self.failovers = 0
         """How many times the primary changed under this client (for diagnostics)."""
 
@@ -92,7 +161,17 @@ class SentinelClient:
     @property
     def primary_address(self) -> tuple[str, int] | None:
         """(host, port) of the primary in use, None before the first discovery."""
-        return self._primary_at
+        return None if self._primary is None else self._primary.at
+
+    @property
+    def replicas_required(self) -> int:
+        """How many replicas must acknowledge a write before its reply is released."""
+        return 0 if self._primary is None else self._primary.replicas
+
+    @property
+    def watching(self) -> int:
+        """How many sentinels' announcements this client is subscribed to now."""
+        return sum(1 for subscriber in self._subscribers.values() if subscriber.subscribed)
 
     # -- commands ----------------------------------------------------------------
 
@@ -104,45 +183,177 @@ class SentinelClient:
         """Run a script on the primary (EVALSHA; after NOSCRIPT, loaded and sent again)."""
         return await self._run(lambda client: client.evalsha(script, keys, args))
 
-    async def _run(self, send: Callable[[RedisClient], Awaitable[Any]]) -> Any:
-        client = await self._current()
+    async def _run(self, send: Send) -> Any:
+        primary = await self._current()
         try:
-            return await send(client)
+            return await self._send(primary, send)
         except RedisReplyError as error:
             if "READONLY" not in error.message:
                 raise
-            # Demoted to a replica: it refused the write, nothing ran. Once more
-            # to the primary the sentinels name now.
-            self._suspect(client)
-            client = await self._current()
-            return await send(client)
+            # Demoted to a replica: it refused the write, nothing ran.
+        except CommandNotSentError:
+            # It never left this process (the connection's ROLE check refused the
+            # server, or the primary changed before the batch went out).
+            pass
         except RedisClientError:
-            self._suspect(client)
+            self._suspect(primary)
             raise
+        # Once more, to the primary the sentinels name now.
+        self._suspect(primary)
+        primary = await self._current()
+        try:
+            return await self._send(primary, send)
+        except RedisConnectionError:
+            self._suspect(primary)
+            raise
+
+    def _send(self, primary: _Primary, send: Send) -> Awaitable[Any]:
+        if not self.wait_for_replicas:
+            return send(primary.client)
+        loop = get_running_loop()
+        batch = self._batches.get(loop)
+        if batch is None or batch.primary is not primary:
+            batch = _Batch(primary)
+            self._batches[loop] = batch
+            # Sent at the end of this loop turn, so that the WAIT follows every
+            # command of the turn on the one connection they all go to.
+            loop.call_soon(self._send_batch, loop, batch)
+        waiter: asyncio.Future[Any] = loop.create_future()
+        batch.calls.append((send, waiter))
+        return waiter
+
+    def _send_batch(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
+        if self._batches.get(loop) is batch:
+            del self._batches[loop]
+        primary = batch.primary
+        if primary is not self._primary or self._stale:
+            for _, waiter in batch.calls:
+                if not waiter.done():
+                    waiter.set_exception(
+                        CommandNotSentError(f"{_host_port(primary.at)} is no longer the primary")
+                    )
+            return
+        client = primary.client
+        replies: list[asyncio.Future[Any] | None] = []
+        for send, waiter in batch.calls:
+            try:
+                replies.append(send(client))
+            except Exception as error:  # a bad argument (TypeError): this call only
+                replies.append(None)
+                if not waiter.done():
+                    waiter.set_exception(error)
+        needed = primary.replicas
+        acks = client.execute("WAIT", needed, self.replica_wait_ms)
+        acks.add_done_callback(
+            lambda acks: self._release(primary, needed, batch.calls, replies, acks)
+        )
+
+    def _release(
+        self,
+        primary: _Primary,
+        needed: int,
+        calls: list[tuple[Send, asyncio.Future[Any]]],
+        replies: list[asyncio.Future[Any] | None],
+        acks: asyncio.Future[Any],
+    ) -> None:
+        """The batch's WAIT answered: release each reply it confirmed."""
+        problem = self._acks_problem(primary, needed, acks)
+        late: list[tuple[asyncio.Future[Any], asyncio.Future[Any]]] = []
+        for (_, waiter), reply in zip(calls, replies):
+            if reply is None:
+                continue
+            if not reply.done():
+                # Answered after the WAIT: an EVALSHA re-sent after NOSCRIPT.
+                late.append((waiter, reply))
+            else:
+                _settle(waiter, reply, problem)
+        if late:
+            task = asyncio.ensure_future(self._release_late(primary, needed, late))
+            task.add_done_callback(_retrieve)
+
+    def _acks_problem(
+        self, primary: _Primary, needed: int, acks: asyncio.Future[Any]
+    ) -> str | None:
+        """Why a WAIT's answer does not confirm the writes before it; None if it does."""
+        if acks.cancelled():
+            return "its replicas' acknowledgement (WAIT) was cancelled"
+        error = acks.exception()
+        if isinstance(error, RedisReplyError):
+            problem = f"WAIT was refused: {error.message}"
+            if error.message.startswith("NOPERM"):
+                problem += " (grant +wait, or set wait_for_replicas=false)"
+            return problem
+        if error is not None:
+            return f"no answer to WAIT: {error}"
+        count = acks.result()
+        if not isinstance(count, int):
+            return f"WAIT answered {count!r}"
+        if count > primary.replicas and primary is self._primary:
+            primary.replicas = count  # more replicas than known: each must acknowledge
+        if count >= needed:
+            return None
+        self._shortfall(primary)
+        return (
+            f"{count} of the {needed} replicas of {_host_port(primary.at)} acknowledged "
+            f"within {self.replica_wait_ms} ms (WAIT): the primary may have been replaced, "
+            "and the reply is not trusted"
+        )
+
+    async def _release_late(
+        self,
+        primary: _Primary,
+        needed: int,
+        late: list[tuple[asyncio.Future[Any], asyncio.Future[Any]]],
+    ) -> None:
+        """Confirm replies that came after their batch's WAIT (their command was re-sent).
+
+        The re-sent command went to one of this loop's connections; a WAIT on
+        each of them covers it, whichever it was.
+        """
+        await asyncio.wait([reply for _, reply in late])
+        payload = encode_command("WAIT", needed, self.replica_wait_ms)
+        waits = [connection.send(payload) for connection in primary.client.connections()]
+        problem = None if waits else "its connection closed before WAIT could confirm it"
+        if waits:
+            await asyncio.wait(waits)
+        for acks in waits:
+            problem = problem or self._acks_problem(primary, needed, acks)
+        for waiter, reply in late:
+            _settle(waiter, reply, problem)
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def connect(self) -> None:
         """Find the primary and open this loop's connections to it; RedisConnectionError if not."""
-        client = await self._current()
-        await client.connect()
+        primary = await self._current()
+        await primary.client.connect()
 
     async def close(self) -> None:
         """Close the connections to the primary and the sentinels (usable again after)."""
         clients = list(self._sentinel_clients.values())
         if self._primary is not None:
-            clients.append(self._primary)
+            clients.append(self._primary.client)
         self._stale = True
+        self._stop_watching()
         for client in clients:
             await client.close()
 
     # -- finding the primary -----------------------------------------------------
 
-    def _suspect(self, client: RedisClient) -> None:
-        if client is self._primary:
+    def _suspect(self, primary: _Primary) -> None:
+        if primary is self._primary:
             self._stale = True
 
-    async def _current(self) -> RedisClient:
+    def _shortfall(self, primary: _Primary) -> None:
+        """Too few replicas acknowledged: ask the sentinels before the next command."""
+        if primary is self._primary:
+            self._stale = True
+            self._retry_at = monotonic() + RETRY_INTERVAL_S
+            self._last_error = RedisConnectionError(
+                f"the replicas of {_host_port(primary.at)} did not acknowledge its writes"
+            )
+
+    async def _current(self) -> _Primary:
         primary = self._primary
         if primary is not None and not self._stale:
             return primary
@@ -155,26 +366,31 @@ class SentinelClient:
         # Shielded: one caller giving up must not abandon the others' discovery.
         return await asyncio.shield(finding)
 
-    def _found(self, task: asyncio.Task[RedisClient]) -> None:
+    def _found(self, task: asyncio.Task[_Primary]) -> None:
         for loop, finding in list(self._finding.items()):
             if finding is task:
                 del self._finding[loop]
         if not task.cancelled():
             task.exception()  # retrieved: every caller may have given up
 
-    async def _find(self) -> RedisClient:
+    async def _find(self) -> _Primary:
+        self._watch(get_running_loop())
         wait_s = self._retry_at - monotonic()
         if wait_s > 0 and self._last_error is not None:
             raise RedisConnectionError(
                 f"{self._last_error}; next sentinel query in {math.ceil(wait_s * 1000)} ms"
             )
+        announcements = self._announcements
+        old = self._primary
         candidate: RedisClient | None = None
         try:
-            where = await self._ask_sentinels()
-            if where == self._primary_at and self._primary is not None:
-                candidate = self._primary
+            where, epoch, replicas_up = await self._ask_sentinels()
+            if old is not None and where == old.at:
+                candidate = old.client
             else:
-                candidate = RedisClient(self.address.primary(*where), **self._options)
+                candidate = RedisClient(
+                    self.address.primary(*where), role="master", **self._options
+                )
             role = await candidate.execute("ROLE")
             if not (isinstance(role, list) and role and role[0] == b"master"):
                 shown = role[0].decode() if isinstance(role, list) and role else repr(role)
@@ -185,40 +401,76 @@ class SentinelClient:
         except RedisClientError as error:
             self._retry_at = monotonic() + RETRY_INTERVAL_S
             self._last_error = error
-            if candidate is not None and candidate is not self._primary:
+            if candidate is not None and (old is None or candidate is not old.client):
                 await candidate.close()
             raise
-        old = self._primary
-        if candidate is not old:
-            self._primary, self._primary_at = candidate, where
+        self._epoch = max(self._epoch, epoch)
+        if old is not None and candidate is old.client:
+            primary = old
+            primary.epoch = max(primary.epoch, epoch)
+            # Only the sentinels may lower it: they saw a replica go down.
+            primary.replicas = min(primary.replicas, replicas_up)
+        else:
+            # A new primary: the replicas it has now must acknowledge (ROLE lists them).
+            connected = role[2] if len(role) > 2 and isinstance(role[2], list) else []
+            primary = _Primary(candidate, where, epoch, len(connected))
+            self._primary = primary
             if old is not None:
                 self.failovers += 1
-                await old.close()
-        self._stale = False
+                await old.client.close()
+        # An announcement that arrived meanwhile may name a newer primary.
+        self._stale = self._announcements != announcements
         self._last_error = None
-        return candidate
+        return primary
 
-    async def _ask_sentinels(self) -> tuple[str, int]:
+    async def _ask_sentinels(self) -> tuple[tuple[str, int], int, int]:
+        """(where, configuration epoch, replicas up) from the first sentinel that is not behind."""
         name = self.address.service_name
         problems: list[str] = []
+        behind: list[tuple[tuple[str, int], int, int]] = []
         for at in list(self._sentinel_order):
+            client = self._sentinel(at)
+            # One round trip: both go out in the same loop turn.
+            asked = (
+                client.execute("SENTINEL", "MASTER", name),
+                client.execute("SENTINEL", "REPLICAS", name),
+            )
+            await asyncio.wait(asked)
             try:
-                reply = await self._sentinel(at).execute(
-                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", name
-                )
+                master, replicas = (reply.result() for reply in asked)
+            except RedisReplyError as error:
+                if "No such master" in error.message:
+                    problems.append(f"sentinel {_host_port(at)} does not monitor {name!r}")
+                else:
+                    problems.append(f"sentinel {_host_port(at)}: {error.message}")
+                continue
             except RedisClientError as error:
                 problems.append(f"sentinel {_host_port(at)}: {error}")
                 continue
-            if reply is None:
-                problems.append(f"sentinel {_host_port(at)} does not monitor {name!r}")
+            answer = _primary_named(master, replicas)
+            if answer is None:
+                problems.append(f"sentinel {_host_port(at)} replied {master!r}")
                 continue
-            with contextlib.suppress(ValueError, TypeError, IndexError, AttributeError):
-                where = (reply[0].decode(), int(reply[1]))
-                # The sentinel that answered is asked first next time.
-                self._sentinel_order.remove(at)
-                self._sentinel_order.insert(0, at)
-                return where
-            problems.append(f"sentinel {_host_port(at)} replied {reply!r}")
+            where, epoch, _ = answer
+            if epoch < self._epoch:
+                problems.append(
+                    f"sentinel {_host_port(at)} names {_host_port(where)} at configuration "
+                    f"epoch {epoch}, older than epoch {self._epoch} (it has not heard of a "
+                    "failover yet)"
+                )
+                behind.append(answer)
+                continue
+            # The sentinel that answered is asked first next time.
+            self._sentinel_order.remove(at)
+            self._sentinel_order.insert(0, at)
+            return answer
+        unanimous = len({where for where, _, _ in behind}) == 1
+        if unanimous and len(behind) == len(self._sentinel_order):
+            # Every sentinel answered, all name one server, and none knows the
+            # newest epoch: their configuration was reset (SENTINEL RESET, a new
+            # MONITOR). Follow it.
+            self._epoch = 0
+            return max(behind, key=lambda answer: answer[1])
         raise RedisConnectionError(
             f"no sentinel of {self.address} named a primary for {name!r}: " + "; ".join(problems)
         )
@@ -229,6 +481,172 @@ class SentinelClient:
             client = RedisClient(self.address.sentinel(*at), **self._sentinel_options)
             self._sentinel_clients[at] = client
         return client
+
+    # -- the sentinels' announcements --------------------------------------------
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Subscribe to every sentinel's ``+switch-master`` on ``loop``, unless already done."""
+        watching = self._watch_loop
+        if watching is loop or (watching is not None and _alive(watching)):
+            return
+        self._stop_watching()
+        self._watch_loop = loop
+        for at in self.address.sentinels:
+            self._subscribe(at)
+        # Closed with the loop: asyncio.run() and its kin close every live async
+        # generator of a loop before closing it (as RedisClient's pools are).
+        hook = _stop_watching_at_loop_shutdown(self, loop)
+        with contextlib.suppress(StopIteration):
+            hook.__anext__().send(None)  # runs to its first yield: nothing in it awaits
+        self._watch_hook = hook  # the loop only keeps a weak reference to it
+
+    def _subscribe(self, at: tuple[str, int]) -> None:
+        self._resubscribe.pop(at, None)
+        loop = self._watch_loop
+        if loop is None:
+            return
+        subscriber = Subscriber(
+            self.address.sentinel(*at),
+            ["+switch-master"],
+            lambda channel, payload: self._announced(at, payload),
+            self._unsubscribed,
+            ssl_context=self._sentinel_options.get("ssl_context"),
+        )
+        self._subscribers[at] = subscriber
+        subscriber.start(loop, self._connect_timeout_s)
+
+    def _unsubscribed(self, subscriber: Subscriber, reason: str) -> None:
+        at = (subscriber.address.host, subscriber.address.port)
+        loop = self._watch_loop
+        if loop is None or self._subscribers.get(at) is not subscriber:
+            return
+        del self._subscribers[at]
+        self.subscription_problems[at] = reason
+        delay_s = SUBSCRIBE_REFUSED_RETRY_S if reason.startswith("refused") else SUBSCRIBE_RETRY_S
+        self._resubscribe[at] = loop.call_later(delay_s, self._subscribe, at)
+
+    def _announced(self, at: tuple[str, int], payload: bytes) -> None:
+        """Sentinel ``at`` published ``+switch-master``: ``<name> <old ip port> <new ip port>``."""
+        fields = payload.split()
+        if not fields or fields[0].decode(errors="replace") != self.address.service_name:
+            return
+        self._announcements += 1
+        self._stale = True
+        self._retry_at = 0.0
+        if at in self._sentinel_order:
+            # It knows the new configuration: asked first.
+            self._sentinel_order.remove(at)
+            self._sentinel_order.insert(0, at)
+        task = get_running_loop().create_task(self._follow())
+        task.add_done_callback(_retrieve)
+
+    async def _follow(self) -> None:
+        """Switch now, not at the next command: the old primary's connections close."""
+        # A search already under way may have begun before the announcement:
+        # then it leaves the client stale, and another one follows.
+        for _ in range(3):
+            try:
+                await self._current()
+            except RedisClientError:
+                return  # the next command asks again
+            if not self._stale:
+                return
+
+    def _stop_watching(self) -> None:
+        loop, self._watch_loop = self._watch_loop, None
+        subscribers, self._subscribers = self._subscribers, {}
+        timers, self._resubscribe = self._resubscribe, {}
+        hook, self._watch_hook = self._watch_hook, None
+        if loop is None:
+            return
+
+        def stop() -> None:
+            for timer in timers.values():
+                timer.cancel()
+            for subscriber in subscribers.values():
+                subscriber.close()
+            if hook is not None:
+                # Retired: its finally finds nothing left to stop. RuntimeError:
+                # it is the one running (the loop is shutting down).
+                with contextlib.suppress(StopIteration, RuntimeError):
+                    hook.aclose().send(None)
+
+        try:
+            if get_running_loop() is loop:
+                stop()
+                return
+        except RuntimeError:
+            pass
+        # Another thread's loop: its transports may only be touched there.
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing left to stop
+            loop.call_soon_threadsafe(stop)
+
+
+async def _stop_watching_at_loop_shutdown(
+    client: SentinelClient, loop: asyncio.AbstractEventLoop
+) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        if client._watch_loop is loop:
+            client._stop_watching()
+
+
+def _primary_named(master: Any, replicas: Any) -> Optional[tuple[tuple[str, int], int, int]]:
+    """(where, configuration epoch, replicas up) from SENTINEL MASTER / REPLICAS replies."""
+    fields = _fields(master)
+    try:
+        where = (fields["ip"], int(fields["port"]))
+        epoch = int(fields.get("config-epoch", "0"))
+    except (KeyError, ValueError):
+        return None
+    up = 0
+    if isinstance(replicas, list):
+        for replica in replicas:
+            flags = set(_fields(replica).get("flags", "").split(","))
+            if not flags & _DOWN_FLAGS:
+                up += 1
+    return where, epoch, up
+
+
+def _fields(reply: Any) -> dict[str, str]:
+    """A sentinel's flat [name, value, name, value, ...] reply as a dict of str."""
+    if not isinstance(reply, list):
+        return {}
+    pairs = zip(reply[::2], reply[1::2])
+    return {
+        name.decode(errors="replace"): value.decode(errors="replace")
+        for name, value in pairs
+        if isinstance(name, bytes) and isinstance(value, bytes)
+    }
+
+
+def _settle(waiter: asyncio.Future[Any], reply: asyncio.Future[Any], problem: str | None) -> None:
+    """Hand ``reply``'s outcome to ``waiter``, unless ``problem`` withholds it."""
+    if reply.cancelled():
+        if not waiter.done():
+            waiter.cancel()
+        return
+    error = reply.exception()
+    if waiter.done():
+        return
+    if error is not None:
+        waiter.set_exception(error)  # an error reply or a lost command: as it is
+    elif problem is not None:
+        # A fresh exception per caller: one instance raised in many tasks
+        # would collect all their tracebacks.
+        waiter.set_exception(RedisConnectionError(problem))
+    else:
+        waiter.set_result(reply.result())
+
+
+def _alive(loop: asyncio.AbstractEventLoop) -> bool:
+    return not loop.is_closed() and loop.is_running()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _host_port(at: tuple[str, int]) -> str:

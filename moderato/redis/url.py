@@ -58,8 +58,9 @@ CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
 _QUERY_OPTIONS = ("db", "client_name", *CONNECT_OPTIONS)
-# The sentinels' own credentials and TLS, when they differ from the data nodes'.
-_SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password", "sentinel_ssl")
+# The sentinels' own credentials and TLS, when they differ from the data nodes';
+# whether the primary's replies wait for its replicas (see SentinelClient).
+_SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password", "sentinel_ssl", "wait_for_replicas")
 # Redis refuses CLIENT SETNAME with spaces, newlines or other special characters:
 # printable ASCII other than the blank is what it takes.
 _CLIENT_NAME = re.compile(r"[!-~]+")
@@ -136,6 +137,9 @@ class SentinelAddress:
     primary the sentinels name; the sentinels get ``sentinel_username``,
     ``sentinel_password`` and ``sentinel_tls`` (which default to the same
     credentials and TLS, as limits and most deployments use one password for both).
+    ``wait_for_replicas`` (URL option, default true): the primary's replies are
+    released only once its replicas acknowledged the writes before them
+    (``WAIT``; see SentinelClient).
     """
 
     sentinels: tuple[tuple[str, int], ...]
@@ -148,6 +152,7 @@ class SentinelAddress:
     sentinel_username: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
     sentinel_tls: bool = False
+    wait_for_replicas: bool = True
     options: ConnectOptions = field(default=ConnectOptions(), compare=False, repr=False)
 
     def primary(self, host: str, port: int) -> RedisAddress:
@@ -397,8 +402,8 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
     ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/service_name[/db]``;
     a sentinel's port defaults to 26379. Query options: those of a single-node
     URL, plus ``sentinel_username``, ``sentinel_password`` and ``sentinel_ssl``
-    (true/false) for the sentinels themselves. Raises ValueError naming the
-    (masked) URL and what is wrong.
+    (true/false) for the sentinels themselves, and ``wait_for_replicas``
+    (true/false). Raises ValueError naming the (masked) URL and what is wrong.
     """
     _require_str(url)
 
@@ -432,12 +437,13 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
             raise bad(f"the database is given twice and differs (/{db_text} and db={db})")
         db = int(db_text)
     extra = parsed.extra
-    sentinel_tls = tls
-    if "sentinel_ssl" in extra:
-        text = extra["sentinel_ssl"].lower()
-        if text not in ("true", "false"):
-            raise bad(f"sentinel_ssl must be true or false (got {extra['sentinel_ssl']!r})")
-        sentinel_tls = text == "true"
+    switches = {"sentinel_ssl": tls, "wait_for_replicas": True}
+    for name in switches:
+        if name in extra:
+            text = extra[name].lower()
+            if text not in ("true", "false"):
+                raise bad(f"{name} must be true or false (got {extra[name]!r})")
+            switches[name] = text == "true"
     sentinel_username, sentinel_password = username, password
     if "sentinel_username" in extra or "sentinel_password" in extra:
         sentinel_username = extra.get("sentinel_username") or None
@@ -454,7 +460,8 @@ def parse_sentinel_url(url: str) -> SentinelAddress:
         client_name=parsed.client_name,
         sentinel_username=sentinel_username,
         sentinel_password=sentinel_password,
-        sentinel_tls=sentinel_tls,
+        sentinel_tls=switches["sentinel_ssl"],
+        wait_for_replicas=switches["wait_for_replicas"],
         options=parsed.options,
     )
 

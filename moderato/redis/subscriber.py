@@ -1,0 +1,144 @@
+"""Subscriber: one connection SUBSCRIBEd to a few channels, handing each message to a callback.
+
+A subscribed connection receives messages nobody asked for, so it cannot
+share RedisConnection's rule (one reply per command, in order); this is its
+own small protocol. It greets the server as RedisConnection does (AUTH when
+the address has a password), subscribes, and from then on calls
+``on_message(channel, payload)`` for every message. ``on_lost(subscriber,
+reason)`` is called once when the connection ends for any reason but
+``close()``: a refused connect, an error reply (a missing ACL permission),
+the server closing it, or a connect that takes longer than ``timeout_s``.
+Reconnecting is the owner's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, cast
+
+import hiredis
+
+from ._encoding import encode_command
+from .url import RedisAddress
+
+__all__ = ["Subscriber"]
+
+MessageCallback = Callable[[bytes, bytes], None]
+LostCallback = Callable[["Subscriber", str], None]
+
+
+class Subscriber(asyncio.Protocol):
+    """A connection subscribed to ``channels`` of the server at ``address`` (see the module doc)."""
+
+    def __init__(
+        self,
+        address: RedisAddress,
+        channels: Sequence[str],
+        on_message: MessageCallback,
+        on_lost: LostCallback,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.address = address
+        self.channels = tuple(channels)
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._ssl_context = ssl_context
+        self._reader = hiredis.Reader()
+        self._transport: Optional[asyncio.Transport] = None
+        self._task: Optional[asyncio.Task[None]] = None
+        self._closed = False
+        self.subscribed = False
+        """True once the server confirmed every channel."""
+
+    def __repr__(self) -> str:
+        state = "subscribed" if self.subscribed else "closed" if self._closed else "connecting"
+        return f"<Subscriber {self.address} {state}>"
+
+    def start(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        """Begin connecting on ``loop`` (its thread); failures come to ``on_lost``."""
+        self._task = loop.create_task(self._connect(loop, timeout_s))
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        address = self.address
+        try:
+            if address.tls:
+                opening: Any = loop.create_connection(
+                    lambda: self,
+                    address.host,
+                    address.port,
+                    ssl=self._ssl_context or ssl.create_default_context(),
+                    server_hostname=address.host,
+                )
+            else:
+                opening = loop.create_connection(lambda: self, address.host, address.port)
+            await asyncio.wait_for(opening, timeout_s)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as error:
+            self._task = None  # done: closing must not cancel this task
+            self._lose(f"cannot connect: {str(error) or type(error).__name__}")
+        finally:
+            self._task = None
+
+    # -- asyncio protocol callbacks ------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        if self._closed:
+            transport.close()
+            return
+        address = self.address
+        payloads = []
+        if address.password is not None:
+            if address.username is not None:
+                payloads.append(encode_command("AUTH", address.username, address.password))
+            else:
+                payloads.append(encode_command("AUTH", address.password))
+        payloads.append(encode_command("SUBSCRIBE", *self.channels))
+        self._transport.write(b"".join(payloads))
+
+    def data_received(self, data: bytes) -> None:
+        reader = self._reader
+        reader.feed(data)
+        try:
+            reply = reader.gets()
+            while reply is not False:
+                self._handle(reply)
+                reply = reader.gets()
+        except hiredis.ProtocolError as error:
+            self._lose(f"malformed RESP: {error}")
+
+    def _handle(self, reply: Any) -> None:
+        if isinstance(reply, hiredis.ReplyError):
+            # AUTH or SUBSCRIBE refused (an ACL without the channel).
+            self._lose(f"refused: {reply}")
+        elif isinstance(reply, list) and len(reply) == 3:
+            kind, channel, payload = reply
+            if kind == b"message" and isinstance(payload, bytes):
+                self._on_message(channel, payload)
+            elif kind == b"subscribe" and payload == len(self.channels):
+                self.subscribed = True
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self._lose("closed by the server" if exc is None else str(exc) or type(exc).__name__)
+
+    # -- closing ---------------------------------------------------------------------
+
+    def _lose(self, reason: str) -> None:
+        if self._closed:
+            return
+        self.close()
+        self._on_lost(self, reason)
+
+    def close(self) -> None:
+        """End the subscription (no ``on_lost`` call for it); call from its loop's thread."""
+        self._closed = True
+        self.subscribed = False
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()

@@ -3,7 +3,9 @@
 The failover test kills the primary under load and prints what it measured:
 the outage, the time from the sentinels' promotion to the first decision on the
 new primary, and what the replica had (not) received when the primary died.
-docs/operations.md ("Deployments") records the figures.
+The quota test changes the primary (SENTINEL FAILOVER, or SIGKILL) under one
+or two real uvicorn processes and prints what each identity was admitted.
+docs/operations.md ("Deployments", "Sentinel") records the figures.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from uvicorn_helpers import app_processes
 from moderato import RateLimiter
 from moderato.errors import BackendError
 from moderato.redis import RedisClient, SentinelClient
-from moderato.redis.errors import RedisClientError, RedisConnectionError
+from moderato.redis.errors import RedisClientError, RedisConnectionError, RedisReplyError
 from moderato.redis.sentinel import RETRY_INTERVAL_S
 
 RATE = "100/hour"
@@ -259,6 +261,35 @@ async def test_a_reply_waits_for_the_replicas(own_deployment: SentinelDeployment
         # Acknowledged again: answered again (after the sentinels are asked once more).
         await asyncio.sleep(RETRY_INTERVAL_S * 2)
         assert await client.execute("INCR", "unacked") == 2
+    finally:
+        await client.close()
+
+
+async def test_the_documented_acl_suffices_and_a_missing_wait_is_named(
+    own_deployment: SentinelDeployment,
+) -> None:
+    """docs/operations.md: the sentinels' user and the data nodes' Sentinel additions."""
+    servers = own_deployment
+    for sentinel in servers.sentinels:
+        sentinel.command(
+            "ACL", "SETUSER", "watcher", "on", ">spw", "-@all", "+sentinel|master",
+            "+sentinel|replicas", "+subscribe", "resetchannels", "&+switch-master",
+        )  # fmt: skip
+    for node in (servers.primary, servers.replica):
+        node.command(
+            "ACL", "SETUSER", "app", "on", ">pw", "-@all", "+set", "+role", "+wait", "~acl:*"
+        )
+    hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in servers.sentinels)
+    url = f"redis+sentinel://app:pw@{hosts}/{servers.service}?sentinel_username=watcher"
+    client = SentinelClient(url + "&sentinel_password=spw", command_timeout_s=0.4)
+    try:
+        assert await client.execute("SET", "acl:1", "1") == b"OK"
+        assert client.replicas_required == 1
+        await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
+        assert client.subscription_problems == {}
+        servers.primary.command("ACL", "SETUSER", "app", "-wait")
+        with pytest.raises(RedisReplyError, match=r"^NOPERM .*'wait'.* grant \+wait or set wait"):
+            await client.execute("SET", "acl:2", "1")
     finally:
         await client.close()
 

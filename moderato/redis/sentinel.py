@@ -77,6 +77,8 @@ SUBSCRIBE_REFUSED_RETRY_S = 60.0
 _DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
 
 Send = Callable[[RedisClient], "asyncio.Future[Any]"]
+# Why a reply is withheld: the error to raise in its place, and its message.
+Problem = tuple[type[RedisClientError], str]
 
 
 class _Primary:
@@ -273,27 +275,38 @@ class SentinelClient:
 
     def _acks_problem(
         self, primary: _Primary, needed: int, acks: asyncio.Future[Any]
-    ) -> str | None:
+    ) -> Problem | None:
         """Why a WAIT's answer does not confirm the writes before it; None if it does."""
         if acks.cancelled():
-            return "its replicas' acknowledgement (WAIT) was cancelled"
+            return RedisConnectionError, "its replicas' acknowledgement (WAIT) was cancelled"
         error = acks.exception()
         if isinstance(error, RedisReplyError):
-            problem = f"WAIT was refused: {error.message}"
-            if error.message.startswith("NOPERM"):
-                problem += " (grant +wait, or set wait_for_replicas=false)"
-            return problem
+            if "replica" in error.message:
+                # "WAIT cannot be used with replica instances": demoted under a
+                # live connection. A replica refuses writes, so nothing was
+                # written; like a READONLY reply, the command is sent again.
+                self._suspect(primary)
+                return RedisReplyError, (
+                    f"READONLY {_host_port(primary.at)} is a replica now; nothing was "
+                    f"written (WAIT: {error.message})"
+                )
+            # Reported as what it is (a missing ACL permission, most likely),
+            # not as an outage.
+            return RedisReplyError, (
+                f"{error.message} (WAIT, the replicas' acknowledgement; grant +wait or "
+                "set wait_for_replicas=false)"
+            )
         if error is not None:
-            return f"no answer to WAIT: {error}"
+            return RedisConnectionError, f"no answer to WAIT: {error}"
         count = acks.result()
         if not isinstance(count, int):
-            return f"WAIT answered {count!r}"
+            return RedisConnectionError, f"WAIT answered {count!r}"
         if count > primary.replicas and primary is self._primary:
             primary.replicas = count  # more replicas than known: each must acknowledge
         if count >= needed:
             return None
         self._shortfall(primary)
-        return (
+        return RedisConnectionError, (
             f"{count} of the {needed} replicas of {_host_port(primary.at)} acknowledged "
             f"within {self.replica_wait_ms} ms (WAIT): the primary may have been replaced, "
             "and the reply is not trusted"
@@ -313,7 +326,9 @@ class SentinelClient:
         await asyncio.wait([reply for _, reply in late])
         payload = encode_command("WAIT", needed, self.replica_wait_ms)
         waits = [connection.send(payload) for connection in primary.client.connections()]
-        problem = None if waits else "its connection closed before WAIT could confirm it"
+        problem: Problem | None = None
+        if not waits:
+            problem = RedisConnectionError, "its connection closed before WAIT could confirm it"
         if waits:
             await asyncio.wait(waits)
         for acks in waits:
@@ -621,7 +636,9 @@ def _fields(reply: Any) -> dict[str, str]:
     }
 
 
-def _settle(waiter: asyncio.Future[Any], reply: asyncio.Future[Any], problem: str | None) -> None:
+def _settle(
+    waiter: asyncio.Future[Any], reply: asyncio.Future[Any], problem: Problem | None
+) -> None:
     """Hand ``reply``'s outcome to ``waiter``, unless ``problem`` withholds it."""
     if reply.cancelled():
         if not waiter.done():
@@ -635,7 +652,8 @@ def _settle(waiter: asyncio.Future[Any], reply: asyncio.Future[Any], problem: st
     elif problem is not None:
         # A fresh exception per caller: one instance raised in many tasks
         # would collect all their tracebacks.
-        waiter.set_exception(RedisConnectionError(problem))
+        kind, message = problem
+        waiter.set_exception(kind(message))
     else:
         waiter.set_result(reply.result())
 

@@ -11,6 +11,7 @@ docs/operations.md ("Deployments", "Sentinel") records the figures.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import httpx
 import pytest
 from cluster import call, report, script_calls
 from redis_servers import RedisServer, SentinelDeployment, SentinelServer, free_port
+from test_fork import in_child
 from uvicorn_helpers import app_processes
 
 from moderato import RateLimiter
@@ -152,12 +154,57 @@ async def test_a_reconnect_to_a_demoted_primary_sends_nothing(
         await client.close()
 
 
+def _switch_over(servers: SentinelDeployment) -> None:
+    """SENTINEL FAILOVER (a graceful switchover), asked again while a sentinel refuses it
+    (-NOGOODSLAVE while it still checks the replica, -INPROG); at most 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        reply = servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
+        if reply == b"+OK\r\n":
+            return
+        assert time.monotonic() < deadline, f"SENTINEL FAILOVER still refused: {reply!r}"
+        time.sleep(0.1)
+
+
 async def _until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
         await asyncio.sleep(0.02)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
+def test_a_forked_child_leaves_the_parent_subscriptions_alone(
+    deployment: SentinelDeployment,
+) -> None:
+    """The child subscribes on its own connections and closes them; the parent's
+    subscriptions to the sentinels are never touched (see moderato/redis/forks.py)."""
+    loop = asyncio.new_event_loop()
+    try:
+        run = loop.run_until_complete
+        limiter = RateLimiter(deployment.url, key_prefix="fork-sentinel")
+        client = limiter.backend.client  # type: ignore[attr-defined]
+        assert isinstance(client, SentinelClient)
+        assert run(limiter.check_with_info("parent", "10/hour")).remaining == 9
+        run(_until(lambda: client.watching == 3, 10, "subscribing to the three sentinels"))
+        subscribers = dict(client._subscribers)
+
+        async def child() -> list[int]:
+            remaining = (await limiter.check_with_info("child", "10/hour")).remaining
+            await _until(lambda: client.watching == 3, 10, "the child's own subscriptions")
+            assert all(mine is not subscribers[at] for at, mine in client._subscribers.items())
+            await limiter.close()
+            return [remaining]
+
+        assert in_child(child, close_inherited=loop) == [9]
+        run(asyncio.sleep(0.3))  # time for an end-of-stream to arrive, were there one
+        assert client._subscribers == subscribers
+        assert client.watching == 3 and client.subscription_problems == {}
+        assert run(limiter.check_with_info("parent", "10/hour")).remaining == 8
+        run(limiter.close())
+    finally:
+        loop.close()
 
 
 @pytest.mark.slow
@@ -171,7 +218,7 @@ async def test_a_switchover_is_followed_when_the_sentinels_announce_it(
         await client.connect()
         await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
         assert client.primary_address == ("127.0.0.1", servers.primary.port)
-        servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
+        _switch_over(servers)
         # No command is sent meanwhile: only the announcement can move it.
         await _until(
             lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
@@ -206,7 +253,7 @@ async def test_a_sentinel_behind_the_newest_configuration_is_passed_over(
     try:
         await client.connect()
         await _until(lambda: client.watching == 4, 10, "subscribing to the four sentinels")
-        servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
+        _switch_over(servers)
         await _until(
             lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
             15,
@@ -601,8 +648,7 @@ async def _change_primary_under_clients(
         try:
             await asyncio.sleep(CHANGE_AT_S)
             if how == "switchover":
-                reply = servers.sentinels[0].command("SENTINEL", "FAILOVER", servers.service)
-                assert reply == b"+OK\r\n", reply
+                _switch_over(servers)
             else:
                 servers.primary.stop()  # SIGKILL
             # Over when the sentinels name the replica and, after a switchover,

@@ -57,6 +57,7 @@ from ._encoding import Arg, encode_command
 from .client import ClientOptions, RedisClient
 from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
+from .forks import abandon_in_children
 from .subscriber import Subscriber
 from .url import SentinelAddress, address_of, parse_sentinel_url
 from .url_options import client_from_url
@@ -69,6 +70,8 @@ __all__ = ["RETRY_INTERVAL_S", "SUBSCRIBE_REFUSED_RETRY_S", "SUBSCRIBE_RETRY_S",
 RETRY_INTERVAL_S = 0.05
 SUBSCRIBE_RETRY_S = 1.0
 """A lost subscription to a sentinel is reopened after this long."""
+FOLLOW_FOR_S = 10.0
+"""After an announcement, the client keeps trying to reach the new primary this long."""
 SUBSCRIBE_REFUSED_RETRY_S = 60.0
 """After a sentinel refused the subscription (an ACL without the channel), this long."""
 
@@ -151,6 +154,7 @@ class SentinelClient:
         """Why the subscription to a sentinel was last lost (for diagnostics)."""
         self.failovers = 0
         """How many times the primary changed under this client (for diagnostics)."""
+        abandon_in_children(self)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SentinelClient:
@@ -352,6 +356,27 @@ class SentinelClient:
         self._stop_watching()
         for client in clients:
             await client.close()
+
+    def after_fork_in_child(self) -> None:
+        """Right after fork(), in the child: let the parent's subscriptions and batches go.
+
+        The RedisClients abandon their own connections (forks.py); the child
+        asks the sentinels and subscribes again on first use.
+        """
+        subscribers, self._subscribers = self._subscribers, {}
+        for subscriber in subscribers.values():
+            subscriber.abandon()
+        self._resubscribe = {}
+        self._watch_loop = None
+        hook, self._watch_hook = self._watch_hook, None
+        if hook is not None:
+            # Finished here, so that no finalizer ever schedules it on the
+            # parent's loop; its finally finds nothing to stop (no I/O).
+            with contextlib.suppress(StopIteration, RuntimeError):
+                hook.aclose().send(None)
+        self._batches = {}
+        self._finding = {}
+        self._stale = True
 
     # -- finding the primary -----------------------------------------------------
 
@@ -556,16 +581,18 @@ class SentinelClient:
         task.add_done_callback(_retrieve)
 
     async def _follow(self) -> None:
-        """Switch now, not at the next command: the old primary's connections close."""
-        # A search already under way may have begun before the announcement:
-        # then it leaves the client stale, and another one follows.
-        for _ in range(3):
+        """Switch now, not at the next command: the old primary's connections close.
+
+        Tried again (a search already under way may have begun before the
+        announcement; a sentinel or the new primary may be slow to answer)
+        until the client is no longer stale, for at most FOLLOW_FOR_S.
+        """
+        deadline = monotonic() + FOLLOW_FOR_S
+        while self._stale and self._watch_loop is not None and monotonic() < deadline:
             try:
                 await self._current()
             except RedisClientError:
-                return  # the next command asks again
-            if not self._stale:
-                return
+                await asyncio.sleep(RETRY_INTERVAL_S)
 
     def _stop_watching(self) -> None:
         loop, self._watch_loop = self._watch_loop, None

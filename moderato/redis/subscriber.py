@@ -14,6 +14,7 @@ Reconnecting is the owner's business.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, cast
@@ -50,6 +51,8 @@ class Subscriber(asyncio.Protocol):
         self._transport: Optional[asyncio.Transport] = None
         self._task: Optional[asyncio.Task[None]] = None
         self._closed = False
+        # Only this process may close the socket (see forks.py).
+        self._pid = os.getpid()
         self.subscribed = False
         """True once the server confirmed every channel."""
 
@@ -134,6 +137,9 @@ class Subscriber(asyncio.Protocol):
 
     def close(self) -> None:
         """End the subscription (no ``on_lost`` call for it); call from its loop's thread."""
+        if self._pid != os.getpid():
+            self.abandon()
+            return
         self._closed = True
         self.subscribed = False
         if self._task is not None:
@@ -142,3 +148,10 @@ class Subscriber(asyncio.Protocol):
         transport, self._transport = self._transport, None
         if transport is not None:
             transport.close()
+
+    def abandon(self) -> None:
+        """Inherited across fork(): drop everything untouched (the parent still reads it)."""
+        self._closed = True
+        self.subscribed = False
+        self._task = None
+        self._transport = None

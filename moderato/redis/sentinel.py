@@ -51,13 +51,20 @@ import math
 from asyncio import get_running_loop
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable
 
 from ._encoding import Arg, encode_command
 from .client import ClientOptions, RedisClient
 from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .forks import abandon_in_children
+from .sentinel_rules import (
+    RETRY_INTERVAL_S,
+    host_port,
+    moved_primary,
+    not_a_primary,
+    primary_named,
+)
 from .subscriber import Subscriber
 from .url import SentinelAddress, address_of, parse_sentinel_url
 from .url_options import client_from_url
@@ -67,17 +74,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRY_INTERVAL_S", "SUBSCRIBE_REFUSED_RETRY_S", "SUBSCRIBE_RETRY_S", "SentinelClient"]
 
-RETRY_INTERVAL_S = 0.05
 SUBSCRIBE_RETRY_S = 1.0
 """A lost subscription to a sentinel is reopened after this long."""
 FOLLOW_FOR_S = 10.0
 """After an announcement, the client keeps trying to reach the new primary this long."""
 SUBSCRIBE_REFUSED_RETRY_S = 60.0
 """After a sentinel refused the subscription (an ACL without the channel), this long."""
-
-# A replica a sentinel flags so cannot be promoted by it: it does not count
-# among the replicas that must acknowledge.
-_DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
 
 Send = Callable[[RedisClient], "asyncio.Future[Any]"]
 # Why a reply is withheld: the error to raise in its place, and its message.
@@ -194,7 +196,7 @@ class SentinelClient:
         try:
             return await self._send(primary, send)
         except RedisReplyError as error:
-            if "READONLY" not in error.message:
+            if not moved_primary(error.message):
                 raise
             # Demoted to a replica: it refused the write, nothing ran.
         except CommandNotSentError:
@@ -236,7 +238,7 @@ class SentinelClient:
             for _, waiter in batch.calls:
                 if not waiter.done():
                     waiter.set_exception(
-                        CommandNotSentError(f"{_host_port(primary.at)} is no longer the primary")
+                        CommandNotSentError(f"{host_port(primary.at)} is no longer the primary")
                     )
             return
         client = primary.client
@@ -291,7 +293,7 @@ class SentinelClient:
                 # written; like a READONLY reply, the command is sent again.
                 self._suspect(primary)
                 return RedisReplyError, (
-                    f"READONLY {_host_port(primary.at)} is a replica now; nothing was "
+                    f"READONLY {host_port(primary.at)} is a replica now; nothing was "
                     f"written (WAIT: {error.message})"
                 )
             # Reported as what it is (a missing ACL permission, most likely),
@@ -311,7 +313,7 @@ class SentinelClient:
             return None
         self._shortfall(primary)
         return RedisConnectionError, (
-            f"{count} of the {needed} replicas of {_host_port(primary.at)} acknowledged "
+            f"{count} of the {needed} replicas of {host_port(primary.at)} acknowledged "
             f"within {self.replica_wait_ms} ms (WAIT): the primary may have been replaced, "
             "and the reply is not trusted"
         )
@@ -390,7 +392,7 @@ class SentinelClient:
             self._stale = True
             self._retry_at = monotonic() + RETRY_INTERVAL_S
             self._last_error = RedisConnectionError(
-                f"the replicas of {_host_port(primary.at)} did not acknowledge its writes"
+                f"the replicas of {host_port(primary.at)} did not acknowledge its writes"
             )
 
     async def _current(self) -> _Primary:
@@ -432,12 +434,9 @@ class SentinelClient:
                     self.address.primary(*where), role="master", **self._options
                 )
             role = await candidate.execute("ROLE")
-            if not (isinstance(role, list) and role and role[0] == b"master"):
-                shown = role[0].decode() if isinstance(role, list) and role else repr(role)
-                raise RedisConnectionError(
-                    f"{_host_port(where)}, named primary of {self.address.service_name!r} "
-                    f"by the sentinels, is a {shown} (a failover in progress?)"
-                )
+            problem = not_a_primary(role, where, self.address.service_name)
+            if problem is not None:
+                raise RedisConnectionError(problem)
         except RedisClientError as error:
             self._retry_at = monotonic() + RETRY_INTERVAL_S
             self._last_error = error
@@ -480,21 +479,21 @@ class SentinelClient:
                 master, replicas = (reply.result() for reply in asked)
             except RedisReplyError as error:
                 if "No such master" in error.message:
-                    problems.append(f"sentinel {_host_port(at)} does not monitor {name!r}")
+                    problems.append(f"sentinel {host_port(at)} does not monitor {name!r}")
                 else:
-                    problems.append(f"sentinel {_host_port(at)}: {error.message}")
+                    problems.append(f"sentinel {host_port(at)}: {error.message}")
                 continue
             except RedisClientError as error:
-                problems.append(f"sentinel {_host_port(at)}: {error}")
+                problems.append(f"sentinel {host_port(at)}: {error}")
                 continue
-            answer = _primary_named(master, replicas)
+            answer = primary_named(master, replicas)
             if answer is None:
-                problems.append(f"sentinel {_host_port(at)} replied {master!r}")
+                problems.append(f"sentinel {host_port(at)} replied {master!r}")
                 continue
             where, epoch, _ = answer
             if epoch < self._epoch:
                 problems.append(
-                    f"sentinel {_host_port(at)} names {_host_port(where)} at configuration "
+                    f"sentinel {host_port(at)} names {host_port(where)} at configuration "
                     f"epoch {epoch}, older than epoch {self._epoch} (it has not heard of a "
                     "failover yet)"
                 )
@@ -634,35 +633,6 @@ async def _stop_watching_at_loop_shutdown(
             client._stop_watching()
 
 
-def _primary_named(master: Any, replicas: Any) -> Optional[tuple[tuple[str, int], int, int]]:
-    """(where, configuration epoch, replicas up) from SENTINEL MASTER / REPLICAS replies."""
-    fields = _fields(master)
-    try:
-        where = (fields["ip"], int(fields["port"]))
-        epoch = int(fields.get("config-epoch", "0"))
-    except (KeyError, ValueError):
-        return None
-    up = 0
-    if isinstance(replicas, list):
-        for replica in replicas:
-            flags = set(_fields(replica).get("flags", "").split(","))
-            if not flags & _DOWN_FLAGS:
-                up += 1
-    return where, epoch, up
-
-
-def _fields(reply: Any) -> dict[str, str]:
-    """A sentinel's flat [name, value, name, value, ...] reply as a dict of str."""
-    if not isinstance(reply, list):
-        return {}
-    pairs = zip(reply[::2], reply[1::2])
-    return {
-        name.decode(errors="replace"): value.decode(errors="replace")
-        for name, value in pairs
-        if isinstance(name, bytes) and isinstance(value, bytes)
-    }
-
-
 def _settle(
     waiter: asyncio.Future[Any], reply: asyncio.Future[Any], problem: Problem | None
 ) -> None:
@@ -692,8 +662,3 @@ def _alive(loop: asyncio.AbstractEventLoop) -> bool:
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-def _host_port(at: tuple[str, int]) -> str:
-    host, port = at
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,6 +1,7 @@
 """What both Sentinel clients (asyncio and blocking) decide without I/O.
 
-Which server the sentinels name (their ``get-master-addr-by-name`` reply),
+Which server the sentinels name (their ``get-master-addr-by-name`` reply, or
+``SENTINEL MASTER`` with its configuration epoch and ``SENTINEL REPLICAS``),
 whether the server named is a primary (its ``ROLE`` reply), which error
 replies mean the primary moved, and the order in which sentinels are asked.
 sentinel.py and blocking/sentinel.py do the asking with them.
@@ -22,11 +23,17 @@ __all__ = [
     "host_port",
     "moved_primary",
     "not_a_primary",
+    "primary_named",
+    "sentinel_fields",
 ]
 
 # While the sentinels keep naming a server that is not a primary (a failover
 # in progress), they are asked again at most this often.
 RETRY_INTERVAL_S = 0.05
+
+
+# A replica a sentinel flags so cannot be promoted by it.
+DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
 
 
 def host_port(at: tuple[str, int]) -> str:
@@ -104,3 +111,34 @@ class SentinelState:
         return RedisConnectionError(
             f"no sentinel of {self.address} named a primary for {name!r}: " + "; ".join(problems)
         )
+
+
+def primary_named(master: Any, replicas: Any) -> Optional[tuple[tuple[str, int], int, int]]:
+    """(where, configuration epoch, replicas up) from ``SENTINEL MASTER`` and ``SENTINEL
+    REPLICAS`` replies; None if the first names no address. A replica counts as up
+    unless the sentinel flags it down or cannot reach it (it could not promote it)."""
+    fields = sentinel_fields(master)
+    try:
+        where = (fields["ip"], int(fields["port"]))
+        epoch = int(fields.get("config-epoch", "0"))
+    except (KeyError, ValueError):
+        return None
+    up = 0
+    if isinstance(replicas, list):
+        for replica in replicas:
+            flags = set(sentinel_fields(replica).get("flags", "").split(","))
+            if not flags & DOWN_FLAGS:
+                up += 1
+    return where, epoch, up
+
+
+def sentinel_fields(reply: Any) -> dict[str, str]:
+    """A sentinel's flat [name, value, name, value, ...] reply as a dict of str."""
+    if not isinstance(reply, list):
+        return {}
+    pairs = zip(reply[::2], reply[1::2])
+    return {
+        name.decode(errors="replace"): value.decode(errors="replace")
+        for name, value in pairs
+        if isinstance(name, bytes) and isinstance(value, bytes)
+    }

@@ -289,13 +289,25 @@ async def test_a_sentinel_behind_the_newest_configuration_is_passed_over(
         other.close()
 
 
+async def _until_replicas_required(client: SentinelClient, count: int) -> None:
+    """Write until the client requires ``count`` acknowledgements: it starts from the
+    replicas the primary had put online when first asked, and counts more as WAIT
+    sees them (a replica fresh from its sync may not be online yet)."""
+    deadline = time.monotonic() + 10
+    while True:
+        assert await client.execute("SET", "acl:warm-up", "1") == b"OK"
+        if client.replicas_required == count:
+            return
+        assert time.monotonic() < deadline, f"{client.replicas_required} replicas after 10 s"
+        await asyncio.sleep(0.1)
+
+
 async def test_a_reply_waits_for_the_replicas(own_deployment: SentinelDeployment) -> None:
     """A write the replica has not acknowledged is not answered: it could still be lost."""
     servers = own_deployment
     client = SentinelClient(servers.url, command_timeout_s=0.4)
     try:
-        assert await client.execute("SET", "acked", "1") == b"OK"
-        assert client.replicas_required == 1
+        await _until_replicas_required(client, 1)
         assert client.replica_wait_ms == 100
         servers.replica.pause()  # SIGSTOP: it acknowledges nothing
         try:
@@ -330,8 +342,7 @@ async def test_the_documented_acl_suffices_and_a_missing_wait_is_named(
     url = f"redis+sentinel://app:pw@{hosts}/{servers.service}?sentinel_username=watcher"
     client = SentinelClient(url + "&sentinel_password=spw", command_timeout_s=0.4)
     try:
-        assert await client.execute("SET", "acl:1", "1") == b"OK"
-        assert client.replicas_required == 1
+        await _until_replicas_required(client, 1)
         await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
         assert client.subscription_problems == {}
         servers.primary.command("ACL", "SETUSER", "app", "-wait")
@@ -347,7 +358,7 @@ async def test_a_dead_replica_stops_counting_once_the_sentinels_declare_it_down(
     servers = own_deployment
     client = SentinelClient(servers.url, command_timeout_s=0.4)
     try:
-        assert await client.execute("SET", "k", "1") == b"OK"
+        await _until_replicas_required(client, 1)
         killed_at = time.monotonic()
         servers.replica.stop()  # SIGKILL
         with pytest.raises(RedisConnectionError, match="0 of the 1 replicas"):

@@ -6,16 +6,15 @@ number exact, every wait bounded.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 from cluster import call, script_calls
+from fork_helpers import in_child
 from redis_servers import RedisServer
 
 from moderato.redis.blocking import RedisClient
@@ -155,6 +154,26 @@ def test_the_pool_never_opens_more_than_max_connections(redis_server: RedisServe
     assert client.execute("GET", "bounded") == b"1600"
     assert max(seen) <= 3
     assert client_count(redis_server, name) <= 3
+
+
+def test_a_busy_pool_serves_waiting_threads_in_turn(redis_server: RedisServer) -> None:
+    """32 threads on 2 connections: a connection given back goes to the thread that has
+    waited longest, so none waits out its timeout while others go round again."""
+    client = RedisClient.from_url(redis_server.url, max_connections=2)
+    failures: list[BaseException] = []
+
+    def work(_: int) -> None:
+        for _ in range(100):
+            try:
+                client.execute("INCR", "turns")
+            except RedisConnectionError as error:
+                failures.append(error)
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(work, range(32)))
+    assert failures == []
+    assert client.execute("GET", "turns") == b"3200"
+    assert client.open_connections == 2
 
 
 def test_an_exhausted_pool_is_an_error_after_the_command_timeout_not_a_hang(
@@ -297,25 +316,3 @@ def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(
     # The parent's connection is the one it had (same client id), still in step.
     assert client.execute("CLIENT", "ID") == parent_id
     assert client.execute("INCR", "forked") == 2
-
-
-def in_child(body: Callable[[], Any]) -> Any:
-    """Fork; run ``body`` in the child; return what it returned (as JSON over a pipe)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(read_end)
-        try:
-            outcome = {"result": body()}
-        except BaseException as error:  # reported to the parent, which fails the test
-            outcome = {"error": repr(error)}
-        with os.fdopen(write_end, "w") as report:
-            report.write(json.dumps(outcome))
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as report:
-        outcome = json.loads(report.read() or '{"error": "the child reported nothing"}')
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert "error" not in outcome, outcome["error"]
-    return outcome["result"]

@@ -9,11 +9,13 @@ When none is idle a new one is opened, up to ``max_connections`` (default
 connections ... busy"): the pool never hangs a thread and never grows past
 its bound.
 
-Time limits: a command gets ``command_timeout_s`` to wait for a free
-connection, and again from when it is written until its reply is complete;
-a connection opened for it gets ``connect_timeout_s`` (TCP, TLS and the
-greeting). A connection whose command failed in any way is closed, never
-given back (connection.py), so every connection in the pool is in step.
+Time limits: a command gets ``command_timeout_s`` in all, from the call:
+waiting for a free connection, writing it and reading its whole reply. A
+connection opened for it gets ``connect_timeout_s`` (TCP, TLS and the
+greeting); if that leaves the command no time, the command fails unsent and
+the new connection stays in the pool for the next one. A connection whose
+command failed in any way is closed, never given back (connection.py), so
+every connection in the pool is in step.
 
 An idle connection that has something to read was closed by the server (a
 restart) or is out of step: checked before reuse when it sat idle for more
@@ -100,9 +102,11 @@ class RedisClient:
         self.client_name = checked_client_name(client_name, address)
         self._idle: deque[BlockingConnection] = deque()
         self._lock = threading.Lock()
-        self._available = threading.Condition(self._lock)
         self._open = 0  # connections open (idle or in use), at most max_connections
-        self._waiting = 0  # threads waiting for a connection to be given back
+        # Threads waiting for a connection, first come first served: a connection
+        # given back (or a place freed) goes to the first one, not to whichever
+        # thread asks next, so a busy pool cannot starve a waiting thread.
+        self._waiters: deque[_Waiter] = deque()
         # Bumped by close() and fork(): a connection of an older generation is
         # closed when it comes back instead of being reused.
         self._generation = 0
@@ -132,7 +136,7 @@ class RedisClient:
         try:
             reply = connection.call(payload)
         except BaseException:
-            self._lost(connection)
+            self._free_place()
             raise
         self._give(connection)
         if type(reply) is RedisReplyError:
@@ -150,7 +154,7 @@ class RedisClient:
         try:
             reply = connection.evalsha(script, keys, args)
         except BaseException:
-            self._lost(connection)
+            self._free_place()
             raise
         self._give(connection)
         if type(reply) is RedisReplyError:
@@ -172,7 +176,7 @@ class RedisClient:
         try:
             replies = connection.call_many(payloads)
         except BaseException:
-            self._lost(connection)
+            self._free_place()
             raise
         self._give(connection)
         if raise_on_error:
@@ -193,7 +197,7 @@ class RedisClient:
         try:
             reply = connection.call(encode_command("PING"))
         except BaseException:
-            self._lost(connection)
+            self._free_place()
             raise
         self._give(connection)
         if type(reply) is RedisReplyError:
@@ -212,10 +216,9 @@ class RedisClient:
         """Right after fork(), in the child: let go of the parent's connections (forks.py)."""
         # Another thread of the parent may have held the lock at the fork.
         self._lock = threading.Lock()
-        self._available = threading.Condition(self._lock)
         self._idle = deque()  # dropped unused: closing a copy leaves the parent's alone
         self._open = 0
-        self._waiting = 0
+        self._waiters = deque()
         self._generation += 1
         self._failures = 0
         self._retry_at = 0.0
@@ -234,75 +237,112 @@ class RedisClient:
     # -- the pool ------------------------------------------------------------------
 
     def _take(self, *, force: bool = False) -> BlockingConnection:
-        """An idle connection, else a new one, else one given back in time."""
+        """An idle connection, else a new one, else one given back in time.
+
+        A command that had to wait (for a connection given back, or opened for
+        it) gets what is left of its command timeout (``budget_s``); none left,
+        it fails unsent and the connection goes back to the pool.
+        """
         idle = self._idle
+        deadline = 0.0
         while True:
             try:
                 connection = idle.pop()
             except IndexError:
-                opened = self._open_or_wait(force)
+                if not deadline:
+                    deadline = monotonic() + self.command_timeout_s
+                opened = self._open_or_wait(force, deadline)
                 if opened is None:
                     continue  # one was given back meanwhile
-                return opened
-            if connection.generation != self._generation or (
-                (force or monotonic() - connection.idle_since > IDLE_CHECK_AFTER_S)
-                and connection.stale()
-            ):
-                connection.close()
-                self._lost(connection)
-                continue
+                connection = opened
+            else:
+                if connection.generation != self._generation or (
+                    (force or monotonic() - connection.idle_since > IDLE_CHECK_AFTER_S)
+                    and connection.stale()
+                ):
+                    connection.close()
+                    self._free_place()
+                    continue
+            if deadline:
+                left_s = deadline - monotonic()
+                if left_s <= 0:
+                    self._give(connection)
+                    raise CommandNotSentError(
+                        f"{self.address}: no time left for the command after waiting "
+                        f"{self.command_timeout_s:g} s for a connection (command timeout)"
+                    )
+                connection.budget_s = left_s
             return connection
 
     def _give(self, connection: BlockingConnection) -> None:
         if connection.generation != self._generation:  # closed (or forked) meanwhile
             connection.close()
-            self._lost(connection)
+            self._free_place()
             return
         connection.idle_since = monotonic()
         self._idle.append(connection)
-        if self._waiting:
-            with self._available:
-                self._available.notify()
+        if self._waiters:  # read after the append: a waiter that came meanwhile sees it
+            self._hand_over()
 
-    def _lost(self, connection: BlockingConnection) -> None:
-        """A connection that will not come back (closed): its place is free."""
-        with self._available:
-            if self._open > 0:  # not after a fork, which forgot the parent's
+    def _hand_over(self) -> None:
+        """Idle connections to the threads waiting, first come first served."""
+        with self._lock:
+            self._hand_over_locked()
+
+    def _hand_over_locked(self) -> None:
+        waiters, idle = self._waiters, self._idle
+        while waiters and idle:
+            waiter = waiters.popleft()
+            waiter.connection = idle.pop()
+            waiter.ready.set()
+
+    def _free_place(self) -> None:
+        """A connection closed (or never opened): its place is free, for the first thread
+        waiting if one is (to open a new connection in it)."""
+        with self._lock:
+            if self._waiters:
+                waiter = self._waiters.popleft()
+                waiter.may_open = True
+                waiter.ready.set()
+            elif self._open > 0:  # not after a fork, which forgot the parent's
                 self._open -= 1
-            if self._waiting:
-                self._available.notify()
 
-    def _open_or_wait(self, force: bool) -> Optional[BlockingConnection]:
-        """A new connection, or None when one was given back (take it from the pool)."""
-        deadline = 0.0
-        with self._available:
-            while True:
-                if self._idle:
-                    return None
-                if self._open < self.max_connections:
-                    self._open += 1
-                    break
-                now = monotonic()
-                if not deadline:
-                    deadline = now + self.command_timeout_s
-                if now >= deadline:
-                    raise CommandNotSentError(
-                        f"{self.address}: all {self.max_connections} connections were busy for "
-                        f"{self.command_timeout_s:g} s (max_connections)"
-                    )
-                self._waiting += 1
-                try:
-                    self._available.wait(deadline - now)
-                finally:
-                    self._waiting -= 1
-        try:
+    def _open_or_wait(self, force: bool, deadline: float) -> Optional[BlockingConnection]:
+        """A new connection, one handed over, or None when one is idle (take it)."""
+        with self._lock:
+            if self._idle:
+                return None
+            if self._open < self.max_connections:
+                self._open += 1
+                waiter = None
+            else:
+                waiter = _Waiter()
+                self._waiters.append(waiter)
+                # A connection given back between the look above and now (givers
+                # append without the lock) goes to the first waiter.
+                self._hand_over_locked()
+        if waiter is not None:
+            waiter.ready.wait(max(0.0, deadline - monotonic()))
+            with self._lock:
+                if waiter.connection is None and not waiter.may_open:  # the wait ran out
+                    self._waiters.remove(waiter)
+                    raise self._busy_error()
+            if waiter.connection is not None:
+                return waiter.connection
+            if monotonic() >= deadline:  # a place, but too late to use it: pass it on
+                self._free_place()
+                raise self._busy_error()
+        try:  # in a place of its own (counted in _open)
             return self._connect(force)
         except BaseException:
-            with self._available:
-                self._open -= 1
-                if self._waiting:
-                    self._available.notify()
+            self._free_place()
             raise
+
+    def _busy_error(self) -> CommandNotSentError:
+        return CommandNotSentError(
+            f"{self.address}: all {self.max_connections} connections were busy for "
+            f"{self.command_timeout_s:g} s (max_connections)"
+        )
 
     def _connect(self, force: bool) -> BlockingConnection:
         wait_s = self._retry_at - monotonic()
@@ -340,7 +380,7 @@ class RedisClient:
             except IndexError:
                 return
             connection.close()
-            self._lost(connection)
+            self._free_place()
 
 
 def _checked_max_connections(value: object) -> int:
@@ -349,3 +389,14 @@ def _checked_max_connections(value: object) -> int:
     if not 1 <= value <= _MAX_CONNECTIONS_LIMIT:
         raise ValueError(f"max_connections must be 1..{_MAX_CONNECTIONS_LIMIT}, got {value}")
     return value
+
+
+class _Waiter:
+    """A thread waiting for a connection: handed one, or a place to open one in."""
+
+    __slots__ = ("connection", "may_open", "ready")
+
+    def __init__(self) -> None:
+        self.connection: Optional[BlockingConnection] = None
+        self.may_open = False
+        self.ready = threading.Event()

@@ -59,8 +59,10 @@ class BlockingConnection:
         "_label",
         "_poller",
         "_reader",
+        "_retimed",
         "_sock",
         "address",
+        "budget_s",
         "generation",
         "idle_since",
         "pid",
@@ -83,7 +85,12 @@ class BlockingConnection:
         self.generation = generation
         self.pid = os.getpid()
         self.idle_since = 0.0
+        # Set by the pool for one command that waited for this connection: its time left.
+        self.budget_s: Optional[float] = None
         self._reader = hiredis.Reader(replyError=RedisReplyError)
+        # True while the socket's timeout is not the command timeout (a long reply's
+        # last reads, a command that waited for its connection, the greeting).
+        self._retimed = True
         self._buffer = bytearray(_READ_BUFFER_BYTES)
         deadline = monotonic() + connect_timeout_s
         try:
@@ -94,9 +101,10 @@ class BlockingConnection:
         try:
             steps, payloads = greeting(address, client_name)
             self._sock.sendall(b"".join(payloads))
-            replies = [self._read_reply(deadline, connect_timeout_s) for _ in steps]
+            replies = [self._read_reply(deadline) for _ in steps]
             refused_steps(self._label, steps, replies)
             self._sock.settimeout(command_timeout_s)
+            self._retimed = False
         except BaseException as error:
             self.close()
             if isinstance(error, RedisClientError):
@@ -121,19 +129,21 @@ class BlockingConnection:
         Any failure closes the connection and raises RedisConnectionError (the
         command may have run: only its reply is known to be lost).
         """
+        timeout_s = self._timeout_s()
         try:
             self._sock.sendall(payload)
-            return self._read_reply(monotonic() + self._command_timeout_s, self._command_timeout_s)
+            return self._read_reply(monotonic() + timeout_s)
         except BaseException as error:
             raise self._broken(error) from None
 
     def call_many(self, payloads: Sequence[bytes]) -> list[Any]:
         """Several encoded commands in one write, their replies in order (error replies
         returned in place)."""
+        timeout_s = self._timeout_s()
         try:
             self._sock.sendall(b"".join(payloads))
-            deadline = monotonic() + self._command_timeout_s
-            return [self._read_reply(deadline, self._command_timeout_s) for _ in payloads]
+            deadline = monotonic() + timeout_s
+            return [self._read_reply(deadline) for _ in payloads]
         except BaseException as error:
             raise self._broken(error) from None
 
@@ -171,31 +181,43 @@ class BlockingConnection:
 
     # -- internals ---------------------------------------------------------------
 
-    def _read_reply(self, deadline: float, timeout_s: float) -> Any:
+    def _timeout_s(self) -> float:
+        """This command's time: the pool's ``budget_s`` (what is left after waiting
+        for this connection) once, else the command timeout."""
+        budget_s = self.budget_s
+        if budget_s is None:
+            return self._command_timeout_s
+        self.budget_s = None
+        self._sock.settimeout(budget_s)  # _read_reply sets the usual one back
+        self._retimed = True
+        return budget_s
+
+    def _read_reply(self, deadline: float) -> Any:
+        """The next reply, read by ``deadline`` (the socket's timeout bounds the first read;
+        a reply longer than one read gets what is left of the time)."""
         reader = self._reader
         reply = reader.gets()
         if reply is not False:
             return reply  # a reply of the same read as the previous one
         sock = self._sock
         buffer = self._buffer
-        first = True
         while True:
-            if not first:  # a reply longer than one read: what is left of its time
-                remaining_s = deadline - monotonic()
-                if remaining_s <= 0:
-                    raise socket.timeout()
-                sock.settimeout(remaining_s)
             count = sock.recv_into(buffer)
-            if not first:
-                sock.settimeout(timeout_s)
             if not count:
                 raise EOFError
             # hiredis reads any buffer; its stub only names str and bytes.
             reader.feed(buffer, 0, count)  # type: ignore[arg-type]
             reply = reader.gets()
             if reply is not False:
+                if self._retimed:
+                    sock.settimeout(self._command_timeout_s)
+                    self._retimed = False
                 return reply
-            first = False
+            remaining_s = deadline - monotonic()
+            if remaining_s <= 0:
+                raise socket.timeout()
+            sock.settimeout(remaining_s)
+            self._retimed = True
 
     def _broken(self, error: BaseException) -> BaseException:
         """Close the connection (it is out of step) and say why, as the client's error."""

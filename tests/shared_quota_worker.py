@@ -1,0 +1,90 @@
+"""One process of tests/test_sync_shared_quota.py: 50 threads (blocking limiter) or 50 tasks
+(asyncio limiter) checking one key at the same instant; prints how many were admitted.
+
+    python shared_quota_worker.py sync|async URL PREFIX RATE ALGORITHM...
+
+It connects and loads the scripts first (a check on another key), prints
+``ready`` and reads the start instant (a wall-clock time) from its standard
+input; then it runs each algorithm's burst at its own instant (the start,
+then one STEP_S later for each next algorithm, the same in every process)
+and prints one JSON line: {algorithm: admitted}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from moderato import RateLimiter
+from moderato.sync import RateLimiter as BlockingRateLimiter
+
+WORKERS = 50
+CHECKS_EACH = 2
+STEP_S = 1.0
+
+
+def wait_until(start_at: float) -> None:
+    time.sleep(max(0.0, start_at - time.time()))
+
+
+def ready() -> float:
+    """Say so, and read the start instant."""
+    print("ready", flush=True)
+    return float(sys.stdin.readline())
+
+
+def blocking(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
+    limiter = BlockingRateLimiter(url, key_prefix=prefix, max_connections=WORKERS)
+    for algorithm in algorithms:
+        limiter.check_with_info("warm-up", rate, algorithm=algorithm)
+    start_at = ready()
+    admitted: dict[str, int] = {}
+    with ThreadPoolExecutor(WORKERS) as pool:
+        for index, algorithm in enumerate(algorithms):
+            at = start_at + index * STEP_S
+
+            def burst(_: int, algorithm: str = algorithm, at: float = at) -> int:
+                wait_until(at)
+                return sum(
+                    limiter.check_with_info("hot", rate, algorithm=algorithm).allowed
+                    for _ in range(CHECKS_EACH)
+                )
+
+            admitted[algorithm] = sum(pool.map(burst, range(WORKERS)))
+    limiter.close()
+    print(json.dumps(admitted), flush=True)
+
+
+async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
+    limiter = RateLimiter(url, key_prefix=prefix)
+    for algorithm in algorithms:
+        await limiter.check_with_info("warm-up", rate, algorithm=algorithm)
+    start_at = ready()
+    admitted: dict[str, int] = {}
+    for index, algorithm in enumerate(algorithms):
+        await asyncio.sleep(max(0.0, start_at + index * STEP_S - time.time()))
+
+        async def burst(algorithm: str = algorithm) -> int:
+            allowed = 0
+            for _ in range(CHECKS_EACH):
+                allowed += (await limiter.check_with_info("hot", rate, algorithm=algorithm)).allowed
+            return allowed
+
+        admitted[algorithm] = sum(await asyncio.gather(*(burst() for _ in range(WORKERS))))
+    await limiter.close()
+    print(json.dumps(admitted), flush=True)
+
+
+def main() -> None:
+    kind, url, prefix, rate, *algorithms = sys.argv[1:]
+    if kind == "sync":
+        blocking(url, prefix, rate, algorithms)
+    else:
+        asyncio.run(asynchronous(url, prefix, rate, algorithms))
+
+
+if __name__ == "__main__":
+    main()

@@ -28,6 +28,7 @@ from moderato.policy import SCALE
 from moderato.redis import RedisClient
 from moderato.redis.blocking import RedisClient as BlockingRedisClient
 from moderato.redis.connection import CommandNotSentError
+from moderato.sync import RateLimiter as BlockingRateLimiter
 
 BURST = 200
 LIMIT = 100
@@ -140,6 +141,35 @@ def test_blocking_client_over_tls_from_threads(tls_only_server: RedisServer) -> 
     unverified = BlockingRedisClient.from_url(tls_only_server.url, connect_timeout_s=2.0)
     with pytest.raises(CommandNotSentError, match="CERTIFICATE_VERIFY_FAILED"):
         unverified.execute("PING")
+
+
+def test_blocking_limiter_bursts_after_script_flush_over_tls(tls_only_server: RedisServer) -> None:
+    """16 threads, 3 bursts of 200 checks after SCRIPT FLUSH: 100 admitted and charged each."""
+    assert tls_only_server.tls is not None
+    context = tls_only_server.tls.client_context()
+    limiter = BlockingRateLimiter(
+        tls_only_server.url, key_prefix="synctls", ssl_context=context, max_connections=8
+    )
+    admin = BlockingRedisClient.from_url(tls_only_server.url, ssl_context=context)
+    try:
+        for round_number in range(3):
+            assert admin.execute("SCRIPT", "FLUSH") == b"OK"
+            assert admin.execute("CONFIG", "RESETSTAT") == b"OK"
+            keys = [f"k{round_number}"] * BURST
+            with ThreadPoolExecutor(16) as pool:
+                outcomes = list(pool.map(lambda key: limiter.check_with_info(key, RATE), keys))
+            assert sum(outcome.allowed for outcome in outcomes) == LIMIT
+            stats = admin.execute("INFO", "commandstats").decode()
+            loads = int(stats.split("cmdstat_script|load:calls=")[1].split(",")[0])
+            assert 1 <= loads <= 8  # one per connection that met NOSCRIPT
+            assert f"cmdstat_evalsha:calls={BURST + loads}," in stats
+            assert "cmdstat_eval:" not in stats
+        keys = admin.execute("KEYS", "synctls:fw:*")
+        charged = sorted(int(admin.execute("GET", key)) // SCALE for key in keys)
+        assert charged == [LIMIT, LIMIT, LIMIT]
+    finally:
+        limiter.close()
+        admin.close()
 
 
 @pytest.fixture(scope="module")

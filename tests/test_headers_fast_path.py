@@ -7,8 +7,8 @@ import random
 from typing import Optional
 
 from moderato.errors import RateLimitExceeded, exceeded
-from moderato.integrations.headers import legacy_for_denial, legacy_for_one, render, report
 from moderato.results import CheckResult, PolicyState
+from moderato.web.headers import legacy_for_denial, legacy_for_one, render, report
 
 
 def random_result(rng: random.Random) -> CheckResult:

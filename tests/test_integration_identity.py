@@ -12,8 +12,8 @@ from redis_servers import RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware
-from moderato.integrations import identity as identity_module
-from moderato.integrations.identity import MAX_FORWARDED_HOPS, parse_address
+from moderato.web import addresses as addresses_module
+from moderato.web.addresses import MAX_FORWARDED_HOPS, parse_address
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ class CountingParser:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        monkeypatch.setattr(identity_module, "parse_address", self)
+        monkeypatch.setattr(addresses_module, "parse_address", self)
 
     def __call__(self, text: str) -> Any:
         self.calls += 1

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ..specs import RateLimitDependency
+from ..web.headers import HeaderStyle
 
 # First: without Starlette, an ImportError naming the extra to install.
 from . import _starlette  # noqa: F401
 from .decorator import REQUEST_PARAMETER, limit
 from .dependency import dependency
-from .headers import HeaderStyle
 from .http_errors import HTTPBackendError, HTTPRateLimitCallbackError, HTTPRateLimitExceeded
 from .identity import ClientIdentity
 from .middleware import RateLimitHeadersMiddleware, RateLimitMiddleware

@@ -24,8 +24,8 @@ from starlette.exceptions import HTTPException
 from starlette.types import Scope
 
 from ..errors import BackendError, ModeratoError, RateLimitCallbackError, RateLimitExceeded
+from ..web.headers import render, report
 from .decisions import recorded
-from .headers import render, report
 
 E = TypeVar("E", bound="_HTTPModeratoError")
 

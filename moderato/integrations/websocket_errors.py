@@ -27,9 +27,10 @@ from starlette.exceptions import WebSocketException
 from starlette.types import Scope, Send
 
 from ..errors import ModeratoError, RateLimitExceeded
-from .headers import HeaderStyle
+from ..web.headers import HeaderStyle
+from ..web.responses import ErrorResponse, error_response
 from .http_errors import http_error
-from .responses import ErrorResponse, denial_headers, error_response, send_json
+from .responses import denial_headers, send_json
 
 DENIAL_EXTENSION = "websocket.http.response"
 

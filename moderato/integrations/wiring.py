@@ -22,8 +22,8 @@ from starlette.types import Receive, Scope, Send
 
 from ..errors import BackendError, RateLimitConfigError
 from ..specs import RULE_OPTIONS, CostSpec, KeySpec, RateSpec, TenantSpec, check_specs
+from ..web.headers import HeaderStyle, validate_style
 from .combinations import check_routes
-from .headers import HeaderStyle, validate_style
 from .middleware import MIDDLEWARE_OPTIONS, RateLimitHeadersMiddleware, RateLimitMiddleware
 from .order import check_order
 from .request_limits import Limit

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _accel
 from .algorithms import DEFAULT_ALGORITHM
-from .backends.base import AsyncBackend, Backend, SynchronousBackend, split_replies
+from .backends.base import AsyncBackend, Backend, SynchronousBackend
+from .backends.replies import split_replies
 from .backends.schemes import make_backend
 from .breaker import CLOSED
 from .denial_cache import DenialCache, announce_reset
@@ -435,7 +436,7 @@ class RateLimiter(LimiterCore):
                     reply = await self._backend.direct_reply(
                         part.algorithm, part.keys, part.arguments
                     )
-                    replies = split_replies([(part.algorithm, part.keys, part.arguments)], reply)
+                    replies = split_replies([len(part.keys)], reply)
                 else:
                     together = [(part.algorithm, part.keys, part.arguments) for part in parts]
                     replies = await self._backend.decide_together(together)

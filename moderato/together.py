@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Optional
 
 from .algorithms import Algorithm, ScriptArg
-from .backends.base import DecisionReply, decoded
+from .backends.replies import ALLOWED, POLICY_FIELDS, RETRY, DecisionReply, decoded, policy_at
 from .errors import RateLimitConfigError
 from .keys import Identity
 from .plans import Plan
@@ -114,18 +114,21 @@ def results_of(
     left after its charge) when the request was; otherwise refused when one of
     its policies refused, else admitted with what it has left, uncharged.
     """
-    allowed = all(reply[0] == 1 for reply in replies)
+    allowed = all(reply[ALLOWED] == 1 for reply in replies)
     results: list[Optional[CheckResult]] = [None] * len(plans)
     for part, reply in zip(parts, replies):
         # A part peeked while another refused reports what a charge would leave: add it back.
-        uncharge = part.cost_scaled if not allowed and reply[0] == 1 else 0
+        uncharge = part.cost_scaled if not allowed and reply[ALLOWED] == 1 else 0
         for member in part.members:
-            first = 2 + 3 * member.first_policy
-            triples = list(reply[first : first + 3 * member.policy_count])
+            first = policy_at(member.first_policy)
+            triples = list(reply[first : first + POLICY_FIELDS * member.policy_count])
             if uncharge:
-                for at in range(0, len(triples), 3):
+                for at in range(0, len(triples), POLICY_FIELDS):
                     triples[at] += uncharge
-            own_allowed = allowed or all(triples[at + 1] == 0 for at in range(0, len(triples), 3))
+            own_allowed = allowed or all(
+                triples[at + RETRY] == 0 for at in range(0, len(triples), POLICY_FIELDS)
+            )
+            # A reply of this check's policies alone, in the decision reply's layout.
             own = [1 if own_allowed else 0, _deciding_policy(triples, own_allowed), *triples]
             results[member.check] = decoded(plans[member.check], own)
     return allowed, [result for result in results if result is not None]
@@ -134,8 +137,8 @@ def results_of(
 def _deciding_policy(triples: Sequence[int], allowed: bool) -> int:
     """The scripts' rule: the fewest remaining on an admission, else the longest wait."""
     deciding, best = 0, None
-    for index, at in enumerate(range(0, len(triples), 3)):
-        remaining_scaled, retry_ms = triples[at], triples[at + 1]
+    for index, at in enumerate(range(0, len(triples), POLICY_FIELDS)):
+        remaining_scaled, retry_ms = triples[at], triples[at + RETRY]
         if allowed:
             if best is None or remaining_scaled < best:
                 deciding, best = index, remaining_scaled

@@ -28,23 +28,13 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
-from .. import _accel
 from ..algorithms import Algorithm, ScriptArg, get_algorithm
-from ..errors import BackendError, BackendUnavailableError, RateLimitConfigError
+from ..errors import RateLimitConfigError
 from ..keys import KeySpace
 from ..plans import Plan
 from ..policy import MAX_WINDOW_S, SCALE, Rate
-from ..redis.errors import RedisClientError, RedisReplyError
 from ..results import CheckResult
-
-# What Redis (7.0) says when a script calls a command its user may not run.
-_SCRIPT_ACL_DENIAL = "can't run this command or subcommand"
-
-DecisionReply = list[int]
-"""A decision script's reply: ``[allowed, deciding, (remaining_scaled, retry_ms, reset_ms) * n]``.
-
-docs/internals.md lays it out; the limiter checks it with ``_accel.check_result``.
-"""
+from .replies import DecisionReply, decoded_one
 
 DecideNow = Callable[[Algorithm, Sequence[bytes], Sequence[ScriptArg]], DecisionReply]
 """An in-process backend's synchronous ``decide``."""
@@ -52,69 +42,6 @@ DecideNow = Callable[[Algorithm, Sequence[bytes], Sequence[ScriptArg]], Decision
 Part = tuple[Algorithm, Sequence[bytes], Sequence[ScriptArg]]
 """One decision among several taken together: its algorithm, keys and arguments
 (``cost_scaled``, apply, then the per-policy arguments), as ``direct_reply`` takes them."""
-
-
-def split_replies(parts: Sequence[Part], reply: object) -> list[DecisionReply]:
-    """The parts' replies from one flat reply (each 2 + 3 per key), checked for length."""
-    if not isinstance(reply, list):
-        raise BackendError(f"malformed reply from a decision: {reply!r:.80}")
-    if len(parts) == 1:  # one call: its reply is checked whole when decoded
-        return [reply]
-    replies: list[DecisionReply] = []
-    at = 0
-    for _, keys, _ in parts:
-        size = 2 + 3 * len(keys)
-        replies.append(reply[at : at + size])
-        at += size
-    if at != len(reply):
-        raise BackendError(
-            f"malformed reply from a decision: {len(reply)} fields for "
-            f"{len(parts)} parts that need {at}"
-        )
-    return replies
-
-
-def script_refusal(script: str, error: RedisReplyError) -> Exception:
-    """What an error reply from a script means to the caller.
-
-    The scripts prefix their own refusals, so a bad argument from a direct
-    caller reads as a configuration error rather than an outage; any other
-    error reply is a BackendError with Redis's text.
-    """
-    message = error.message
-    if message.startswith("MODERATO_ARG"):
-        return RateLimitConfigError(f"{script}: {message}")
-    if message.startswith("NOPERM") or _SCRIPT_ACL_DENIAL in message or ": NOPERM " in message:
-        # A command the script calls was denied by the ACL (the script's own
-        # reads report it as unreadable state): a permission problem, said so.
-        return BackendError(
-            f"NOPERM: the Redis user may not run a command the {script} script needs "
-            f"(Redis said: {message}); see the ACL in docs/operations.md"
-        )
-    return BackendError(message)
-
-
-def translated(error: BaseException, script: Optional[str] = None) -> BaseException:
-    """The client's error as moderato's: an error reply (of ``script``, if one
-    ran) as script_refusal() reads it, anything else the client raised (no
-    reply: unreachable, timed out, connection lost) as a BackendUnavailableError
-    with its text; any other exception unchanged."""
-    if isinstance(error, RedisReplyError):
-        return script_refusal(script, error) if script else BackendError(error.message)
-    if isinstance(error, RedisClientError):
-        return BackendUnavailableError(str(error))
-    return error
-
-
-def decoded(plan: Plan, reply: object) -> CheckResult:
-    """The CheckResult of a decision's reply; a reply of the wrong shape is a BackendError."""
-    try:
-        result: CheckResult = _accel.check_result(reply, plan.result_shape)
-    except (TypeError, ValueError) as error:
-        raise BackendError(
-            f"malformed reply from the {plan.algorithm.name} script: {error}"
-        ) from None
-    return result
 
 
 @dataclass(frozen=True)
@@ -244,10 +171,7 @@ class DirectDecisions:
             raise RateLimitConfigError(f"key must be bytes or str, got {type(key).__name__}")
         encoded = key.encode() if isinstance(key, str) else key
         reply = await self.direct_reply(chosen, [encoded], args)
-        try:
-            allowed, _, ((remaining_scaled, retry_ms, reset_ms),) = _accel.decode_decision(reply, 1)
-        except (TypeError, ValueError) as error:
-            raise BackendError(f"malformed reply from the {chosen.name} script: {error}") from None
+        allowed, remaining_scaled, retry_ms, reset_ms = decoded_one(chosen.name, reply)
         return BackendResult(
             allowed, remaining_scaled, retry_ms, None if reset_ms < 0 else reset_ms
         )

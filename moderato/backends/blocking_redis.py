@@ -17,8 +17,9 @@ from ..redis.blocking import ClusterClient, RedisClient, SentinelClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
-from .base import KeySpaceBound, decoded, translated
+from .base import KeySpaceBound
 from .redis_py_blocking import BlockingRedisPyClient
+from .replies import decoded, translated
 from .scan import as_count, deletion, literal_hash_tag
 
 __all__ = ["BlockingRedisBackend"]

@@ -20,10 +20,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .. import _accel
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
-from ..errors import BackendError, RateLimitConfigError
+from ..errors import RateLimitConfigError
 from ..plans import Plan
 from ..results import CheckResult
-from .base import DecisionReply, DirectDecisions, KeySpaceBound, Part, decoded
+from .base import DirectDecisions, KeySpaceBound, Part
+from .replies import ALLOWED, DecisionReply, decoded, refusal
 
 logger = logging.getLogger("moderato")
 
@@ -57,14 +58,9 @@ def _announce_per_process_limits() -> None:
 
 def _store_error(script: str, error: ValueError) -> Exception:
     # The store raises the scripts' own refusals, mapped as the Redis backend maps them.
-    message = str(error)
-    if message.startswith("MODERATO_ARG"):
-        return RateLimitConfigError(f"{script}: {message}")
-    if message.startswith("MODERATO_STATE"):
-        return BackendError(f"{script}: {message}")
     # Anything else is this process's fault (its clock, an algorithm the store
     # lacks), not the caller's arguments: the backend could not decide.
-    return BackendError(f"memory:// {script}: {message}")
+    return refusal(script, str(error), foreign=f"memory:// {script}: ")
 
 
 class MemoryBackend(DirectDecisions, KeySpaceBound):
@@ -176,11 +172,11 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
         for algorithm, keys, arguments in parts[:-1]:
             reply = self._decide_at(algorithm, keys, (arguments[0], 0, *arguments[2:]), now_ms)
             replies.append(reply)
-            others_fit = others_fit and reply[0] == 1
+            others_fit = others_fit and reply[ALLOWED] == 1
         algorithm, keys, arguments = parts[-1]
         apply = 1 if others_fit else 0
         last = self._decide_at(algorithm, keys, (arguments[0], apply, *arguments[2:]), now_ms)
-        if others_fit and last[0] == 1:
+        if others_fit and last[ALLOWED] == 1:
             replies = [
                 self._decide_at(algorithm, keys, (arguments[0], 1, *arguments[2:]), now_ms)
                 for algorithm, keys, arguments in parts[:-1]

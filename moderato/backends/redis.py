@@ -10,16 +10,9 @@ from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, composite_script, load_script
-from .base import (
-    DecisionReply,
-    DirectDecisions,
-    KeySpaceBound,
-    Part,
-    decoded,
-    split_replies,
-    translated,
-)
+from .base import DirectDecisions, KeySpaceBound, Part
 from .redis_py import RedisPyClient
+from .replies import DecisionReply, decoded, split_replies, translated
 from .scan import as_count, deletion, literal_hash_tag
 
 Execute = Callable[..., Awaitable[Any]]
@@ -105,7 +98,7 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
             reply = await self.client.evalsha(script, keys, [*layout, *arguments])
         except RedisClientError as error:
             raise translated(error, script.name) from None
-        return split_replies(parts, reply)
+        return split_replies([len(part_keys) for _, part_keys, _ in parts], reply)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)

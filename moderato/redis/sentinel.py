@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from asyncio import get_running_loop
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from time import monotonic
@@ -59,11 +58,18 @@ from .connection import CommandNotSentError, ScriptLike
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .forks import abandon_in_children
 from .sentinel_rules import (
+    FOLLOW_FOR_S,
     RETRY_INTERVAL_S,
+    SUBSCRIBE_REFUSED_RETRY_S,
+    SUBSCRIBE_RETRY_S,
+    Answer,
+    SentinelState,
     host_port,
     moved_primary,
     not_a_primary,
-    primary_named,
+    replica_wait_ms,
+    replicas_of,
+    wait_verdict,
 )
 from .subscriber import Subscriber
 from .url import SentinelAddress, address_of, parse_sentinel_url
@@ -74,12 +80,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRY_INTERVAL_S", "SUBSCRIBE_REFUSED_RETRY_S", "SUBSCRIBE_RETRY_S", "SentinelClient"]
 
-SUBSCRIBE_RETRY_S = 1.0
-"""A lost subscription to a sentinel is reopened after this long."""
-FOLLOW_FOR_S = 10.0
-"""After an announcement, the client keeps trying to reach the new primary this long."""
-SUBSCRIBE_REFUSED_RETRY_S = 60.0
-"""After a sentinel refused the subscription (an ACL without the channel), this long."""
 
 Send = Callable[[RedisClient], "asyncio.Future[Any]"]
 # Why a reply is withheld: the error to raise in its place, and its message.
@@ -132,21 +132,16 @@ class SentinelClient:
         }
         self._connect_timeout_s = primary.connect_timeout_s
         self.wait_for_replicas = address.wait_for_replicas
-        # WAIT blocks the connection it is sent on; a quarter of the command
-        # timeout leaves the commands queued behind it time to be answered.
-        self.replica_wait_ms = max(1, int(primary.command_timeout_s * 250))
-        self._sentinel_order = list(address.sentinels)
+        self.replica_wait_ms = replica_wait_ms(primary.command_timeout_s)
+        # Whom to ask first, the newest configuration epoch, when to ask again.
+        self._sentinels = SentinelState(address)
         self._sentinel_clients: dict[tuple[str, int], RedisClient] = {}
         self._primary: _Primary | None = None
-        # The newest configuration epoch any sentinel reported.
-        self._epoch = 0
         # True when the primary must be confirmed before the next command.
         self._stale = True
         # Bumped by every announcement: a search that began before one is stale.
         self._announcements = 0
         self._finding: dict[asyncio.AbstractEventLoop, asyncio.Task[_Primary]] = {}
-        self._retry_at = 0.0
-        self._last_error: RedisClientError | None = None
         self._batches: dict[asyncio.AbstractEventLoop, _Batch] = {}
         self._watch_loop: asyncio.AbstractEventLoop | None = None
         self._subscribers: dict[tuple[str, int], Subscriber] = {}
@@ -286,37 +281,17 @@ class SentinelClient:
         if acks.cancelled():
             return RedisConnectionError, "its replicas' acknowledgement (WAIT) was cancelled"
         error = acks.exception()
-        if isinstance(error, RedisReplyError):
-            if "replica" in error.message:
-                # "WAIT cannot be used with replica instances": demoted under a
-                # live connection. A replica refuses writes, so nothing was
-                # written; like a READONLY reply, the command is sent again.
-                self._suspect(primary)
-                return RedisReplyError, (
-                    f"READONLY {host_port(primary.at)} is a replica now; nothing was "
-                    f"written (WAIT: {error.message})"
-                )
-            # Reported as what it is (a missing ACL permission, most likely),
-            # not as an outage.
-            return RedisReplyError, (
-                f"{error.message} (WAIT, the replicas' acknowledgement; grant +wait or "
-                "set wait_for_replicas=false)"
-            )
-        if error is not None:
-            return RedisConnectionError, f"no answer to WAIT: {error}"
-        count = acks.result()
-        if not isinstance(count, int):
-            return RedisConnectionError, f"WAIT answered {count!r}"
-        if count > primary.replicas and primary is self._primary:
-            primary.replicas = count  # more replicas than known: each must acknowledge
-        if count >= needed:
-            return None
-        self._shortfall(primary)
-        return RedisConnectionError, (
-            f"{count} of the {needed} replicas of {host_port(primary.at)} acknowledged "
-            f"within {self.replica_wait_ms} ms (WAIT): the primary may have been replaced, "
-            "and the reply is not trusted"
+        verdict = wait_verdict(
+            primary.at, needed, error if error is not None else acks.result(), self.replica_wait_ms
         )
+        if verdict.demoted:
+            self._suspect(primary)
+        count = verdict.acknowledged
+        if count is not None and count > primary.replicas and primary is self._primary:
+            primary.replicas = count  # more replicas than known: each must acknowledge
+        if verdict.shortfall:
+            self._shortfall(primary)
+        return verdict.problem
 
     async def _release_late(
         self,
@@ -390,9 +365,10 @@ class SentinelClient:
         """Too few replicas acknowledged: ask the sentinels before the next command."""
         if primary is self._primary:
             self._stale = True
-            self._retry_at = monotonic() + RETRY_INTERVAL_S
-            self._last_error = RedisConnectionError(
-                f"the replicas of {host_port(primary.at)} did not acknowledge its writes"
+            self._sentinels.failed(
+                RedisConnectionError(
+                    f"the replicas of {host_port(primary.at)} did not acknowledge its writes"
+                )
             )
 
     async def _current(self) -> _Primary:
@@ -417,11 +393,10 @@ class SentinelClient:
 
     async def _find(self) -> _Primary:
         self._watch(get_running_loop())
-        wait_s = self._retry_at - monotonic()
-        if wait_s > 0 and self._last_error is not None:
-            raise RedisConnectionError(
-                f"{self._last_error}; next sentinel query in {math.ceil(wait_s * 1000)} ms"
-            )
+        sentinels = self._sentinels
+        too_soon = sentinels.too_soon()
+        if too_soon is not None:
+            raise too_soon
         announcements = self._announcements
         old = self._primary
         candidate: RedisClient | None = None
@@ -438,12 +413,11 @@ class SentinelClient:
             if problem is not None:
                 raise RedisConnectionError(problem)
         except RedisClientError as error:
-            self._retry_at = monotonic() + RETRY_INTERVAL_S
-            self._last_error = error
+            sentinels.failed(error)
             if candidate is not None and (old is None or candidate is not old.client):
                 await candidate.close()
             raise
-        self._epoch = max(self._epoch, epoch)
+        sentinels.found(epoch)
         if old is not None and candidate is old.client:
             primary = old
             primary.epoch = max(primary.epoch, epoch)
@@ -451,23 +425,22 @@ class SentinelClient:
             primary.replicas = min(primary.replicas, replicas_up)
         else:
             # A new primary: the replicas it has now must acknowledge (ROLE lists them).
-            connected = role[2] if len(role) > 2 and isinstance(role[2], list) else []
-            primary = _Primary(candidate, where, epoch, len(connected))
+            primary = _Primary(candidate, where, epoch, replicas_of(role))
             self._primary = primary
             if old is not None:
                 self.failovers += 1
                 await old.client.close()
         # An announcement that arrived meanwhile may name a newer primary.
         self._stale = self._announcements != announcements
-        self._last_error = None
         return primary
 
-    async def _ask_sentinels(self) -> tuple[tuple[str, int], int, int]:
+    async def _ask_sentinels(self) -> Answer:
         """(where, configuration epoch, replicas up) from the first sentinel that is not behind."""
         name = self.address.service_name
+        sentinels = self._sentinels
         problems: list[str] = []
-        behind: list[tuple[tuple[str, int], int, int]] = []
-        for at in list(self._sentinel_order):
+        behind: list[Answer] = []
+        for at in list(sentinels.order):
             client = self._sentinel(at)
             # One round trip: both go out in the same loop turn.
             asked = (
@@ -475,44 +448,15 @@ class SentinelClient:
                 client.execute("SENTINEL", "REPLICAS", name),
             )
             await asyncio.wait(asked)
+            replies: tuple[Any, Any] | RedisClientError
             try:
-                master, replicas = (reply.result() for reply in asked)
-            except RedisReplyError as error:
-                if "No such master" in error.message:
-                    problems.append(f"sentinel {host_port(at)} does not monitor {name!r}")
-                else:
-                    problems.append(f"sentinel {host_port(at)}: {error.message}")
-                continue
+                replies = (asked[0].result(), asked[1].result())
             except RedisClientError as error:
-                problems.append(f"sentinel {host_port(at)}: {error}")
-                continue
-            answer = primary_named(master, replicas)
-            if answer is None:
-                problems.append(f"sentinel {host_port(at)} replied {master!r}")
-                continue
-            where, epoch, _ = answer
-            if epoch < self._epoch:
-                problems.append(
-                    f"sentinel {host_port(at)} names {host_port(where)} at configuration "
-                    f"epoch {epoch}, older than epoch {self._epoch} (it has not heard of a "
-                    "failover yet)"
-                )
-                behind.append(answer)
-                continue
-            # The sentinel that answered is asked first next time.
-            self._sentinel_order.remove(at)
-            self._sentinel_order.insert(0, at)
-            return answer
-        unanimous = len({where for where, _, _ in behind}) == 1
-        if unanimous and len(behind) == len(self._sentinel_order):
-            # Every sentinel answered, all name one server, and none knows the
-            # newest epoch: their configuration was reset (SENTINEL RESET, a new
-            # MONITOR). Follow it.
-            self._epoch = 0
-            return max(behind, key=lambda answer: answer[1])
-        raise RedisConnectionError(
-            f"no sentinel of {self.address} named a primary for {name!r}: " + "; ".join(problems)
-        )
+                replies = error
+            answer = sentinels.judge(at, replies, problems, behind)
+            if answer is not None:
+                return answer
+        return sentinels.conclude(problems, behind)
 
     def _sentinel(self, at: tuple[str, int]) -> RedisClient:
         client = self._sentinel_clients.get(at)
@@ -571,11 +515,7 @@ class SentinelClient:
             return
         self._announcements += 1
         self._stale = True
-        self._retry_at = 0.0
-        if at in self._sentinel_order:
-            # It knows the new configuration: asked first.
-            self._sentinel_order.remove(at)
-            self._sentinel_order.insert(0, at)
+        self._sentinels.heard(at)  # it knows the new configuration: asked first
         task = get_running_loop().create_task(self._follow())
         task.add_done_callback(_retrieve)
 

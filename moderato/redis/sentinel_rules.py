@@ -1,39 +1,56 @@
 """What both Sentinel clients (asyncio and blocking) decide without I/O.
 
-Which server the sentinels name (their ``get-master-addr-by-name`` reply, or
-``SENTINEL MASTER`` with its configuration epoch and ``SENTINEL REPLICAS``),
-whether the server named is a primary (its ``ROLE`` reply), which error
-replies mean the primary moved, and the order in which sentinels are asked.
+Which server the sentinels name (``SENTINEL MASTER`` with its configuration
+epoch, and ``SENTINEL REPLICAS``), which sentinel is behind the newest
+configuration, whether the server named is a primary (its ``ROLE`` reply),
+which error replies mean the primary moved, what a ``WAIT`` after a write
+means, and the order in which sentinels are asked and when to ask again.
 sentinel.py and blocking/sentinel.py do the asking with them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from time import monotonic
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional, Union
 
-from .errors import RedisClientError, RedisConnectionError
+from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import SentinelAddress
 
 __all__ = [
+    "FOLLOW_FOR_S",
     "RETRY_INTERVAL_S",
+    "SUBSCRIBE_REFUSED_RETRY_S",
+    "SUBSCRIBE_RETRY_S",
+    "Answer",
     "SentinelState",
+    "WaitVerdict",
     "host_port",
     "moved_primary",
     "not_a_primary",
     "primary_named",
+    "replica_wait_ms",
+    "replicas_of",
     "sentinel_fields",
+    "wait_verdict",
 ]
 
 # While the sentinels keep naming a server that is not a primary (a failover
 # in progress), they are asked again at most this often.
 RETRY_INTERVAL_S = 0.05
+SUBSCRIBE_RETRY_S = 1.0
+"""A lost subscription to a sentinel is reopened after this long."""
+FOLLOW_FOR_S = 10.0
+"""After an announcement, the client keeps trying to reach the new primary this long."""
+SUBSCRIBE_REFUSED_RETRY_S = 60.0
+"""After a sentinel refused the subscription (an ACL without the channel), this long."""
 
 
 # A replica a sentinel flags so cannot be promoted by it.
 DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
+
+Answer = tuple[tuple[str, int], int, int]
+"""What a sentinel said: (where the primary is, configuration epoch, replicas up)."""
 
 
 def host_port(at: tuple[str, int]) -> str:
@@ -59,17 +76,32 @@ def not_a_primary(role: Any, where: tuple[str, int], service: str) -> Optional[s
     )
 
 
+def replicas_of(role: Any) -> int:
+    """How many replicas a primary's ROLE reply lists as connected."""
+    connected = role[2] if isinstance(role, list) and len(role) > 2 else None
+    return len(connected) if isinstance(connected, list) else 0
+
+
+def replica_wait_ms(command_timeout_s: float) -> int:
+    """The timeout of the WAIT after a write: WAIT blocks the connection it is sent on,
+    and a quarter of the command timeout leaves the commands behind it time to be
+    answered."""
+    return max(1, int(command_timeout_s * 250))
+
+
 class SentinelState:
-    """The sentinels of one address: whom to ask first, what they said, and when to ask again."""
+    """The sentinels of one address: whom to ask first, the newest configuration epoch
+    any of them reported, what the last search found, and when to search again."""
 
     def __init__(self, address: SentinelAddress) -> None:
         self.address = address
         self.order = list(address.sentinels)
+        self.epoch = 0
         self.retry_at = 0.0
         self.last_error: Optional[RedisClientError] = None
 
     def too_soon(self) -> Optional[RedisConnectionError]:
-        """The error to fail with while the last discovery's failure is fresh, else None."""
+        """The error to fail with while the last search's failure is fresh, else None."""
         wait_s = self.retry_at - monotonic()
         if wait_s > 0 and self.last_error is not None:
             return RedisConnectionError(
@@ -78,42 +110,133 @@ class SentinelState:
         return None
 
     def failed(self, error: RedisClientError) -> None:
+        """A search (or a write's replicas) failed: the next one waits RETRY_INTERVAL_S."""
         self.retry_at = monotonic() + RETRY_INTERVAL_S
         self.last_error = error
 
-    def found(self) -> None:
+    def found(self, epoch: int) -> None:
+        self.epoch = max(self.epoch, epoch)
         self.last_error = None
 
-    def answer(
-        self, at: tuple[str, int], reply: Any, problems: list[str]
-    ) -> Optional[tuple[str, int]]:
-        """The primary a sentinel's reply names (it is asked first next time), or None
-        with the reason added to ``problems``."""
+    def heard(self, at: tuple[str, int]) -> None:
+        """Sentinel ``at`` announced a switch: it knows the new configuration (asked
+        first), and the next search may start at once."""
+        self.retry_at = 0.0
+        self._first(at)
+
+    def judge(
+        self,
+        at: tuple[str, int],
+        replies: Union[tuple[Any, Any], RedisClientError],
+        problems: list[str],
+        behind: list[Answer],
+    ) -> Optional[Answer]:
+        """What sentinel ``at`` said (its MASTER and REPLICAS replies, or the error that
+        came instead), if it is to be followed; else None, the reason in ``problems``
+        (and the answer in ``behind`` when it is older than the newest epoch seen)."""
         name = self.address.service_name
-        if reply is None:
-            problems.append(f"sentinel {host_port(at)} does not monitor {name!r}")
+        if isinstance(replies, RedisReplyError):
+            if "No such master" in replies.message:
+                problems.append(f"sentinel {host_port(at)} does not monitor {name!r}")
+            else:
+                problems.append(f"sentinel {host_port(at)}: {replies.message}")
             return None
-        with contextlib.suppress(ValueError, TypeError, IndexError, AttributeError):
-            where = (reply[0].decode(), int(reply[1]))
-            self.order.remove(at)
-            self.order.insert(0, at)
-            return where
-        problems.append(f"sentinel {host_port(at)} replied {reply!r}")
-        return None
+        if isinstance(replies, RedisClientError):
+            problems.append(f"sentinel {host_port(at)}: {replies}")
+            return None
+        master, replicas = replies
+        answer = primary_named(master, replicas)
+        if answer is None:
+            problems.append(f"sentinel {host_port(at)} replied {master!r}")
+            return None
+        where, epoch, _ = answer
+        if epoch < self.epoch:
+            problems.append(
+                f"sentinel {host_port(at)} names {host_port(where)} at configuration "
+                f"epoch {epoch}, older than epoch {self.epoch} (it has not heard of a "
+                "failover yet)"
+            )
+            behind.append(answer)
+            return None
+        self._first(at)  # the sentinel that answered is asked first next time
+        return answer
 
-    def unreachable(
-        self, at: tuple[str, int], error: RedisClientError, problems: list[str]
-    ) -> None:
-        problems.append(f"sentinel {host_port(at)}: {error}")
-
-    def none_named(self, problems: list[str]) -> RedisConnectionError:
-        name = self.address.service_name
-        return RedisConnectionError(
-            f"no sentinel of {self.address} named a primary for {name!r}: " + "; ".join(problems)
+    def conclude(self, problems: list[str], behind: list[Answer]) -> Answer:
+        """No sentinel was followed. If every one answered, all naming one server, and
+        none knows the newest epoch, their configuration was reset (SENTINEL RESET, a
+        new MONITOR): follow it. Else RedisConnectionError with every reason."""
+        unanimous = len({where for where, _, _ in behind}) == 1
+        if unanimous and len(behind) == len(self.order):
+            self.epoch = 0
+            return max(behind, key=lambda answer: answer[1])
+        raise RedisConnectionError(
+            f"no sentinel of {self.address} named a primary for "
+            f"{self.address.service_name!r}: " + "; ".join(problems)
         )
 
+    def _first(self, at: tuple[str, int]) -> None:
+        if at in self.order:
+            self.order.remove(at)
+            self.order.insert(0, at)
 
-def primary_named(master: Any, replicas: Any) -> Optional[tuple[tuple[str, int], int, int]]:
+
+class WaitVerdict(NamedTuple):
+    """What a ``WAIT`` after a write means for the replies before it."""
+
+    problem: Optional[tuple[type[RedisClientError], str]]
+    """None: the replies are confirmed; else the error to raise in their place."""
+    demoted: bool = False
+    """The server is a replica now: nothing was written, send again elsewhere."""
+    shortfall: bool = False
+    """Too few replicas acknowledged: ask the sentinels before the next command."""
+    acknowledged: Optional[int] = None
+    """How many replicas acknowledged (when WAIT answered a number)."""
+
+
+def wait_verdict(
+    at: tuple[str, int], needed: int, outcome: Any, replica_wait_ms: int
+) -> WaitVerdict:
+    """What WAIT's ``outcome`` (its reply, or the error raised instead) means."""
+    if isinstance(outcome, RedisReplyError):
+        if "replica" in outcome.message:
+            # "WAIT cannot be used with replica instances": demoted under a live
+            # connection. A replica refuses writes, so nothing was written; like a
+            # READONLY reply, the command is sent again.
+            return WaitVerdict(
+                (
+                    RedisReplyError,
+                    f"READONLY {host_port(at)} is a replica now; nothing was written "
+                    f"(WAIT: {outcome.message})",
+                ),
+                demoted=True,
+            )
+        # Reported as what it is (a missing ACL permission, most likely), not as an outage.
+        return WaitVerdict(
+            (
+                RedisReplyError,
+                f"{outcome.message} (WAIT, the replicas' acknowledgement; grant +wait or "
+                "set wait_for_replicas=false)",
+            )
+        )
+    if isinstance(outcome, BaseException):
+        return WaitVerdict((RedisConnectionError, f"no answer to WAIT: {outcome}"))
+    if not isinstance(outcome, int):
+        return WaitVerdict((RedisConnectionError, f"WAIT answered {outcome!r}"))
+    if outcome >= needed:
+        return WaitVerdict(None, acknowledged=outcome)
+    return WaitVerdict(
+        (
+            RedisConnectionError,
+            f"{outcome} of the {needed} replicas of {host_port(at)} acknowledged "
+            f"within {replica_wait_ms} ms (WAIT): the primary may have been replaced, "
+            "and the reply is not trusted",
+        ),
+        shortfall=True,
+        acknowledged=outcome,
+    )
+
+
+def primary_named(master: Any, replicas: Any) -> Optional[Answer]:
     """(where, configuration epoch, replicas up) from ``SENTINEL MASTER`` and ``SENTINEL
     REPLICAS`` replies; None if the first names no address. A replica counts as up
     unless the sentinel flags it down or cannot reach it (it could not promote it)."""

@@ -40,7 +40,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from time import monotonic
-from typing import Any, Optional, TypedDict, Union
+from typing import Any, Callable, Optional, TypedDict, Union
 
 from .._encoding import Arg, encode_command
 from ..client_options import (
@@ -80,7 +80,9 @@ class BlockingOptions(TypedDict, total=False):
 class RedisClient:
     """A blocking Redis client (RESP2) over a bounded pool of connections; safe across threads.
 
-    Nothing connects until the first command or ``connect()``.
+    Nothing connects until the first command or ``connect()``. ``role``
+    ("master" or "slave"): every connection sends ROLE in its greeting and is
+    used only if the server reports that role (else CommandNotSentError).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class RedisClient:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         ssl_context: Optional[ssl.SSLContext] = None,
         client_name: Optional[str] = None,
+        role: Optional[str] = None,
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
         self.address = address
@@ -100,6 +103,9 @@ class RedisClient:
         self.max_connections = _checked_max_connections(max_connections)
         self._ssl_context = checked_ssl_context(ssl_context, address)
         self.client_name = checked_client_name(client_name, address)
+        if role not in (None, "master", "slave"):
+            raise ValueError(f"role must be 'master', 'slave' or None, got {role!r}")
+        self.role = role
         self._idle: deque[BlockingConnection] = deque()
         self._lock = threading.Lock()
         self._open = 0  # connections open (idle or in use), at most max_connections
@@ -172,20 +178,28 @@ class RedisClient:
         payloads = [encode_command(*command) for command in commands]
         if not payloads:
             return []
-        connection = self._take()
-        try:
-            replies = connection.call_many(payloads)
-        except BaseException:
-            self._free_place()
-            raise
-        self._give(connection)
+        replies: list[Any] = self._on_one_connection(lambda link: link.call_many(payloads))
         if raise_on_error:
             for reply in replies:
                 if type(reply) is RedisReplyError:
                     raise reply
         return replies
 
-    # -- lifecycle ---------------------------------------------------------------
+    def evalsha_followed(
+        self,
+        script: ScriptLike,
+        keys: Sequence[Arg],
+        args: Sequence[Arg],
+        follow: Sequence[Arg],
+    ) -> tuple[Any, Any]:
+        """``evalsha()``, then the command ``follow`` on the same connection, in the same
+        write (a WAIT for the replicas of what the script wrote); both replies, error
+        replies in place."""
+        after = encode_command(*follow)
+        replies: tuple[Any, Any] = self._on_one_connection(
+            lambda link: link.evalsha_followed(script, keys, args, after)
+        )
+        return replies
 
     def connect(self) -> None:
         """Check now that the server answers (PING), opening a connection if none is idle.
@@ -193,13 +207,8 @@ class RedisClient:
         Unlike a command, this tries even while a reconnect backoff is running;
         RedisConnectionError if the server cannot be reached.
         """
-        connection = self._take(force=True)
-        try:
-            reply = connection.call(encode_command("PING"))
-        except BaseException:
-            self._free_place()
-            raise
-        self._give(connection)
+        ping = encode_command("PING")
+        reply = self._on_one_connection(lambda link: link.call(ping), force=True)
         if type(reply) is RedisReplyError:
             raise RedisConnectionError(f"{self.address}: PING was refused: {reply.message}")
 
@@ -235,6 +244,20 @@ class RedisClient:
         return len(self._idle)
 
     # -- the pool ------------------------------------------------------------------
+
+    def _on_one_connection(
+        self, use: Callable[[BlockingConnection], Any], *, force: bool = False
+    ) -> Any:
+        """``use(connection)`` on a connection of the pool (execute() and evalsha() do the
+        same inline: they are every check's path)."""
+        connection = self._take(force=force)
+        try:
+            outcome = use(connection)
+        except BaseException:
+            self._free_place()
+            raise
+        self._give(connection)
+        return outcome
 
     def _take(self, *, force: bool = False) -> BlockingConnection:
         """An idle connection, else a new one, else one given back in time.
@@ -361,6 +384,7 @@ class RedisClient:
                 command_timeout_s=self.command_timeout_s,
                 ssl_context=self._ssl_context,
                 client_name=self.client_name,
+                role=self.role,
                 generation=self._generation,
             )
         except RedisConnectionError as error:

@@ -76,6 +76,7 @@ class BlockingConnection:
         command_timeout_s: float,
         ssl_context: Optional[ssl.SSLContext] = None,
         client_name: Optional[str] = None,
+        role: Optional[str] = None,
         generation: int = 0,
     ) -> None:
         self.address = address
@@ -99,10 +100,10 @@ class BlockingConnection:
             message = _connect_failure(self._label, error, connect_timeout_s)
             raise CommandNotSentError(message) from None
         try:
-            steps, payloads = greeting(address, client_name)
+            steps, payloads = greeting(address, client_name, role=role)
             self._sock.sendall(b"".join(payloads))
             replies = [self._read_reply(deadline) for _ in steps]
-            refused_steps(self._label, steps, replies)
+            refused_steps(self._label, steps, replies, role=role)
             self._sock.settimeout(command_timeout_s)
             self._retimed = False
         except BaseException as error:
@@ -152,17 +153,58 @@ class BlockingConnection:
         are returned."""
         reply = self.call(encode_evalsha(script.sha, keys, args))
         if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
-            return self.after_noscript(script, keys, args)
+            return self._after_noscript(script, keys, args, [])[0]
         return reply
 
-    def after_noscript(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """The call answered NOSCRIPT: SCRIPT LOAD and the call again in one write; after a
-        second NOSCRIPT (the load refused, or the cache flushed again), EVAL."""
-        load = encode_command("SCRIPT", "LOAD", script.source)
-        _, reply = self.call_many([load, encode_evalsha(script.sha, keys, args)])
+    def evalsha_followed(
+        self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg], follow: bytes
+    ) -> tuple[Any, Any]:
+        """``evalsha()`` with the encoded command ``follow`` right behind the script's last
+        try, in the same write (a WAIT for the replicas); both replies."""
+        reply, after = self.call_many([encode_evalsha(script.sha, keys, args), follow])
         if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
-            reply = self.call(encode_command("EVAL", script.source, len(keys), *keys, *args))
-        return reply
+            reply, after = self._after_noscript(script, keys, args, [follow])
+        return reply, after
+
+    def _after_noscript(
+        self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg], tail: list[bytes]
+    ) -> list[Any]:
+        """The call was answered NOSCRIPT: SCRIPT LOAD and the call again in one write;
+        after a second NOSCRIPT (the load refused, or the cache flushed again), EVAL.
+        The replies of the last try and of ``tail``."""
+        load = encode_command("SCRIPT", "LOAD", script.source)
+        replies = self.call_many([load, encode_evalsha(script.sha, keys, args), *tail])[1:]
+        first = replies[0]
+        if type(first) is RedisReplyError and first.message.startswith("NOSCRIPT"):
+            source = encode_command("EVAL", script.source, len(keys), *keys, *args)
+            replies = self.call_many([source, *tail])
+        return replies
+
+    def send(self, payload: bytes) -> None:
+        """Write an encoded command whose replies come later (a SUBSCRIBE)."""
+        try:
+            self._sock.sendall(payload)
+        except BaseException as error:
+            raise self._broken(error) from None
+
+    def receive(self) -> Any:
+        """The next message of a subscribed connection, or None when none came within the
+        command timeout (a partly read one stays in the reader: the stream stays in step)."""
+        reader = self._reader
+        reply = reader.gets()
+        if reply is not False:
+            return reply
+        try:
+            count = self._sock.recv_into(self._buffer)
+            if not count:
+                raise EOFError
+            reader.feed(self._buffer, 0, count)  # type: ignore[arg-type]
+            reply = reader.gets()
+        except socket.timeout:
+            return None
+        except BaseException as error:
+            raise self._broken(error) from None
+        return None if reply is False else reply
 
     def stale(self) -> bool:
         """Whether an idle connection has something to read: the server closed it

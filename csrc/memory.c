@@ -16,7 +16,10 @@
  *
  * sweep() walks the slots from a cursor and drops expired entries and token
  * buckets that have refilled completely (a full bucket decides exactly as a
- * missing one under the same policy).
+ * missing one under the same policy). No call walks the whole table unless
+ * asked to (sweep() without max_slots, clear()): the table grows and
+ * shrinks a bounded step per call, and delete_matching() finds an
+ * identity's keys through the identity index (store_table.h).
  *
  * Concurrency: every method runs start to finish holding the GIL and never
  * releases it, and none calls back into Python code while the table is
@@ -141,9 +144,11 @@ PyDoc_STRVAR(sweep_doc,
 "--\n"
 "\n"
 "Drop the entries expired at now_ms and the token buckets full by then\n"
-"(both decide exactly as a missing key). Walks at most max_slots slots of\n"
-"the table from where the last sweep stopped (-1: all of them); returns how\n"
-"many entries were dropped.");
+"(both decide exactly as a missing key). Walks at most max_slots slots: first\n"
+"those a resize in progress has yet to empty, then the table's from where\n"
+"the last sweep stopped, one pass at most; a dropped entry counts as a slot\n"
+"(-1: finish the resize and walk the whole table). Returns how many entries\n"
+"were dropped.");
 
 static PyObject *
 store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -169,7 +174,7 @@ store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     store->version++;
-    size_t budget = max_slots < 0 ? store->slot_count : (size_t)max_slots;
+    size_t budget = max_slots < 0 ? SIZE_MAX : (size_t)max_slots;
     return PyLong_FromLongLong(table_sweep(store, budget, store_entry_idle, now_ms));
 }
 
@@ -191,7 +196,10 @@ PyDoc_STRVAR(delete_matching_doc,
 "--\n"
 "\n"
 "Delete every key matching a Redis glob pattern (*, ?, [...], \\ escapes);\n"
-"returns how many were deleted, not counting keys already expired at now_ms.");
+"returns how many were deleted, not counting keys already expired at now_ms.\n"
+"A pattern that pins a tenant and an identity, as reset builds them\n"
+"(\"...{<tenant>:...:<identity>}...\", no [ nor \\), looks at that identity's\n"
+"entries only; any other, at every entry.");
 
 PyDoc_STRVAR(dump_doc,
 "dump($self, now_ms, /)\n"
@@ -225,10 +233,50 @@ store_clear(PyObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(table_stats_doc,
+"table_stats($self, /)\n"
+"--\n"
+"\n"
+"How the table is laid out and how much work it did in one go, for tests and\n"
+"benchmarks: a dict of ints (docs/internals.md lists the fields).");
+
+static PyObject *
+store_table_stats(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    const MemoryStore *store = (const MemoryStore *)self;
+    const struct {
+        const char *name;
+        unsigned long long value;
+    } fields[] = {
+        {"slot_count", store->keys.slot_count},
+        {"resize_slots_left", table_resize_slots_left(store)},
+        {"slots_per_added", store->keys.slots_per_added},
+        {"identities", store->identities.used},
+        {"identity_slot_count", store->identities.slot_count},
+        {"unindexed", store->unindexed_count},
+        {"longest_resize_step", store->work.longest_resize_step},
+        {"whole_resizes", store->work.whole_resizes},
+        {"last_match_examined", store->work.last_match_examined},
+    };
+    /* Plain names: PyDict_SetItemString would intern, then drop, nine
+     * strings per call. */
+    PyObject *stats = PyDict_New();
+    for (size_t i = 0; stats != NULL && i < sizeof(fields) / sizeof(fields[0]); i++) {
+        PyObject *name = PyUnicode_FromString(fields[i].name);
+        PyObject *value = PyLong_FromUnsignedLongLong(fields[i].value);
+        if (name == NULL || value == NULL || PyDict_SetItem(stats, name, value) < 0) {
+            Py_CLEAR(stats);
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(value);
+    }
+    return stats;
+}
+
 static Py_ssize_t
 store_length(PyObject *self)
 {
-    return (Py_ssize_t)((MemoryStore *)self)->entry_count;
+    return (Py_ssize_t)((MemoryStore *)self)->keys.used;
 }
 
 static PyObject *
@@ -294,11 +342,9 @@ store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     store->max_entries = (size_t)max_entries;
     store->sweep_every = store->until_sweep = (size_t)sweep_every;
     store->sweep_slots = (size_t)sweep_slots;
-    store->slot_count = MIN_SLOTS;
-    store->slots = PyMem_Calloc(MIN_SLOTS, sizeof(memory_entry *));
-    if (store->slots == NULL) {
+    if (table_init(store) < 0) {
         Py_DECREF(store);
-        return PyErr_NoMemory();
+        return NULL;
     }
     return (PyObject *)store;
 }
@@ -308,9 +354,7 @@ store_dealloc(PyObject *self)
 {
     MemoryStore *store = (MemoryStore *)self;
     PyTypeObject *type = Py_TYPE(self);
-    table_clear(store);
-    PyMem_Free(store->slots);
-    store->slots = NULL;
+    table_release(store);
     type->tp_free(self);
     Py_DECREF(type);
 }
@@ -324,6 +368,7 @@ static PyMethodDef store_methods[] = {
     {"dump", (PyCFunction)(void (*)(void))store_dump, METH_FASTCALL, dump_doc},
     {"load", (PyCFunction)(void (*)(void))store_load, METH_FASTCALL, load_doc},
     {"clear", store_clear, METH_NOARGS, clear_doc},
+    {"table_stats", store_table_stats, METH_NOARGS, table_stats_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -335,8 +380,9 @@ static PyGetSetDef store_getset[] = {
      "decide() sweeps every this many decisions (0: never).", FIELD_AT(sweep_every)},
     {"sweep_slots", store_get_size, NULL, "Slots each of decide()'s sweeps walks.",
      FIELD_AT(sweep_slots)},
-    {"slot_count", store_get_size, NULL, "Slots of the hash table (a power of two).",
-     FIELD_AT(slot_count)},
+    {"slot_count", store_get_size, NULL,
+     "Slots of the hash table (a power of two; during a resize, of the new array).",
+     FIELD_AT(keys.slot_count)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

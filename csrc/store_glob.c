@@ -1,8 +1,11 @@
 /* delete_matching(): every key matching a Redis glob pattern, Redis's rules
  * ("*", "?", "[...]" with "^" and ranges, "\\" escapes). Reset of an
  * identity across scopes, rates and algorithms goes through it with the
- * patterns _accel.key_pattern() builds. */
+ * patterns _accel.key_pattern() builds; those name a tenant and an identity,
+ * so only that identity's entries (and the few unindexed ones) are looked
+ * at, through the identity index, not the whole table. */
 #include <stdint.h>
+#include <string.h>
 
 #include "store_decide.h"
 
@@ -95,6 +98,74 @@ glob_matches(const unsigned char *pattern, size_t pattern_size, const unsigned c
     return p == pattern_size;
 }
 
+/* The tenant and identity every indexed key matching the pattern has, when
+ * the pattern pins them: no "[" nor "\\", one "{" and one "}" after it,
+ * and between them "<tenant>:...:<identity>" with neither part holding "*"
+ * or "?". A key with one brace of each kind must match the pattern's
+ * literal braces with its own, so an indexed key (exactly two colons
+ * between them) that matches has this tenant and identity. */
+static int
+pattern_identity(const unsigned char *pattern, size_t size, identity_span *span)
+{
+    const unsigned char *end = pattern + size;
+    if (memchr(pattern, '[', size) != NULL || memchr(pattern, '\\', size) != NULL) {
+        return 0;
+    }
+    const unsigned char *open = memchr(pattern, '{', size);
+    if (open == NULL) {
+        return 0;
+    }
+    const unsigned char *inside = open + 1;
+    const unsigned char *close = memchr(inside, '}', (size_t)(end - inside));
+    if (close == NULL || memchr(pattern, '}', (size_t)(open - pattern)) != NULL ||
+        memchr(inside, '{', (size_t)(close - inside)) != NULL ||
+        memchr(close + 1, '{', (size_t)(end - close - 1)) != NULL ||
+        memchr(close + 1, '}', (size_t)(end - close - 1)) != NULL) {
+        return 0;
+    }
+    const unsigned char *first = memchr(inside, ':', (size_t)(close - inside));
+    const unsigned char *last = close;
+    while (last > inside && last[-1] != ':') {
+        last--;
+    }
+    if (first == NULL || last - 1 <= first) {
+        return 0; /* fewer than two colons */
+    }
+    span->tenant = inside;
+    span->tenant_size = (size_t)(first - inside);
+    span->identity = last;
+    span->identity_size = (size_t)(close - last);
+    for (const unsigned char *at = span->tenant; at < first; at++) {
+        if (*at == '*' || *at == '?') {
+            return 0;
+        }
+    }
+    for (const unsigned char *at = span->identity; at < close; at++) {
+        if (*at == '*' || *at == '?') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Delete the entries of a list linked by same_identity_next that match. */
+static long long
+delete_listed(MemoryStore *store, memory_entry *entry, const unsigned char *pattern,
+              size_t pattern_size, int64_t now_ms)
+{
+    long long deleted = 0;
+    while (entry != NULL) {
+        memory_entry *next = entry->same_identity_next;
+        store->work.last_match_examined++;
+        if (glob_matches(pattern, pattern_size, entry_key(entry), entry->key_size)) {
+            deleted += now_ms < 0 || !entry_expired(entry, now_ms);
+            table_remove(store, entry);
+        }
+        entry = next;
+    }
+    return deleted;
+}
+
 PyObject *
 store_delete_matching(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -112,12 +183,23 @@ store_delete_matching(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     store->version++;
+    store->work.last_match_examined = 0;
     long long deleted = 0;
+    const unsigned char *glob = (const unsigned char *)pattern;
+    identity_span span;
+    if (pattern_identity(glob, (size_t)pattern_size, &span)) {
+        memory_entry *first = identity_first(store, &span, identity_hash(store, &span));
+        deleted += delete_listed(store, first, glob, (size_t)pattern_size, now_ms);
+        deleted += delete_listed(store, store->unindexed, glob, (size_t)pattern_size, now_ms);
+        table_maybe_shrink(store);
+        return PyLong_FromLongLong(deleted);
+    }
+    /* Any other pattern: every entry. */
     memory_entry *entry = store->oldest;
     while (entry != NULL) {
         memory_entry *newer = entry->newer;
-        if (glob_matches((const unsigned char *)pattern, (size_t)pattern_size, entry_key(entry),
-                         entry->key_size)) {
+        store->work.last_match_examined++;
+        if (glob_matches(glob, (size_t)pattern_size, entry_key(entry), entry->key_size)) {
             deleted += now_ms < 0 || !entry_expired(entry, now_ms);
             table_remove(store, entry);
         }

@@ -1,9 +1,19 @@
-/* The table under memory:// (store_table.h): SipHash-1-3, open addressing,
- * the LRU list and its bound, and the incremental sweep. It knows what an
- * entry holds only to size and free it. */
+/* The table under memory:// (store_table.h): SipHash-1-3, open addressing
+ * with incremental resizes, the LRU list and its bound, the identity index,
+ * and the incremental sweep. It knows what an entry holds only to size and
+ * free it. */
+#include <assert.h>
 #include <string.h>
 
 #include "store_table.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#if defined(MAP_ANONYMOUS) && defined(MADV_DONTNEED)
+#define STORE_MAPPED_ARRAYS 1
+#endif
+#endif
 
 /* ---- keyed hash: SipHash-1-3 ------------------------------------------- */
 
@@ -130,8 +140,11 @@ entry_new(int kind, const unsigned char *key, size_t key_size, uint64_t hash)
         return NULL;
     }
     entry->newer = entry->older = NULL;
+    entry->same_identity_next = entry->same_identity_prev = NULL;
     entry->expire_at_ms = NO_EXPIRY;
     entry->hash = hash;
+    entry->identity_hash = 0;
+    entry->indexed = 0;
     entry->key_size = (uint32_t)key_size;
     entry->kind = (uint8_t)kind;
     memset(&entry->value, 0, value_size(kind));
@@ -146,6 +159,9 @@ store_hash(const MemoryStore *store, const unsigned char *key, size_t key_size)
 {
     return siphash13(store->hash_key, key, key_size);
 }
+
+
+/* ---- the LRU list ------------------------------------------------------------- */
 
 void
 lru_unlink(MemoryStore *store, memory_entry *entry)
@@ -188,13 +204,582 @@ lru_touch(MemoryStore *store, memory_entry *entry)
     }
 }
 
-/* The entry holding this key, expired or not, or NULL. */
-memory_entry *
-table_find(const MemoryStore *store, const unsigned char *key, size_t key_size, uint64_t hash)
+/* ---- slot arrays ---------------------------------------------------------------- */
+
+/* Large slot arrays come straight from the kernel: their pages are zeroed
+ * when first touched, not all at once as calloc would (from the heap, which
+ * is where glibc serves a block the size of one recently freed), and a
+ * resize gives the emptied part of the old array back a chunk at a time,
+ * so that neither its start nor its end is a pass over a whole array. */
+#define MAPPED_ARRAY_BYTES (256 * 1024)
+#define RELEASE_CHUNK_SLOTS ((size_t)(256 * 1024) / sizeof(memory_entry *))
+
+static int
+is_mapped(size_t slot_count)
 {
-    size_t mask = store->slot_count - 1;
+#ifdef STORE_MAPPED_ARRAYS
+    return slot_count * sizeof(memory_entry *) >= MAPPED_ARRAY_BYTES;
+#else
+    (void)slot_count;
+    return 0;
+#endif
+}
+
+/* slot_count empty slots, or NULL (no exception set). */
+static memory_entry **
+slots_alloc(size_t slot_count)
+{
+#ifdef STORE_MAPPED_ARRAYS
+    if (is_mapped(slot_count)) {
+        void *memory = mmap(NULL, slot_count * sizeof(memory_entry *), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return memory == MAP_FAILED ? NULL : (memory_entry **)memory;
+    }
+#endif
+    return PyMem_Calloc(slot_count, sizeof(memory_entry *));
+}
+
+static void
+slots_free(memory_entry **slots, size_t slot_count)
+{
+    if (slots == NULL) {
+        return;
+    }
+#ifdef STORE_MAPPED_ARRAYS
+    if (is_mapped(slot_count)) {
+        munmap(slots, slot_count * sizeof(memory_entry *));
+        return;
+    }
+#endif
+    PyMem_Free(slots);
+}
+
+/* Give back the pages of slots[from, to), which hold only NULLs and are
+ * never written again: they read as zeros (NULL) afterwards. */
+static void
+slots_release(memory_entry **slots, size_t slot_count, size_t from, size_t to)
+{
+#ifdef STORE_MAPPED_ARRAYS
+    long page_bytes = sysconf(_SC_PAGESIZE);
+    char *start = (char *)(slots + from);
+    if (is_mapped(slot_count) && page_bytes > 0 && to > from &&
+        (uintptr_t)start % (uintptr_t)page_bytes == 0 &&
+        (to - from) * sizeof(memory_entry *) % (size_t)page_bytes == 0) {
+        (void)madvise(start, (to - from) * sizeof(memory_entry *), MADV_DONTNEED);
+    }
+#else
+    (void)slots;
+    (void)slot_count;
+    (void)from;
+    (void)to;
+#endif
+}
+
+/* The hash an array files an entry under (its key's, or its identity's). */
+static inline uint64_t
+hash_in(const slot_array *array, const memory_entry *entry)
+{
+    return *(const uint64_t *)((const char *)entry + array->hash_offset);
+}
+
+/* Place an entry absent from slots, which has room. */
+static void
+place(const slot_array *array, memory_entry **slots, size_t slot_count, memory_entry *entry)
+{
+    size_t mask = slot_count - 1;
+    size_t i = (size_t)hash_in(array, entry) & mask;
+    while (slots[i] != NULL) {
+        i = (i + 1) & mask;
+    }
+    slots[i] = entry;
+}
+
+/* Empty slot i, shifting back the entries after it whose probe sequence
+ * passes through it, so that every entry stays reachable from its home. */
+static void
+clear_slot(const slot_array *array, memory_entry **slots, size_t slot_count, size_t i)
+{
+    size_t mask = slot_count - 1;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        memory_entry *entry = slots[j];
+        if (entry == NULL) {
+            break;
+        }
+        size_t home = (size_t)hash_in(array, entry) & mask;
+        /* The entry stays put iff its home lies cyclically in (i, j]. */
+        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            slots[i] = entry;
+            i = j;
+        }
+    }
+    slots[i] = NULL;
+}
+
+/* Where an entry sits. */
+typedef struct {
+    memory_entry **slots;
+    size_t slot_count;
+    size_t index;
+} slot_ref;
+
+static int
+probe_for(const slot_array *array, memory_entry **slots, size_t slot_count,
+          const memory_entry *entry, slot_ref *ref)
+{
+    size_t mask = slot_count - 1;
+    for (size_t i = (size_t)hash_in(array, entry) & mask; slots[i] != NULL; i = (i + 1) & mask) {
+        if (slots[i] == entry) {
+            ref->slots = slots;
+            ref->slot_count = slot_count;
+            ref->index = i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The slot of an entry the array holds, in whichever of its arrays. */
+static slot_ref
+locate(const slot_array *array, const memory_entry *entry)
+{
+    slot_ref ref = {NULL, 0, 0};
+    if (!probe_for(array, array->slots, array->slot_count, entry, &ref)) {
+        int found = array->old_slots != NULL &&
+                    probe_for(array, array->old_slots, array->old_slot_count, entry, &ref);
+        assert(found);
+        (void)found;
+    }
+    return ref;
+}
+
+static void
+remove_at(slot_array *array, slot_ref ref)
+{
+    clear_slot(array, ref.slots, ref.slot_count, ref.index);
+    array->used--;
+}
+
+static int
+array_init(slot_array *array, size_t hash_offset)
+{
+    memset(array, 0, sizeof(*array));
+    array->hash_offset = hash_offset;
+    array->slots = slots_alloc(MIN_SLOTS);
+    if (array->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    array->slot_count = MIN_SLOTS;
+    return 0;
+}
+
+static void
+end_resize(slot_array *array)
+{
+    slots_free(array->old_slots, array->old_slot_count);
+    array->old_slots = NULL;
+    array->old_slot_count = array->old_cursor = array->old_released = 0;
+    array->slots_per_added = 0;
+}
+
+/* Forget every entry the array holds; keep it small if that can be had. */
+static void
+array_empty(slot_array *array)
+{
+    end_resize(array);
+    array->used = 0;
+    memory_entry **slots = array->slot_count > MIN_SLOTS ? slots_alloc(MIN_SLOTS) : NULL;
+    if (slots != NULL) {
+        slots_free(array->slots, array->slot_count);
+        array->slots = slots;
+        array->slot_count = MIN_SLOTS;
+    }
+    else {
+        memset(array->slots, 0, array->slot_count * sizeof(memory_entry *));
+    }
+}
+
+/* ---- the identity index ------------------------------------------------------------ */
+
+int
+key_identity(const unsigned char *key, size_t key_size, identity_span *span)
+{
+    const unsigned char *end = key + key_size;
+    const unsigned char *open = memchr(key, '{', key_size);
+    if (open == NULL) {
+        return 0;
+    }
+    const unsigned char *inside = open + 1;
+    const unsigned char *close = memchr(inside, '}', (size_t)(end - inside));
+    if (close == NULL || memchr(key, '}', (size_t)(open - key)) != NULL ||
+        memchr(inside, '{', (size_t)(close - inside)) != NULL ||
+        memchr(close + 1, '{', (size_t)(end - close - 1)) != NULL ||
+        memchr(close + 1, '}', (size_t)(end - close - 1)) != NULL) {
+        return 0;
+    }
+    const unsigned char *first = memchr(inside, ':', (size_t)(close - inside));
+    if (first == NULL) {
+        return 0;
+    }
+    const unsigned char *second = memchr(first + 1, ':', (size_t)(close - first - 1));
+    if (second == NULL || memchr(second + 1, ':', (size_t)(close - second - 1)) != NULL) {
+        return 0;
+    }
+    span->tenant = inside;
+    span->tenant_size = (size_t)(first - inside);
+    span->identity = second + 1;
+    span->identity_size = (size_t)(close - second - 1);
+    return 1;
+}
+
+uint64_t
+identity_hash(const MemoryStore *store, const identity_span *span)
+{
+    /* The tenant's hash keys the identity's: one hash of the two parts, which
+     * are not adjacent in the key. Most keys have no tenant: one hash then. */
+    uint64_t tenant_hash =
+        span->tenant_size > 0 ? siphash13(store->hash_key, span->tenant, span->tenant_size) : 0;
+    const uint64_t key[2] = {store->hash_key[0] ^ tenant_hash, store->hash_key[1]};
+    return siphash13(key, span->identity, span->identity_size);
+}
+
+static int
+same_identity(const memory_entry *entry, const identity_span *span)
+{
+    identity_span own;
+    if (!key_identity(entry_key(entry), entry->key_size, &own)) {
+        return 0;
+    }
+    return own.tenant_size == span->tenant_size && own.identity_size == span->identity_size &&
+           memcmp(own.tenant, span->tenant, span->tenant_size) == 0 &&
+           memcmp(own.identity, span->identity, span->identity_size) == 0;
+}
+
+static memory_entry **
+probe_identity(memory_entry **slots, size_t slot_count, const identity_span *span,
+               uint64_t hash)
+{
+    size_t mask = slot_count - 1;
+    for (size_t i = (size_t)hash & mask; slots[i] != NULL; i = (i + 1) & mask) {
+        if (slots[i]->identity_hash == hash && same_identity(slots[i], span)) {
+            return &slots[i];
+        }
+    }
+    return NULL;
+}
+
+static memory_entry **
+identity_slot(const MemoryStore *store, const identity_span *span, uint64_t hash)
+{
+    const slot_array *array = &store->identities;
+    memory_entry **slot = probe_identity(array->slots, array->slot_count, span, hash);
+    if (slot == NULL && array->old_slots != NULL) {
+        slot = probe_identity(array->old_slots, array->old_slot_count, span, hash);
+    }
+    return slot;
+}
+
+memory_entry *
+identity_first(const MemoryStore *store, const identity_span *span, uint64_t hash)
+{
+    memory_entry **slot = identity_slot(store, span, hash);
+    return slot != NULL ? *slot : NULL;
+}
+
+/* Put a new entry on its identity's list (the first of an identity takes a
+ * slot of the index; the rest follow it), or on the unindexed list. */
+static void
+index_link(MemoryStore *store, memory_entry *entry)
+{
+    identity_span span;
+    entry->same_identity_prev = NULL;
+    if (!key_identity(entry_key(entry), entry->key_size, &span)) {
+        entry->indexed = 0;
+        entry->same_identity_next = store->unindexed;
+        if (store->unindexed != NULL) {
+            store->unindexed->same_identity_prev = entry;
+        }
+        store->unindexed = entry;
+        store->unindexed_count++;
+        return;
+    }
+    entry->indexed = 1;
+    entry->identity_hash = identity_hash(store, &span);
+    memory_entry **slot = identity_slot(store, &span, entry->identity_hash);
+    if (slot == NULL) {
+        entry->same_identity_next = NULL;
+        slot_array *array = &store->identities;
+        place(array, array->slots, array->slot_count, entry);
+        array->used++;
+        return;
+    }
+    /* Second in line: the first keeps its slot. */
+    memory_entry *first = *slot;
+    entry->same_identity_prev = first;
+    entry->same_identity_next = first->same_identity_next;
+    if (first->same_identity_next != NULL) {
+        first->same_identity_next->same_identity_prev = entry;
+    }
+    first->same_identity_next = entry;
+}
+
+static void
+index_unlink(MemoryStore *store, memory_entry *entry)
+{
+    memory_entry *next = entry->same_identity_next, *prev = entry->same_identity_prev;
+    if (next != NULL) {
+        next->same_identity_prev = prev;
+    }
+    if (prev != NULL) {
+        prev->same_identity_next = next;
+    }
+    else if (!entry->indexed) {
+        store->unindexed = next;
+    }
+    else {
+        /* The first of its identity: the next one (same hash) takes its slot. */
+        slot_ref ref = locate(&store->identities, entry);
+        if (next != NULL) {
+            ref.slots[ref.index] = next;
+        }
+        else {
+            remove_at(&store->identities, ref);
+        }
+    }
+    if (!entry->indexed) {
+        store->unindexed_count--;
+    }
+    entry->same_identity_next = entry->same_identity_prev = NULL;
+}
+
+/* Unlink an entry already out of the key slots from everything else, and free it. */
+static void
+forget(MemoryStore *store, memory_entry *entry)
+{
+    lru_unlink(store, entry);
+    index_unlink(store, entry);
+    entry_free(entry);
+}
+
+/* ---- resizing -------------------------------------------------------------------- */
+
+/* What a sweep drops: entries expired at now_ms, and those idle() names. */
+typedef struct {
+    int (*idle)(const memory_entry *entry, int64_t now_ms);
+    int64_t now_ms;
+    long long dropped;
+} sweep_rule;
+
+static int
+droppable(const sweep_rule *rule, const memory_entry *entry)
+{
+    return entry_expired(entry, rule->now_ms) || rule->idle(entry, rule->now_ms);
+}
+
+/* Empty at most budget old slots into the array's slots (a sweep's rule,
+ * for the key slots only, drops what it may instead of moving it); ends the
+ * resize when the old array is empty. Returns the slots walked. */
+static size_t
+resize_step(MemoryStore *store, slot_array *array, size_t budget, sweep_rule *rule)
+{
+    size_t walked = 0;
+    while (array->old_slots != NULL && array->old_cursor < array->old_slot_count &&
+           walked < budget) {
+        memory_entry *entry = array->old_slots[array->old_cursor];
+        walked++;
+        if (entry == NULL) {
+            array->old_cursor++;
+            continue;
+        }
+        /* Slots below the cursor are empty, so the shift back stays at or
+         * above it: the entry shifted into the cursor's slot is seen next. */
+        clear_slot(array, array->old_slots, array->old_slot_count, array->old_cursor);
+        if (rule != NULL && droppable(rule, entry)) {
+            array->used--;
+            forget(store, entry);
+            rule->dropped++;
+        }
+        else {
+            place(array, array->slots, array->slot_count, entry);
+        }
+    }
+    if (array->old_slots == NULL) {
+        return walked;
+    }
+    if (array->old_cursor == array->old_slot_count) {
+        end_resize(array);
+        return walked;
+    }
+    size_t releasable = array->old_cursor - array->old_cursor % RELEASE_CHUNK_SLOTS;
+    if (releasable > array->old_released) {
+        slots_release(array->old_slots, array->old_slot_count, array->old_released, releasable);
+        array->old_released = releasable;
+    }
+    return walked;
+}
+
+static size_t
+scaled_cursor(size_t cursor, size_t from_count, size_t to_count)
+{
+    return to_count >= from_count ? cursor * (to_count / from_count)
+                                  : cursor / (from_count / to_count);
+}
+
+/* Give the array slot_count slots (no resize in progress). Small arrays, and
+ * empty ones, move at once; larger ones start a resize that the calls adding
+ * entries and the sweeps carry on. */
+static int
+resize(MemoryStore *store, slot_array *array, size_t slot_count)
+{
+    memory_entry **slots = slots_alloc(slot_count);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memory_entry **old = array->slots;
+    size_t old_count = array->slot_count;
+    array->slots = slots;
+    array->slot_count = slot_count;
+    if (array == &store->keys) {
+        store->sweep_cursor = scaled_cursor(store->sweep_cursor, old_count, slot_count);
+    }
+    if (old_count <= WHOLE_RESIZE_SLOTS || (array->used == 0 && old_count <= FREE_AT_ONCE_SLOTS)) {
+        for (size_t i = 0; array->used > 0 && i < old_count; i++) {
+            if (old[i] != NULL) {
+                place(array, slots, slot_count, old[i]);
+            }
+        }
+        slots_free(old, old_count);
+        return 0;
+    }
+    array->old_slots = old;
+    array->old_slot_count = old_count;
+    array->old_cursor = array->old_released = 0;
+    /* Walk every old slot (and move every entry) before slots is half full. */
+    size_t headroom = slot_count / 2 > array->used ? slot_count / 2 - array->used : 1;
+    array->slots_per_added = (old_count + array->used + headroom - 1) / headroom;
+    return 0;
+}
+
+/* Room for extra more entries in the array, at most half full, and this
+ * call's step of a resize in progress. */
+static int
+array_reserve(MemoryStore *store, slot_array *array, size_t extra)
+{
+    /* Step first: a resize started earlier is paced to end by the time its
+     * slots fill to half, counting this call's entries. */
+    size_t step = RESIZE_STEP_SLOTS + extra * array->slots_per_added;
+    size_t walked = resize_step(store, array, step, NULL);
+    size_t needed = array->used + extra;
+    if (needed > array->slot_count / 2) {
+        if (array->old_slots != NULL) {
+            /* Not reached while the pace holds; finishing is always correct. */
+            walked += resize_step(store, array, SIZE_MAX, NULL);
+            store->work.whole_resizes++;
+        }
+        size_t slot_count = array->slot_count;
+        while (needed > slot_count / 2) {
+            if (slot_count > (SIZE_MAX / sizeof(memory_entry *)) / 4) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            slot_count *= 2;
+        }
+        if (resize(store, array, slot_count) < 0) {
+            return -1;
+        }
+        step = RESIZE_STEP_SLOTS + extra * array->slots_per_added;
+        walked += resize_step(store, array, step, NULL);
+    }
+    if (walked > store->work.longest_resize_step) {
+        store->work.longest_resize_step = walked;
+    }
+    return 0;
+}
+
+/* Shrink an array less than an eighth full to about a quarter full (by at
+ * most MAX_SHRINK_FACTOR, so the resize's pace stays bounded); a failed
+ * allocation just keeps the larger array. */
+static void
+array_maybe_shrink(MemoryStore *store, slot_array *array)
+{
+    if (array->slot_count <= MIN_SLOTS || array->used * 8 >= array->slot_count) {
+        return;
+    }
+    if (array->used == 0 && array->slot_count + array->old_slot_count <= FREE_AT_ONCE_SLOTS) {
+        /* Nothing to move, even mid-resize, and little to free: the
+         * smallest array at once. */
+        array_empty(array);
+        if (array == &store->keys) {
+            store->sweep_cursor = 0;
+        }
+        return;
+    }
+    if (array->old_slots != NULL) {
+        return; /* one resize at a time */
+    }
+    size_t slot_count = MIN_SLOTS;
+    while (slot_count < array->used * 4) {
+        slot_count *= 2;
+    }
+    if (slot_count < array->slot_count / MAX_SHRINK_FACTOR) {
+        slot_count = array->slot_count / MAX_SHRINK_FACTOR;
+    }
+    if (slot_count < array->slot_count && resize(store, array, slot_count) < 0) {
+        PyErr_Clear();
+    }
+}
+
+/* ---- the table -------------------------------------------------------------------- */
+
+int
+table_init(MemoryStore *store)
+{
+    if (array_init(&store->keys, offsetof(memory_entry, hash)) < 0 ||
+        array_init(&store->identities, offsetof(memory_entry, identity_hash)) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static void
+free_entries(MemoryStore *store)
+{
+    memory_entry *entry = store->newest;
+    while (entry != NULL) {
+        memory_entry *older = entry->older;
+        entry_free(entry);
+        entry = older;
+    }
+    store->newest = store->oldest = NULL;
+    store->unindexed = NULL;
+    store->unindexed_count = 0;
+    store->sweep_cursor = 0;
+}
+
+void
+table_release(MemoryStore *store)
+{
+    free_entries(store);
+    slot_array *arrays[2] = {&store->keys, &store->identities};
+    for (int i = 0; i < 2; i++) {
+        end_resize(arrays[i]);
+        slots_free(arrays[i]->slots, arrays[i]->slot_count);
+        arrays[i]->slots = NULL;
+        arrays[i]->slot_count = arrays[i]->used = 0;
+    }
+}
+
+static memory_entry *
+probe_key(memory_entry **slots, size_t slot_count, const unsigned char *key, size_t key_size,
+          uint64_t hash)
+{
+    size_t mask = slot_count - 1;
     for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
-        memory_entry *entry = store->slots[i];
+        memory_entry *entry = slots[i];
         if (entry == NULL) {
             return NULL;
         }
@@ -205,179 +790,102 @@ table_find(const MemoryStore *store, const unsigned char *key, size_t key_size, 
     }
 }
 
-static size_t
-table_slot_of(const MemoryStore *store, const memory_entry *entry)
+/* The entry holding this key, expired or not, or NULL. */
+memory_entry *
+table_find(const MemoryStore *store, const unsigned char *key, size_t key_size, uint64_t hash)
 {
-    size_t mask = store->slot_count - 1;
-    size_t i = (size_t)entry->hash & mask;
-    while (store->slots[i] != entry) {
-        i = (i + 1) & mask;
+    const slot_array *keys = &store->keys;
+    memory_entry *entry = probe_key(keys->slots, keys->slot_count, key, key_size, hash);
+    if (entry == NULL && keys->old_slots != NULL) {
+        entry = probe_key(keys->old_slots, keys->old_slot_count, key, key_size, hash);
     }
-    return i;
+    return entry;
 }
 
-/* Place an entry whose key is absent; the table has room (table_reserve). */
-static void
-table_place(memory_entry **slots, size_t slot_count, memory_entry *entry)
-{
-    size_t mask = slot_count - 1;
-    size_t i = (size_t)entry->hash & mask;
-    while (slots[i] != NULL) {
-        i = (i + 1) & mask;
-    }
-    slots[i] = entry;
-}
-
-/* Empty slot i, shifting back the entries after it whose probe sequence
- * passes through it, so that every entry stays reachable from its home. */
-static void
-table_clear_slot(MemoryStore *store, size_t i)
-{
-    size_t mask = store->slot_count - 1;
-    size_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        memory_entry *entry = store->slots[j];
-        if (entry == NULL) {
-            break;
-        }
-        size_t home = (size_t)entry->hash & mask;
-        /* The entry stays put iff its home lies cyclically in (i, j]. */
-        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-        if (!stays) {
-            store->slots[i] = entry;
-            i = j;
-        }
-    }
-    store->slots[i] = NULL;
-}
-
-static int
-table_resize(MemoryStore *store, size_t slot_count)
-{
-    memory_entry **slots = PyMem_Calloc(slot_count, sizeof(memory_entry *));
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (memory_entry *entry = store->newest; entry != NULL; entry = entry->older) {
-        table_place(slots, slot_count, entry);
-    }
-    PyMem_Free(store->slots);
-    store->slots = slots;
-    store->slot_count = slot_count;
-    store->sweep_cursor = 0;
-    return 0;
-}
-
-/* Room for extra more entries, at most half full. */
+/* Room for extra more entries: in the key slots, and in the index in case
+ * each is the first of its identity. */
 int
 table_reserve(MemoryStore *store, size_t extra)
 {
-    size_t needed = store->entry_count + extra;
-    if (needed <= store->slot_count / 2) {
-        return 0;
+    if (array_reserve(store, &store->keys, extra) < 0 ||
+        array_reserve(store, &store->identities, extra) < 0) {
+        return -1;
     }
-    size_t slot_count = store->slot_count;
-    while (needed > slot_count / 2) {
-        if (slot_count > (SIZE_MAX / sizeof(memory_entry *)) / 4) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        slot_count *= 2;
-    }
-    return table_resize(store, slot_count);
+    return 0;
 }
 
-/* Shrink a table less than an eighth full to about a quarter; a failed
- * allocation just keeps the larger table. */
 void
 table_maybe_shrink(MemoryStore *store)
 {
-    if (store->slot_count <= MIN_SLOTS || store->entry_count * 8 >= store->slot_count) {
-        return;
-    }
-    size_t slot_count = MIN_SLOTS;
-    while (slot_count < store->entry_count * 4) {
-        slot_count *= 2;
-    }
-    if (slot_count < store->slot_count && table_resize(store, slot_count) < 0) {
-        PyErr_Clear();
-    }
+    array_maybe_shrink(store, &store->keys);
+    array_maybe_shrink(store, &store->identities);
 }
 
 void
 table_insert(MemoryStore *store, memory_entry *entry)
 {
-    table_place(store->slots, store->slot_count, entry);
+    slot_array *keys = &store->keys;
+    place(keys, keys->slots, keys->slot_count, entry);
+    keys->used++;
     lru_push_newest(store, entry);
-    store->entry_count++;
+    index_link(store, entry);
 }
 
 void
 table_remove(MemoryStore *store, memory_entry *entry)
 {
-    table_clear_slot(store, table_slot_of(store, entry));
-    lru_unlink(store, entry);
-    store->entry_count--;
-    entry_free(entry);
+    remove_at(&store->keys, locate(&store->keys, entry));
+    forget(store, entry);
 }
 
 void
 table_clear(MemoryStore *store)
 {
-    memory_entry *entry = store->newest;
-    while (entry != NULL) {
-        memory_entry *older = entry->older;
-        entry_free(entry);
-        entry = older;
-    }
-    store->newest = store->oldest = NULL;
-    store->entry_count = 0;
-    if (store->slots != NULL) {
-        memset(store->slots, 0, store->slot_count * sizeof(memory_entry *));
-    }
-    store->sweep_cursor = 0;
+    free_entries(store);
+    array_empty(&store->keys);
+    array_empty(&store->identities);
 }
 
 void
 evict_beyond_cap(MemoryStore *store)
 {
-    while (store->entry_count > store->max_entries && store->oldest != NULL) {
+    while (store->keys.used > store->max_entries && store->oldest != NULL) {
         table_remove(store, store->oldest);
         store->evictions++;
     }
 }
 
+size_t
+table_resize_slots_left(const MemoryStore *store)
+{
+    const slot_array *keys = &store->keys;
+    return keys->old_slots != NULL ? keys->old_slot_count - keys->old_cursor : 0;
+}
 
 long long
 table_sweep(MemoryStore *store, size_t budget,
             int (*idle)(const memory_entry *entry, int64_t now_ms), int64_t now_ms)
 {
-    if (budget > store->slot_count) {
-        budget = store->slot_count;
-    }
-    size_t i = store->sweep_cursor & (store->slot_count - 1);
-    long long dropped = 0;
-    /* A removal shifts a later entry into slot i: look at slot i again. */
-    for (size_t visited = 0; visited < budget;) {
-        memory_entry *entry = store->slots[i];
-        if (entry != NULL && (entry_expired(entry, now_ms) || idle(entry, now_ms))) {
-            table_clear_slot(store, i);
-            lru_unlink(store, entry);
-            store->entry_count--;
-            entry_free(entry);
-            dropped++;
-            continue;
+    sweep_rule rule = {idle, now_ms, 0};
+    slot_array *keys = &store->keys;
+    resize_step(store, &store->identities, budget, NULL);
+    size_t spent = resize_step(store, keys, budget, &rule);
+    size_t slot_count = keys->slot_count;
+    size_t mask = slot_count - 1;
+    size_t i = store->sweep_cursor & mask;
+    /* One pass at most; a dropped entry counts as a slot walked. */
+    for (size_t passed = 0; passed < slot_count && spent < budget; spent++) {
+        memory_entry *entry = keys->slots[i];
+        if (entry != NULL && droppable(&rule, entry)) {
+            remove_at(keys, (slot_ref){keys->slots, slot_count, i});
+            forget(store, entry);
+            rule.dropped++;
+            continue; /* a later entry may have shifted into slot i */
         }
-        visited++;
-        i = (i + 1) & (store->slot_count - 1);
+        passed++;
+        i = (i + 1) & mask;
     }
     store->sweep_cursor = i;
-    size_t slot_count = store->slot_count;
     table_maybe_shrink(store);
-    if (store->slot_count != slot_count) {
-        store->sweep_cursor = 0;
-    }
-    return dropped;
+    return rule.dropped;
 }

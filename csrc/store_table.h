@@ -2,9 +2,13 @@
  * per-store key, open addressing with linear probing over a power-of-two
  * array of entry pointers (at most half full; deletion shifts entries back,
  * so there are no tombstones), every entry also on an intrusive list in
- * order of use for the LRU bound. What an entry holds is typed per kind
- * (the algorithms' per-key state); the table only allocates, finds, orders
- * and frees entries. store_table.c. */
+ * order of use for the LRU bound. A second array indexes the entries by the
+ * tenant and identity of their hash tag, so that forgetting an identity
+ * touches that identity's entries only. Both arrays are resized
+ * incrementally: the old array is emptied into the new one a bounded number
+ * of slots per call. What an entry holds is typed per kind (the
+ * algorithms' per-key state); the table only allocates, finds, orders and
+ * frees entries. store_table.c. */
 #ifndef MODERATO_STORE_TABLE_H
 #define MODERATO_STORE_TABLE_H
 
@@ -15,6 +19,15 @@
 
 #define NO_EXPIRY (-1LL)
 #define MIN_SLOTS 16
+/* A resize moves at least this many old slots per call that makes room, on
+ * top of its pace per entry added (slot_array.slots_per_added). */
+#define RESIZE_STEP_SLOTS 64
+/* An array of at most this many slots is resized in one go (a few us), and
+ * one that holds no entry, of at most FREE_AT_ONCE_SLOTS (256 KiB to free). */
+#define WHOLE_RESIZE_SLOTS 4096
+#define FREE_AT_ONCE_SLOTS 32768
+/* A shrink divides the slot count by at most this (which bounds its pace). */
+#define MAX_SHRINK_FACTOR 8
 
 /* What a key holds: a Redis string holding a decimal integer (a window
  * counter), one of three hashes of integer fields, or the sliding log's
@@ -74,21 +87,52 @@ typedef union {
 typedef struct memory_entry {
     struct memory_entry *newer; /* toward the most recently used */
     struct memory_entry *older;
+    /* The other entries of the same tenant and identity (the identity
+     * index), or of the unindexed list when indexed is 0. */
+    struct memory_entry *same_identity_next;
+    struct memory_entry *same_identity_prev;
     int64_t expire_at_ms;       /* absolute, or NO_EXPIRY */
     uint64_t hash;
+    uint64_t identity_hash;     /* when indexed */
     uint32_t key_size;
     uint8_t kind;
+    uint8_t indexed;
     /* Only the kind's part of the value is allocated; the key follows it. */
     entry_value value;
 } memory_entry;
 
+/* An open-addressing array of entry pointers, resized incrementally: while
+ * old_slots is set, every entry is in exactly one of the two arrays, new
+ * ones go to slots, and old_slots[0, old_cursor) are empty. */
 typedef struct {
-    PyObject_HEAD
     memory_entry **slots;
     size_t slot_count;   /* a power of two, at least MIN_SLOTS */
-    size_t entry_count;
+    size_t used;         /* entries held, in both arrays */
+    memory_entry **old_slots; /* NULL: no resize in progress */
+    size_t old_slot_count;
+    size_t old_cursor;
+    size_t old_released; /* old_slots[0, old_released) given back to the system */
+    /* Old slots to walk per entry added, so that the resize ends before
+     * slots is half full. */
+    size_t slots_per_added;
+    size_t hash_offset;  /* offsetof(memory_entry, the hash this array uses) */
+} slot_array;
+
+/* How much work the table did in one go: tests hold it to its bounds. */
+typedef struct {
+    size_t longest_resize_step;     /* the most slots one resize step walked */
+    unsigned long long whole_resizes; /* resizes of a large array finished in one call */
+    size_t last_match_examined;     /* entries delete_matching() looked at last */
+} table_work;
+
+typedef struct {
+    PyObject_HEAD
+    slot_array keys;       /* every entry, by key */
+    slot_array identities; /* the first entry of each indexed tenant and identity */
+    memory_entry *unindexed; /* entries whose key has no "{tenant:scope:identity}" tag */
+    size_t unindexed_count;
     size_t max_entries;
-    size_t sweep_cursor;
+    size_t sweep_cursor;   /* into keys.slots */
     memory_entry *newest;
     memory_entry *oldest;
     uint64_t hash_key[2];
@@ -98,7 +142,16 @@ typedef struct {
     size_t sweep_slots;
     size_t until_sweep;
     unsigned long long version; /* changes with every call that may change the table */
+    table_work work;
 } MemoryStore;
+
+/* The tenant and identity of a key's hash tag, or of a pattern's. */
+typedef struct {
+    const unsigned char *tenant;
+    size_t tenant_size;
+    const unsigned char *identity;
+    size_t identity_size;
+} identity_span;
 
 /* SipHash-1-3 of data under key. */
 uint64_t siphash13(const uint64_t key[2], const unsigned char *data, size_t size);
@@ -115,19 +168,39 @@ void log_release_items(log_value *log, size_t from, size_t count);
 uint64_t store_hash(const MemoryStore *store, const unsigned char *key, size_t key_size);
 void lru_unlink(MemoryStore *store, memory_entry *entry);
 void lru_touch(MemoryStore *store, memory_entry *entry);
+/* An empty table (0, or -1 with MemoryError); table_release frees it all. */
+int table_init(MemoryStore *store);
+void table_release(MemoryStore *store);
 /* The entry holding this key, expired or not, or NULL. */
 memory_entry *table_find(const MemoryStore *store, const unsigned char *key, size_t key_size,
                          uint64_t hash);
-/* Room for extra more entries (0, or -1 with MemoryError). */
+/* Room for extra more entries (0, or -1 with MemoryError); moves a resize in
+ * progress on by a bounded step. */
 int table_reserve(MemoryStore *store, size_t extra);
 void table_insert(MemoryStore *store, memory_entry *entry);
 void table_remove(MemoryStore *store, memory_entry *entry);
 void table_clear(MemoryStore *store);
 void table_maybe_shrink(MemoryStore *store);
 void evict_beyond_cap(MemoryStore *store);
-/* Walk at most budget slots from the sweep cursor, dropping the entries
- * idle() calls droppable at now_ms; returns how many were dropped. */
+/* Slots a resize in progress has yet to walk (0: none in progress). */
+size_t table_resize_slots_left(const MemoryStore *store);
+/* Walk at most budget slots in all: first those a resize in progress has
+ * yet to empty, then from the sweep cursor (one pass at most), dropping
+ * expired entries and those idle() calls droppable at now_ms (a dropped
+ * entry counts as a slot walked); returns how many were dropped. A resize of
+ * the identity index moves on by budget slots too. */
 long long table_sweep(MemoryStore *store, size_t budget,
                       int (*idle)(const memory_entry *entry, int64_t now_ms), int64_t now_ms);
+
+/* The identity index. key_identity: a key of the shape
+ * "...{<tenant>:<scope>:<identity>}..." with no other brace and no other
+ * colon inside the braces, 1; any other key, 0 (such keys are on the
+ * unindexed list). */
+int key_identity(const unsigned char *key, size_t key_size, identity_span *span);
+uint64_t identity_hash(const MemoryStore *store, const identity_span *span);
+/* The first indexed entry of this tenant and identity (the rest follow by
+ * same_identity_next), or NULL. */
+memory_entry *identity_first(const MemoryStore *store, const identity_span *span,
+                             uint64_t hash);
 
 #endif /* MODERATO_STORE_TABLE_H */

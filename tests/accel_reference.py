@@ -311,3 +311,48 @@ def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
         algorithm,
         states,
     )
+
+
+# -- MemoryStore's identity index (table_stats()'s "identities" and "unindexed") --------
+
+
+def store_key_identity(key: bytes) -> Union[tuple[bytes, bytes], None]:
+    """The (tenant, identity) a MemoryStore indexes ``key`` under, or None.
+
+    Keys of the limiter's shape, ``...{<tenant>:<scope>:<identity>}...``, with
+    no other brace anywhere and no other colon between the braces, are
+    indexed; any other key is on the unindexed list.
+    """
+    if key.count(b"{") != 1 or key.count(b"}") != 1:
+        return None
+    open_at, close_at = key.index(b"{"), key.index(b"}")
+    if close_at < open_at:
+        return None
+    parts = key[open_at + 1 : close_at].split(b":")
+    if len(parts) != 3:
+        return None
+    return parts[0], parts[2]
+
+
+def store_pattern_identity(pattern: bytes) -> Union[tuple[bytes, bytes], None]:
+    """The (tenant, identity) every indexed key matching ``pattern`` has, or None.
+
+    A pattern pins them when it has no ``[`` nor ``\\``, one ``{`` and one
+    ``}`` after it, and between them ``<tenant>:...:<identity>`` with neither
+    part holding ``*`` or ``?``: delete_matching() then looks at that
+    identity's entries and the unindexed ones only.
+    """
+    if b"[" in pattern or b"\\" in pattern:
+        return None
+    if pattern.count(b"{") != 1 or pattern.count(b"}") != 1:
+        return None
+    open_at, close_at = pattern.index(b"{"), pattern.index(b"}")
+    if close_at < open_at:
+        return None
+    inside = pattern[open_at + 1 : close_at]
+    if inside.count(b":") < 2:
+        return None
+    tenant, identity = inside.split(b":")[0], inside.rsplit(b":", 1)[1]
+    if any(c in part for part in (tenant, identity) for c in (b"*", b"?")):
+        return None
+    return tenant, identity

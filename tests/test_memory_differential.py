@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Union
 
+import accel_reference
 import pytest
 import pytest_asyncio
 import reference_model as model
@@ -518,6 +519,48 @@ async def test_delete_matching_follows_redis_glob(
     matched = {k.decode() for k in await lua.execute("KEYS", pattern)} - {"moderato-test:clock"}
     assert store.delete_matching(pattern) == len(matched), sorted(matched)
     assert {k.decode() for k in store.dump(0)} == keys - matched
+
+
+# Patterns that pin a tenant and an identity ("...{<tenant>:...:<identity>}...", as reset
+# builds them) are answered from the store's identity index and its unindexed list; keys
+# of every shape, braces and colons anywhere, must still go exactly as KEYS finds them.
+TAG_BYTES = st.sampled_from(["a", "b", ":", "{", "}", "", "*"])
+pinned_patterns = st.builds(
+    lambda head, tenant, middle, identity, tail: f"{head}{{{tenant}:{middle}:{identity}}}{tail}",
+    st.sampled_from(["p:??:", "p:fw:", "*", "p*", "?:", ""]),
+    st.sampled_from(["", "a", "b"]),
+    st.sampled_from(["*", "a", "?", "*:*", "a:b", ""]),
+    st.sampled_from(["", "a", "b"]),
+    st.sampled_from([":*", "", "*", ":60", "?"]),
+)
+shaped_keys = st.builds(
+    lambda head, tenant, scope, identity, tail: f"{head}{{{tenant}:{scope}:{identity}}}{tail}",
+    st.sampled_from(["p:fw:", "p:tb:", "p:{:", "p}:", "q:fw:", ""]),
+    TAG_BYTES, TAG_BYTES, TAG_BYTES,
+    st.sampled_from(["", ":60", ":60:1", "}", "{"]),
+)  # fmt: skip
+
+
+@settings(max_examples=300, **_BOUNDED)
+@given(
+    keys=st.sets(st.one_of(shaped_keys, st.text(KEY_ALPHABET, min_size=1, max_size=8)),
+                 min_size=1, max_size=24),
+    pattern=pinned_patterns,
+)  # fmt: skip
+async def test_identity_patterns_follow_redis_glob(
+    lua: LuaHarness, keys: set[str], pattern: str
+) -> None:
+    await lua.flush()
+    store = _accel.MemoryStore(100)
+    for key in keys:
+        await lua.execute("SET", key, "1")
+        store.load(key, 1, -1)
+    matched = {k.decode() for k in await lua.execute("KEYS", pattern)} - {"moderato-test:clock"}
+    assert store.delete_matching(pattern) == len(matched), sorted(matched)
+    assert {k.decode() for k in store.dump(0)} == keys - matched
+    left = [k.encode() for k in keys - matched]
+    unindexed = [k for k in left if accel_reference.store_key_identity(k) is None]
+    assert store.table_stats()["unindexed"] == len(unindexed)
 
 
 # -- the sweep never changes a decision ------------------------------------------------------------

@@ -11,6 +11,7 @@ int); tests replace it to make decisions deterministic.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -35,6 +36,9 @@ DEFAULT_MAX_ENTRIES = 1_000_000
 # slots per decision, a few nanoseconds each.
 SWEEP_EVERY = 256
 SWEEP_SLOTS = 2048
+# ``MemoryBackend.sweep()`` walks the table in slices of this many slots and lets
+# the event loop run between them (docs/internals.md gives the measured cost).
+SWEEP_SLICE_SLOTS = 8192
 
 Clock = Callable[[], int]
 
@@ -217,6 +221,30 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
     def close_now(self) -> None:
         pass
 
-    def sweep(self) -> int:
-        """Sweep the whole table now; returns how many entries were dropped."""
-        return self.store.sweep(self.clock())
+    async def sweep(self, slice_slots: int = SWEEP_SLICE_SLOTS) -> int:
+        """Sweep the whole table once, ``slice_slots`` slots at a time, yielding
+        to the event loop between slices; returns how many entries were dropped.
+
+        Decisions made meanwhile are exact as ever: the sweep only drops what
+        decides as a missing key would. An entry that decisions write (or that a
+        resize they start moves) behind the sweep's position during the pass
+        waits for the next pass.
+        """
+        if isinstance(slice_slots, bool) or not isinstance(slice_slots, int) or slice_slots < 1:
+            raise RateLimitConfigError(
+                f"memory:// sweep slice_slots must be a positive integer, got {slice_slots!r}"
+            )
+        store = self.store
+        stats = store.table_stats()
+        # A dropped entry counts as a slot walked: one pass walks the slots (and
+        # what a resize has yet to move) and drops at most every entry.
+        slots_left = stats["slot_count"] + stats["resize_slots_left"] + len(store)
+        dropped = 0
+        while True:
+            dropped += store.sweep(self.clock(), slice_slots)
+            slots_left -= slice_slots
+            # A resize that began during the pass (the table shrinks as it empties)
+            # holds entries the pass has not seen yet: the slices finish it too.
+            if slots_left <= 0 and store.table_stats()["resize_slots_left"] == 0:
+                return dropped
+            await asyncio.sleep(0)

@@ -14,9 +14,10 @@
  * (store_bucket.c), one file per algorithm, one decision (store_decide.c),
  * glob deletion (store_glob.c), and the test-only dump/load (store_debug.c).
  *
- * sweep() walks the slots from a cursor and drops expired entries and token
- * buckets that have refilled completely (a full bucket decides exactly as a
- * missing one under the same policy). No call walks the whole table unless
+ * sweep() walks the entries from the least recently used on, from where the
+ * last sweep stopped, and drops expired entries and token buckets that have
+ * refilled completely (a full bucket decides exactly as a missing one under
+ * the same policy). No call walks the whole table unless
  * asked to (sweep() without max_slots, clear()): the table grows and
  * shrinks a bounded step per call, and delete_matching() finds an
  * identity's keys through the identity index (store_table.h).
@@ -140,41 +141,52 @@ done:
 /* ---- sweeping ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(sweep_doc,
-"sweep($self, now_ms, max_slots=-1, /)\n"
+"sweep($self, now_ms, max_entries=-1, from_oldest=False, /)\n"
 "--\n"
 "\n"
 "Drop the entries expired at now_ms and the token buckets full by then\n"
-"(both decide exactly as a missing key). Walks at most max_slots slots: first\n"
-"those a resize in progress has yet to empty, then the table's from where\n"
-"the last sweep stopped, one pass at most; a dropped entry counts as a slot\n"
-"(-1: finish the resize and walk the whole table). Returns how many entries\n"
-"were dropped.");
+"(both decide exactly as a missing key). Looks at up to max_entries entries\n"
+"from the least recently used toward the most recently used, going on from\n"
+"where the last sweep stopped (from the least recently used with\n"
+"from_oldest), and stops at the most recently used: that ends a pass\n"
+"(table_stats()['sweep_passes']). -1: one whole pass from the least recently\n"
+"used, any resize in progress finished. Returns how many entries were dropped.");
 
 static PyObject *
 store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     MemoryStore *store = (MemoryStore *)self;
     int64_t now_ms;
-    Py_ssize_t max_slots = -1;
-    if (accel_check_arity("MemoryStore.sweep", "now_ms, max_slots", 1, 2, nargs) < 0) {
+    Py_ssize_t max_entries = -1;
+    if (accel_check_arity("MemoryStore.sweep", "now_ms, max_entries, from_oldest", 1, 3, nargs) <
+        0) {
         return NULL;
     }
     if (parse_now("sweep", args[0], &now_ms) < 0) {
         return NULL;
     }
-    if (nargs == 2) {
+    if (nargs >= 2) {
         if (!PyLong_Check(args[1]) || PyBool_Check(args[1])) {
-            PyErr_Format(PyExc_TypeError, "MemoryStore.sweep() max_slots must be int, not %.100s",
+            PyErr_Format(PyExc_TypeError,
+                         "MemoryStore.sweep() max_entries must be int, not %.100s",
                          Py_TYPE(args[1])->tp_name);
             return NULL;
         }
-        max_slots = PyLong_AsSsize_t(args[1]);
-        if (max_slots == -1 && PyErr_Occurred()) {
+        max_entries = PyLong_AsSsize_t(args[1]);
+        if (max_entries == -1 && PyErr_Occurred()) {
             return NULL;
         }
     }
+    if (nargs == 3 && !PyBool_Check(args[2])) {
+        PyErr_Format(PyExc_TypeError, "MemoryStore.sweep() from_oldest must be bool, not %.100s",
+                     Py_TYPE(args[2])->tp_name);
+        return NULL;
+    }
     store->version++;
-    size_t budget = max_slots < 0 ? SIZE_MAX : (size_t)max_slots;
+    if (max_entries < 0 || (nargs == 3 && args[2] == Py_True)) {
+        table_sweep_from_oldest(store);
+    }
+    size_t budget = max_entries < 0 ? SIZE_MAX : (size_t)max_entries;
     return PyLong_FromLongLong(table_sweep(store, budget, store_entry_idle, now_ms));
 }
 
@@ -257,6 +269,7 @@ store_table_stats(PyObject *self, PyObject *Py_UNUSED(ignored))
         {"longest_resize_step", store->work.longest_resize_step},
         {"whole_resizes", store->work.whole_resizes},
         {"last_match_examined", store->work.last_match_examined},
+        {"sweep_passes", store->sweep_passes},
     };
     /* Plain names: PyDict_SetItemString would intern, then drop, nine
      * strings per call. */
@@ -297,10 +310,10 @@ store_get_size(PyObject *self, void *offset)
 static PyObject *
 store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"max_entries", "sweep_every", "sweep_slots", NULL};
-    Py_ssize_t max_entries, sweep_every = 0, sweep_slots = 0;
+    static char *keywords[] = {"max_entries", "sweep_every", "sweep_entries", NULL};
+    Py_ssize_t max_entries, sweep_every = 0, sweep_entries = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n|$nn:MemoryStore", keywords, &max_entries,
-                                     &sweep_every, &sweep_slots)) {
+                                     &sweep_every, &sweep_entries)) {
         return NULL;
     }
     if (max_entries < 1) {
@@ -308,11 +321,11 @@ store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                      max_entries);
         return NULL;
     }
-    if (sweep_every < 0 || sweep_slots < 0) {
+    if (sweep_every < 0 || sweep_entries < 0) {
         PyErr_Format(PyExc_ValueError,
-                     "MemoryStore() sweep_every and sweep_slots must be 0 or more, got %zd "
+                     "MemoryStore() sweep_every and sweep_entries must be 0 or more, got %zd "
                      "and %zd",
-                     sweep_every, sweep_slots);
+                     sweep_every, sweep_entries);
         return NULL;
     }
     /* A random hash key per store: identities cannot be chosen to collide. */
@@ -341,7 +354,7 @@ store_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_DECREF(seed);
     store->max_entries = (size_t)max_entries;
     store->sweep_every = store->until_sweep = (size_t)sweep_every;
-    store->sweep_slots = (size_t)sweep_slots;
+    store->sweep_entries = (size_t)sweep_entries;
     if (table_init(store) < 0) {
         Py_DECREF(store);
         return NULL;
@@ -378,8 +391,8 @@ static PyGetSetDef store_getset[] = {
      "Entries evicted so far because the table was at its cap.", NULL},
     {"sweep_every", store_get_size, NULL,
      "decide() sweeps every this many decisions (0: never).", FIELD_AT(sweep_every)},
-    {"sweep_slots", store_get_size, NULL, "Slots each of decide()'s sweeps walks.",
-     FIELD_AT(sweep_slots)},
+    {"sweep_entries", store_get_size, NULL, "Entries each of decide()'s sweeps looks at.",
+     FIELD_AT(sweep_entries)},
     {"slot_count", store_get_size, NULL,
      "Slots of the hash table (a power of two; during a resize, of the new array).",
      FIELD_AT(keys.slot_count)},
@@ -387,13 +400,13 @@ static PyGetSetDef store_getset[] = {
 };
 
 PyDoc_STRVAR(store_doc,
-"MemoryStore(max_entries, *, sweep_every=0, sweep_slots=0)\n"
+"MemoryStore(max_entries, *, sweep_every=0, sweep_entries=0)\n"
 "--\n"
 "\n"
 "The state of memory://: the keys of the decision scripts, in process,\n"
 "decided with the scripts' exact math. At most max_entries entries are kept\n"
 "(the least recently used are evicted beyond); sweep() drops expired entries\n"
-"and full token buckets, and decide() sweeps sweep_slots slots by itself\n"
+"and full token buckets, and decide() sweeps sweep_entries entries by itself\n"
 "every sweep_every decisions (0: never). Every method holds the GIL throughout: calls from\n"
 "several threads and event loops are atomic. docs/internals.md has the\n"
 "contract.");

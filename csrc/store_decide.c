@@ -221,7 +221,7 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         /* Expired entries go without a background task: a bounded slice of
          * the table every so many decisions. */
         store->until_sweep = store->sweep_every;
-        table_sweep(store, store->sweep_slots, store_entry_idle, now_ms);
+        table_sweep(store, store->sweep_entries, store_entry_idle, now_ms);
     }
     /* Nothing of the arguments or the table is used past this point: the
      * reply's allocation may run a garbage collection, hence any code. */

@@ -166,6 +166,12 @@ store_hash(const MemoryStore *store, const unsigned char *key, size_t key_size)
 void
 lru_unlink(MemoryStore *store, memory_entry *entry)
 {
+    if (store->sweep_next == entry) {
+        /* The sweep goes on from the next newer entry; past the newest, its
+         * pass is over. */
+        store->sweep_next = entry->newer;
+        store->sweep_passes += entry->newer == NULL;
+    }
     if (entry->newer != NULL) {
         entry->newer->older = entry->older;
     }
@@ -341,14 +347,16 @@ probe_for(const slot_array *array, memory_entry **slots, size_t slot_count,
     return 0;
 }
 
-/* The slot of an entry the array holds, in whichever of its arrays. */
+/* The slot of an entry the array holds, in whichever of its arrays. The old
+ * array first, here and in every lookup: a new array's pages are mapped on
+ * first touch, and a lookup that reads one only to miss costs a page fault. */
 static slot_ref
 locate(const slot_array *array, const memory_entry *entry)
 {
     slot_ref ref = {NULL, 0, 0};
-    if (!probe_for(array, array->slots, array->slot_count, entry, &ref)) {
-        int found = array->old_slots != NULL &&
-                    probe_for(array, array->old_slots, array->old_slot_count, entry, &ref);
+    if (array->old_slots == NULL ||
+        !probe_for(array, array->old_slots, array->old_slot_count, entry, &ref)) {
+        int found = probe_for(array, array->slots, array->slot_count, entry, &ref);
         assert(found);
         (void)found;
     }
@@ -475,11 +483,11 @@ static memory_entry **
 identity_slot(const MemoryStore *store, const identity_span *span, uint64_t hash)
 {
     const slot_array *array = &store->identities;
-    memory_entry **slot = probe_identity(array->slots, array->slot_count, span, hash);
-    if (slot == NULL && array->old_slots != NULL) {
+    memory_entry **slot = NULL;
+    if (array->old_slots != NULL) {
         slot = probe_identity(array->old_slots, array->old_slot_count, span, hash);
     }
-    return slot;
+    return slot != NULL ? slot : probe_identity(array->slots, array->slot_count, span, hash);
 }
 
 memory_entry *
@@ -555,35 +563,12 @@ index_unlink(MemoryStore *store, memory_entry *entry)
     entry->same_identity_next = entry->same_identity_prev = NULL;
 }
 
-/* Unlink an entry already out of the key slots from everything else, and free it. */
-static void
-forget(MemoryStore *store, memory_entry *entry)
-{
-    lru_unlink(store, entry);
-    index_unlink(store, entry);
-    entry_free(entry);
-}
-
 /* ---- resizing -------------------------------------------------------------------- */
 
-/* What a sweep drops: entries expired at now_ms, and those idle() names. */
-typedef struct {
-    int (*idle)(const memory_entry *entry, int64_t now_ms);
-    int64_t now_ms;
-    long long dropped;
-} sweep_rule;
-
-static int
-droppable(const sweep_rule *rule, const memory_entry *entry)
-{
-    return entry_expired(entry, rule->now_ms) || rule->idle(entry, rule->now_ms);
-}
-
-/* Empty at most budget old slots into the array's slots (a sweep's rule,
- * for the key slots only, drops what it may instead of moving it); ends the
- * resize when the old array is empty. Returns the slots walked. */
+/* Empty at most budget old slots into the array's slots; end the resize when
+ * the old array is empty. Returns the slots walked. */
 static size_t
-resize_step(MemoryStore *store, slot_array *array, size_t budget, sweep_rule *rule)
+resize_step(slot_array *array, size_t budget)
 {
     size_t walked = 0;
     while (array->old_slots != NULL && array->old_cursor < array->old_slot_count &&
@@ -597,14 +582,7 @@ resize_step(MemoryStore *store, slot_array *array, size_t budget, sweep_rule *ru
         /* Slots below the cursor are empty, so the shift back stays at or
          * above it: the entry shifted into the cursor's slot is seen next. */
         clear_slot(array, array->old_slots, array->old_slot_count, array->old_cursor);
-        if (rule != NULL && droppable(rule, entry)) {
-            array->used--;
-            forget(store, entry);
-            rule->dropped++;
-        }
-        else {
-            place(array, array->slots, array->slot_count, entry);
-        }
+        place(array, array->slots, array->slot_count, entry);
     }
     if (array->old_slots == NULL) {
         return walked;
@@ -621,18 +599,11 @@ resize_step(MemoryStore *store, slot_array *array, size_t budget, sweep_rule *ru
     return walked;
 }
 
-static size_t
-scaled_cursor(size_t cursor, size_t from_count, size_t to_count)
-{
-    return to_count >= from_count ? cursor * (to_count / from_count)
-                                  : cursor / (from_count / to_count);
-}
-
 /* Give the array slot_count slots (no resize in progress). Small arrays, and
  * empty ones, move at once; larger ones start a resize that the calls adding
  * entries and the sweeps carry on. */
 static int
-resize(MemoryStore *store, slot_array *array, size_t slot_count)
+resize(slot_array *array, size_t slot_count)
 {
     memory_entry **slots = slots_alloc(slot_count);
     if (slots == NULL) {
@@ -643,9 +614,6 @@ resize(MemoryStore *store, slot_array *array, size_t slot_count)
     size_t old_count = array->slot_count;
     array->slots = slots;
     array->slot_count = slot_count;
-    if (array == &store->keys) {
-        store->sweep_cursor = scaled_cursor(store->sweep_cursor, old_count, slot_count);
-    }
     if (old_count <= WHOLE_RESIZE_SLOTS || (array->used == 0 && old_count <= FREE_AT_ONCE_SLOTS)) {
         for (size_t i = 0; array->used > 0 && i < old_count; i++) {
             if (old[i] != NULL) {
@@ -672,12 +640,12 @@ array_reserve(MemoryStore *store, slot_array *array, size_t extra)
     /* Step first: a resize started earlier is paced to end by the time its
      * slots fill to half, counting this call's entries. */
     size_t step = RESIZE_STEP_SLOTS + extra * array->slots_per_added;
-    size_t walked = resize_step(store, array, step, NULL);
+    size_t walked = resize_step(array, step);
     size_t needed = array->used + extra;
     if (needed > array->slot_count / 2) {
         if (array->old_slots != NULL) {
             /* Not reached while the pace holds; finishing is always correct. */
-            walked += resize_step(store, array, SIZE_MAX, NULL);
+            walked += resize_step(array, SIZE_MAX);
             store->work.whole_resizes++;
         }
         size_t slot_count = array->slot_count;
@@ -688,11 +656,11 @@ array_reserve(MemoryStore *store, slot_array *array, size_t extra)
             }
             slot_count *= 2;
         }
-        if (resize(store, array, slot_count) < 0) {
+        if (resize(array, slot_count) < 0) {
             return -1;
         }
         step = RESIZE_STEP_SLOTS + extra * array->slots_per_added;
-        walked += resize_step(store, array, step, NULL);
+        walked += resize_step(array, step);
     }
     if (walked > store->work.longest_resize_step) {
         store->work.longest_resize_step = walked;
@@ -704,7 +672,7 @@ array_reserve(MemoryStore *store, slot_array *array, size_t extra)
  * most MAX_SHRINK_FACTOR, so the resize's pace stays bounded); a failed
  * allocation just keeps the larger array. */
 static void
-array_maybe_shrink(MemoryStore *store, slot_array *array)
+array_maybe_shrink(slot_array *array)
 {
     if (array->slot_count <= MIN_SLOTS || array->used * 8 >= array->slot_count) {
         return;
@@ -713,9 +681,6 @@ array_maybe_shrink(MemoryStore *store, slot_array *array)
         /* Nothing to move, even mid-resize, and little to free: the
          * smallest array at once. */
         array_empty(array);
-        if (array == &store->keys) {
-            store->sweep_cursor = 0;
-        }
         return;
     }
     if (array->old_slots != NULL) {
@@ -728,7 +693,7 @@ array_maybe_shrink(MemoryStore *store, slot_array *array)
     if (slot_count < array->slot_count / MAX_SHRINK_FACTOR) {
         slot_count = array->slot_count / MAX_SHRINK_FACTOR;
     }
-    if (slot_count < array->slot_count && resize(store, array, slot_count) < 0) {
+    if (slot_count < array->slot_count && resize(array, slot_count) < 0) {
         PyErr_Clear();
     }
 }
@@ -757,7 +722,7 @@ free_entries(MemoryStore *store)
     store->newest = store->oldest = NULL;
     store->unindexed = NULL;
     store->unindexed_count = 0;
-    store->sweep_cursor = 0;
+    store->sweep_next = NULL;
 }
 
 void
@@ -795,11 +760,11 @@ memory_entry *
 table_find(const MemoryStore *store, const unsigned char *key, size_t key_size, uint64_t hash)
 {
     const slot_array *keys = &store->keys;
-    memory_entry *entry = probe_key(keys->slots, keys->slot_count, key, key_size, hash);
-    if (entry == NULL && keys->old_slots != NULL) {
+    memory_entry *entry = NULL;
+    if (keys->old_slots != NULL) { /* first: see locate() */
         entry = probe_key(keys->old_slots, keys->old_slot_count, key, key_size, hash);
     }
-    return entry;
+    return entry != NULL ? entry : probe_key(keys->slots, keys->slot_count, key, key_size, hash);
 }
 
 /* Room for extra more entries: in the key slots, and in the index in case
@@ -817,8 +782,8 @@ table_reserve(MemoryStore *store, size_t extra)
 void
 table_maybe_shrink(MemoryStore *store)
 {
-    array_maybe_shrink(store, &store->keys);
-    array_maybe_shrink(store, &store->identities);
+    array_maybe_shrink(&store->keys);
+    array_maybe_shrink(&store->identities);
 }
 
 void
@@ -835,7 +800,9 @@ void
 table_remove(MemoryStore *store, memory_entry *entry)
 {
     remove_at(&store->keys, locate(&store->keys, entry));
-    forget(store, entry);
+    lru_unlink(store, entry);
+    index_unlink(store, entry);
+    entry_free(entry);
 }
 
 void
@@ -862,30 +829,34 @@ table_resize_slots_left(const MemoryStore *store)
     return keys->old_slots != NULL ? keys->old_slot_count - keys->old_cursor : 0;
 }
 
+void
+table_sweep_from_oldest(MemoryStore *store)
+{
+    store->sweep_next = NULL;
+}
+
 long long
 table_sweep(MemoryStore *store, size_t budget,
             int (*idle)(const memory_entry *entry, int64_t now_ms), int64_t now_ms)
 {
-    sweep_rule rule = {idle, now_ms, 0};
-    slot_array *keys = &store->keys;
-    resize_step(store, &store->identities, budget, NULL);
-    size_t spent = resize_step(store, keys, budget, &rule);
-    size_t slot_count = keys->slot_count;
-    size_t mask = slot_count - 1;
-    size_t i = store->sweep_cursor & mask;
-    /* One pass at most; a dropped entry counts as a slot walked. */
-    for (size_t passed = 0; passed < slot_count && spent < budget; spent++) {
-        memory_entry *entry = keys->slots[i];
-        if (entry != NULL && droppable(&rule, entry)) {
-            remove_at(keys, (slot_ref){keys->slots, slot_count, i});
-            forget(store, entry);
-            rule.dropped++;
-            continue; /* a later entry may have shifted into slot i */
+    resize_step(&store->keys, budget);
+    resize_step(&store->identities, budget);
+    /* From the least recently used entry toward the most: about the order
+     * the entries were allocated in, so that a mass expiry gives the
+     * allocator's arenas back one at a time, not all in the pass's last call. */
+    memory_entry *entry = store->sweep_next != NULL ? store->sweep_next : store->oldest;
+    store->sweep_next = NULL; /* set below: the removals here need not move it */
+    long long dropped = 0;
+    for (size_t examined = 0; entry != NULL && examined < budget; examined++) {
+        memory_entry *newer = entry->newer;
+        if (entry_expired(entry, now_ms) || idle(entry, now_ms)) {
+            table_remove(store, entry);
+            dropped++;
         }
-        passed++;
-        i = (i + 1) & mask;
+        entry = newer;
     }
-    store->sweep_cursor = i;
+    store->sweep_next = entry;
+    store->sweep_passes += entry == NULL;
     table_maybe_shrink(store);
-    return rule.dropped;
+    return dropped;
 }

@@ -132,14 +132,17 @@ typedef struct {
     memory_entry *unindexed; /* entries whose key has no "{tenant:scope:identity}" tag */
     size_t unindexed_count;
     size_t max_entries;
-    size_t sweep_cursor;   /* into keys.slots */
     memory_entry *newest;
     memory_entry *oldest;
+    /* Where the sweep goes on (NULL: from the oldest entry), and how many
+     * times it has walked up to the newest. */
+    memory_entry *sweep_next;
+    unsigned long long sweep_passes;
     uint64_t hash_key[2];
     unsigned long long evictions;
-    /* decide() sweeps sweep_slots slots every sweep_every decisions (0: never). */
+    /* decide() sweeps sweep_entries entries every sweep_every decisions (0: never). */
     size_t sweep_every;
-    size_t sweep_slots;
+    size_t sweep_entries;
     size_t until_sweep;
     unsigned long long version; /* changes with every call that may change the table */
     table_work work;
@@ -184,11 +187,13 @@ void table_maybe_shrink(MemoryStore *store);
 void evict_beyond_cap(MemoryStore *store);
 /* Slots a resize in progress has yet to walk (0: none in progress). */
 size_t table_resize_slots_left(const MemoryStore *store);
-/* Walk at most budget slots in all: first those a resize in progress has
- * yet to empty, then from the sweep cursor (one pass at most), dropping
- * expired entries and those idle() calls droppable at now_ms (a dropped
- * entry counts as a slot walked); returns how many were dropped. A resize of
- * the identity index moves on by budget slots too. */
+/* Look at up to budget entries, from the least recently used toward the most
+ * recently used, going on from where the last sweep stopped (past the most
+ * recently used, a pass is over: sweep_passes counts it, and the next starts
+ * again from the least recently used); drop those expired at now_ms and those
+ * idle() calls droppable. Returns how many were dropped. A resize in progress
+ * moves on by budget slots per array first. */
+void table_sweep_from_oldest(MemoryStore *store);
 long long table_sweep(MemoryStore *store, size_t budget,
                       int (*idle)(const memory_entry *entry, int64_t now_ms), int64_t now_ms);
 

@@ -542,9 +542,9 @@ def test_sweep_in_slices_covers_the_whole_table() -> None:
     now = START_MS
     for i in range(5000):
         store.decide("fixed_window", [f"k{i}".encode()], (1000, 1, 5000, 1), now)
-    # Slices of 1024 slots: one pass over the table (which shrinks as it empties, and
-    # then starts over) takes about slot_count / 1024 calls.
-    calls, most_calls = 0, 2 * store.slot_count // 1024 + 4
+    # Slices of 1024 entries: one pass over the table takes 5 calls, the table
+    # shrinking as it empties.
+    calls, most_calls = 0, 5
     while len(store) > 0 and calls < most_calls:
         store.sweep(now + 1001, 1024)
         calls += 1
@@ -552,7 +552,7 @@ def test_sweep_in_slices_covers_the_whole_table() -> None:
 
 
 def test_decide_sweeps_a_slice_every_so_many_decisions() -> None:
-    store = _accel.MemoryStore(1000, sweep_every=3, sweep_slots=1_000_000)
+    store = _accel.MemoryStore(1000, sweep_every=3, sweep_entries=1_000_000)
     now = START_MS
     for i in range(5):
         store.decide("fixed_window", [f"old{i}".encode()], (1000, 1, 5000, 1), now)
@@ -581,17 +581,17 @@ def test_decide_without_now_reads_the_wall_clock() -> None:
     assert before_ms // 1000 <= int(key.split(b":")[1]) <= after_ms // 1000
 
 
-@pytest.mark.parametrize("options", [{"sweep_every": -1}, {"sweep_slots": -1}])
+@pytest.mark.parametrize("options", [{"sweep_every": -1}, {"sweep_entries": -1}])
 def test_sweep_options_must_not_be_negative(options: dict[str, int]) -> None:
-    with pytest.raises(ValueError, match="sweep_every and sweep_slots must be 0 or more"):
+    with pytest.raises(ValueError, match="sweep_every and sweep_entries must be 0 or more"):
         _accel.MemoryStore(10, **options)
 
 
 def test_the_backend_sweeps_as_it_decides(clock: FakeClock) -> None:
     backend = MemoryBackend(clock=clock)
-    assert (backend.store.sweep_every, backend.store.sweep_slots) == (
+    assert (backend.store.sweep_every, backend.store.sweep_entries) == (
         memory_module.SWEEP_EVERY,
-        memory_module.SWEEP_SLOTS,
+        memory_module.SWEEP_ENTRIES,
     )
 
 

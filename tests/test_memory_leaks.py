@@ -178,7 +178,7 @@ def rss_bytes() -> int:
 @pytest.fixture
 def store() -> Iterator[_accel.MemoryStore]:
     # Swept as MemoryBackend's store sweeps itself, inside decide().
-    yield _accel.MemoryStore(10_000, sweep_every=256, sweep_slots=2048)
+    yield _accel.MemoryStore(10_000, sweep_every=256, sweep_entries=1024)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
@@ -247,7 +247,7 @@ def test_resizes_give_their_memory_back() -> None:
             store.decide("fixed_window", [f"leak:{{:s:{i}}}".encode()], [1000, 1, 5000, 1], now_ms)
         later_ms = clock() + 1  # past the end of now_ms's window: every key expired
         while len(store) > 0 or store.table_stats()["resize_slots_left"] > 0:
-            store.sweep(later_ms, 8192)
+            store.sweep(later_ms, 2048)
 
     cycle()
     gc.collect()

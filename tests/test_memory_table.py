@@ -2,8 +2,9 @@
 
 The store's table (csrc/store_table.c) grows and shrinks a bounded number of
 slots per call, finds an identity's keys through its identity index instead
-of walking every entry, and ``MemoryBackend.sweep()`` walks the table in
-slices with the event loop running between them. These tests hold each to
+of walking every entry, and sweeps look at entries from the least recently
+used on, in slices (``MemoryBackend.sweep()`` lets the event loop run between
+them). These tests hold each to
 its bound by counting what the table reports (``table_stats()``), slots and
 entries, never by timing; benchmarks/memory_pauses.py measures the times.
 """
@@ -98,7 +99,7 @@ def test_shrinking_is_spread_too() -> None:
     assert remaining_scaled(store, key(59_999, "new"), later_ms) == 4000
 
 
-def test_a_whole_sweep_finishes_a_resize_and_walks_every_slot() -> None:
+def test_a_whole_sweep_finishes_a_resize_and_looks_at_every_entry() -> None:
     store = _accel.MemoryStore(1_000_000)
     i = 0
     while store.table_stats()["resize_slots_left"] == 0 or len(store) < 50_000:
@@ -264,18 +265,62 @@ async def test_the_backend_sweeps_in_slices_between_which_the_loop_runs() -> Non
 
     watcher = asyncio.create_task(watch())
     await asyncio.sleep(0)
-    assert await backend.sweep(slice_slots=4096) == 50_000
+    assert await backend.sweep(slice_entries=4096) == 50_000
     sweeping = False
     await watcher
     assert len(store) == 0
-    # The watcher ran between every two slices; no slice walked more than 4,096
-    # slots, and a dropped entry counts as one.
-    assert len(seen) >= slot_count // 4096 - 1
+    # The watcher ran between every two slices, and no slice dropped more than the
+    # 4,096 entries it looked at.
+    assert len(seen) >= 50_000 // 4096
     assert all(before - after <= 4096 for before, after in zip(seen, seen[1:]))
 
 
-@pytest.mark.parametrize("slice_slots", [0, -1, True, 2.5])
-async def test_the_sweep_slice_must_be_a_positive_int(slice_slots: object) -> None:
+async def test_a_backend_sweep_sees_what_traffic_moves_ahead_of_it() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock)
+    store = backend.store
+    short = (1000, 1, 5000, 1)  # a one-second window
+    for i in range(5000):  # in order of use: short, long, short, long, ...
+        store.decide("fixed_window", [key(i, "short")], short, START_MS)
+        store.decide("fixed_window", [key(i, "long")], CHARGE, START_MS)
+    clock.now_ms += 2000  # the short windows are over, the long ones are not
+    assert store.sweep(clock.now_ms, 3000) == 1500  # a pass under way
+
+    async def traffic() -> None:
+        # Reads move long keys the pass has not reached yet to the end of the
+        # order of use, ahead of the pass; new keys join there too.
+        for i in range(1500, 5000, 35):
+            assert remaining_scaled(store, key(i, "long"), clock.now_ms) == 4000
+            store.decide("fixed_window", [key(i, "new")], CHARGE, clock.now_ms)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(traffic())
+    assert await backend.sweep(slice_entries=100) == 3500
+    await task
+    assert len(store) == 5000 + 100  # every short key gone; the long and new ones stay
+
+
+@pytest.mark.parametrize("slice_entries", [0, -1, True, 2.5])
+async def test_the_sweep_slice_must_be_a_positive_int(slice_entries: object) -> None:
     backend = MemoryBackend(clock=FakeClock())
-    with pytest.raises(Exception, match="slice_slots must be a positive integer"):
-        await backend.sweep(slice_slots=slice_slots)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="slice_entries must be a positive integer"):
+        await backend.sweep(slice_entries=slice_entries)  # type: ignore[arg-type]
+
+
+def test_sweeps_go_from_the_least_recently_used_entry_on() -> None:
+    store = _accel.MemoryStore(100)
+    for i in range(10):
+        store.decide("fixed_window", [f"k{i}".encode()], (1000, 1, 5000, 1), START_MS)
+    later_ms = START_MS + 1001  # all ten have expired
+    store.decide("fixed_window", [b"k0"], (0, 0, 5000, 1), START_MS)  # k0: most recently used
+    passes = store.table_stats()["sweep_passes"]
+    assert store.sweep(later_ms, 3) == 3
+    index = START_MS // 1000
+    assert sorted(store.dump(START_MS)) == [f"k{i}:{index}".encode() for i in (0, *range(4, 10))]
+    assert store.table_stats()["sweep_passes"] == passes
+    # On from there; the pass ends at the most recently used entry, k0.
+    assert store.sweep(later_ms, 100) == 7
+    assert len(store) == 0 and store.table_stats()["sweep_passes"] == passes + 1
+    # The next pass starts from the least recently used entry again.
+    store.decide("fixed_window", [b"a"], (1000, 1, 5000, 1), START_MS)
+    assert store.sweep(later_ms, 1) == 1

@@ -32,13 +32,14 @@ logger = logging.getLogger("moderato")
 DEFAULT_MAX_ENTRIES = 1_000_000
 
 # The store sweeps a bounded slice of its table every so many decisions, so
-# expired entries go without a background task: SWEEP_SLOTS / SWEEP_EVERY
-# slots per decision, a few nanoseconds each.
+# expired entries go without a background task: SWEEP_ENTRIES / SWEEP_EVERY
+# entries looked at per decision, the table swept once per about four times as
+# many decisions as it holds entries.
 SWEEP_EVERY = 256
-SWEEP_SLOTS = 2048
-# ``MemoryBackend.sweep()`` walks the table in slices of this many slots and lets
-# the event loop run between them (docs/internals.md gives the measured cost).
-SWEEP_SLICE_SLOTS = 8192
+SWEEP_ENTRIES = 1024
+# ``MemoryBackend.sweep()`` looks at this many entries per slice and lets the
+# event loop run between slices (docs/internals.md gives the measured cost).
+SWEEP_SLICE_ENTRIES = 2048
 
 Clock = Callable[[], int]
 
@@ -92,7 +93,7 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
                 f"memory:// max_entries must be a positive integer, got {max_entries!r}"
             )
         self.store = _accel.MemoryStore(
-            max_entries, sweep_every=SWEEP_EVERY, sweep_slots=SWEEP_SLOTS
+            max_entries, sweep_every=SWEEP_EVERY, sweep_entries=SWEEP_ENTRIES
         )
         self.clock: Clock = clock if clock is not None else wall_clock_ms
         _announce_per_process_limits()
@@ -221,30 +222,27 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
     def close_now(self) -> None:
         pass
 
-    async def sweep(self, slice_slots: int = SWEEP_SLICE_SLOTS) -> int:
-        """Sweep the whole table once, ``slice_slots`` slots at a time, yielding
-        to the event loop between slices; returns how many entries were dropped.
+    async def sweep(self, slice_entries: int = SWEEP_SLICE_ENTRIES) -> int:
+        """One pass over the table, ``slice_entries`` entries at a time, the event
+        loop running between slices; returns how many entries were dropped.
 
-        Decisions made meanwhile are exact as ever: the sweep only drops what
-        decides as a missing key would. An entry that decisions write (or that a
-        resize they start moves) behind the sweep's position during the pass
-        waits for the next pass.
+        Decisions made meanwhile are exact as ever: the sweep drops only what
+        decides as a missing key would. Entries that decisions use or add during
+        the pass move ahead of it, so it looks at them too: traffic lengthens a
+        pass, never makes it miss an entry.
         """
-        if isinstance(slice_slots, bool) or not isinstance(slice_slots, int) or slice_slots < 1:
+        if (
+            isinstance(slice_entries, bool)
+            or not isinstance(slice_entries, int)
+            or slice_entries < 1
+        ):
             raise RateLimitConfigError(
-                f"memory:// sweep slice_slots must be a positive integer, got {slice_slots!r}"
+                f"memory:// sweep slice_entries must be a positive integer, got {slice_entries!r}"
             )
         store = self.store
-        stats = store.table_stats()
-        # A dropped entry counts as a slot walked: one pass walks the slots (and
-        # what a resize has yet to move) and drops at most every entry.
-        slots_left = stats["slot_count"] + stats["resize_slots_left"] + len(store)
-        dropped = 0
-        while True:
-            dropped += store.sweep(self.clock(), slice_slots)
-            slots_left -= slice_slots
-            # A resize that began during the pass (the table shrinks as it empties)
-            # holds entries the pass has not seen yet: the slices finish it too.
-            if slots_left <= 0 and store.table_stats()["resize_slots_left"] == 0:
-                return dropped
+        passes = store.table_stats()["sweep_passes"]
+        dropped = store.sweep(self.clock(), slice_entries, True)
+        while store.table_stats()["sweep_passes"] == passes:
             await asyncio.sleep(0)
+            dropped += store.sweep(self.clock(), slice_entries)
+        return dropped

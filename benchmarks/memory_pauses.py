@@ -177,7 +177,7 @@ def summary(samples: list[Stall]) -> dict[str, Any]:
 def decide_cost_ns() -> dict[str, float]:
     """CPU ns per decide: a new key on a table at its cap (100,000), a key it holds."""
     cap = 100_000
-    store = _accel.MemoryStore(cap, sweep_every=256, sweep_entries=1024)
+    store = MemoryBackend(max_entries=cap).store  # swept as memory:// sweeps it
     keys = [identity_keys(f"cost-{i}", SCOPES[0]) for i in range(cap + 300_000)]
     decide = store.decide
     for key in keys[:cap]:

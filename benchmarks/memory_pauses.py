@@ -15,7 +15,7 @@ loop sees. Three figures:
 - and what the table's bookkeeping costs a decision: CPU ns per
   ``MemoryStore.decide`` for a new key at the cap (each evicts one) and for a
   key already there (best of three runs of 100,000), and the resident memory
-  the full table adds.
+  a store of ``--entries`` keys takes per entry.
 
 For reset and sweep the figure is the longest stretch during which a
 concurrent task on the same loop could not run (a task that yields in a loop
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import inspect
 import json
 import os
@@ -104,12 +105,18 @@ def grow(store: _accel.MemoryStore, entries: int, reset_identities: int) -> dict
     wall_ns: list[int] = []
     cpu_ns: list[int] = []
     slot_counts: list[int] = []
+    resizing: list[bool] = []
     wall, cpu = time.perf_counter_ns, time.thread_time_ns
     decide = store.decide
+    # Stores with incremental resizes say whether one is in progress (read
+    # outside the timed call).
+    stats = getattr(store, "table_stats", None)
     # The identities reset later hold one key on every scope; the rest one key each.
     keys = [identity_keys(f"reset-{i}", scope) for i in range(reset_identities) for scope in SCOPES]
     keys += [identity_keys(f"client-{i}", SCOPES[0]) for i in range(entries - len(keys))]
     for key in keys:
+        if stats is not None:
+            resizing.append(stats()["resize_slots_left"] > 0)
         started_cpu = cpu()
         started = wall()
         decide("fixed_window", key, ARGS, START_MS)
@@ -118,12 +125,26 @@ def grow(store: _accel.MemoryStore, entries: int, reset_identities: int) -> dict
         wall_ns.append(ended - started)
         slot_counts.append(store.slot_count)
     assert len(store) == entries, (len(store), entries)
-    return {
+    figures: dict[str, Any] = {
         "entries": entries,
         "slot_count": store.slot_count,
         "wall": distribution(wall_ns, slot_counts),
         "cpu": distribution(cpu_ns, slot_counts),
     }
+    if resizing:
+        during = [d for d, busy in zip(cpu_ns, resizing) if busy]
+        figures["cpu_during_a_resize"] = {
+            "calls": len(during),
+            "longest_ms": max(during, default=0) / 1e6,
+            "calls_over_100us": sum(1 for d in during if d > 100_000),
+        }
+        outside = [d for d, busy in zip(cpu_ns, resizing) if not busy]
+        figures["cpu_outside_a_resize"] = {
+            "calls": len(outside),
+            "longest_ms": max(outside, default=0) / 1e6,
+            "calls_over_100us": sum(1 for d in outside if d > 100_000),
+        }
+    return figures
 
 
 Stall = tuple[Any, float, float, float, float]
@@ -197,19 +218,35 @@ def decide_cost_ns() -> dict[str, float]:
     return figures
 
 
+def store_bytes_per_entry(entries: int) -> float:
+    """Resident memory a MemoryBackend's store adds per entry, at ``entries``
+    fixed-window keys of distinct identities (keys not kept by this process)."""
+    gc.collect()
+    before = rss_mib()
+    store = MemoryBackend(max_entries=entries).store
+    for i in range(entries):
+        store.decide("fixed_window", identity_keys(f"size-{i}", SCOPES[0]), ARGS, START_MS)
+    gc.collect()
+    grown_mib = rss_mib() - before
+    del store
+    return grown_mib * 2**20 / entries
+
+
 def rss_mib() -> float:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 async def run(entries: int) -> dict[str, Any]:
+    # First, while the process is fresh: nothing freed earlier to reuse.
+    bytes_per_entry = store_bytes_per_entry(entries)
     clock = Clock()
     rss_before = rss_mib()
     limiter = RateLimiter(f"memory://?max_entries={entries}", key_prefix=PREFIX)
     backend = limiter.backend
     assert isinstance(backend, MemoryBackend)
     backend.clock = clock
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"store_bytes_per_entry": bytes_per_entry}
 
     results["growth"] = grow(backend.store, entries, 2 * RESET_SAMPLES)
     results["rss_mib_at_entries"] = rss_mib() - rss_before
@@ -280,6 +317,13 @@ def main() -> None:
             f"{part['calls_over_1ms']} calls over 1 ms, {part['calls_over_100us']} over 100 us; "
             f"median {part['median_us']:.2f} us, p99.99 {part['p99_99_us']:.1f} us"
         )
+    for name in ("cpu_during_a_resize", "cpu_outside_a_resize"):
+        if name in growth:
+            part = growth[name]
+            print(
+                f"  {name}: {part['calls']:,} calls, longest {part['longest_ms']:.2f} ms, "
+                f"{part['calls_over_100us']} over 100 us"
+            )
     for name in (
         "sweep_nothing_to_drop",
         "reset_unscoped",
@@ -298,6 +342,7 @@ def main() -> None:
         f"decide, CPU per call: new key at the cap {cost['new_key_at_cap_ns']:.0f} ns, "
         f"held key {cost['held_key_ns']:.0f} ns"
     )
+    print(f"store memory: {results['store_bytes_per_entry']:.0f} bytes per entry (RSS)")
     print(f"load average {load_before} -> {record['load_average_after']}")
     if not options.no_save:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

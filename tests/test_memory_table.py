@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import threading
 
 import accel_reference as reference
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moderato import RateLimiter, _accel
+from moderato import RateLimitConfigError, RateLimiter, _accel
 from moderato.backends.memory import MemoryBackend
 
 START_MS = 1_800_000_000_000
@@ -201,7 +202,9 @@ def test_the_index_holds_what_the_reference_says(
     present = set(keys)
     for index in removals:
         if index < len(keys):
-            store.reset([keys[index]], [1], START_MS)  # the key itself is the "" suffix
+            # Every byte escaped: the key itself, found by a walk of every entry.
+            literal = b"".join(b"\\" + bytes([byte]) for byte in keys[index])
+            assert store.delete_matching(literal) == (keys[index] in present)
             present.discard(keys[index])
     for pattern in patterns:
         # Without "[" and "\\", Redis's glob is fnmatch's.
@@ -300,11 +303,33 @@ async def test_a_backend_sweep_sees_what_traffic_moves_ahead_of_it() -> None:
     assert len(store) == 5000 + 100  # every short key gone; the long and new ones stay
 
 
+def test_the_blocking_sweep_lets_other_threads_decide_between_slices() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock)
+    store = backend.store
+    for i in range(20_000):
+        store.decide("fixed_window", [key(i)], CHARGE, START_MS)
+    clock.now_ms += 120_000
+    decided = []
+
+    def traffic() -> None:
+        for i in range(200):
+            decided.append(store.decide("fixed_window", [key(i, "new")], CHARGE, clock.now_ms))
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    assert backend.sweep_now(slice_entries=500) == 20_000
+    thread.join()
+    assert len(decided) == 200 and len(store) == 200  # every old key gone, every new one kept
+
+
 @pytest.mark.parametrize("slice_entries", [0, -1, True, 2.5])
 async def test_the_sweep_slice_must_be_a_positive_int(slice_entries: object) -> None:
     backend = MemoryBackend(clock=FakeClock())
-    with pytest.raises(Exception, match="slice_entries must be a positive integer"):
+    with pytest.raises(RateLimitConfigError, match="slice_entries must be a positive integer"):
         await backend.sweep(slice_entries=slice_entries)  # type: ignore[arg-type]
+    with pytest.raises(RateLimitConfigError, match="slice_entries must be a positive integer"):
+        backend.sweep_now(slice_entries=slice_entries)  # type: ignore[arg-type]
 
 
 def test_sweeps_go_from_the_least_recently_used_entry_on() -> None:

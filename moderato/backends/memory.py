@@ -15,7 +15,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Callable, Optional
 from urllib.parse import parse_qsl, urlsplit
 
@@ -222,6 +222,15 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
     def close_now(self) -> None:
         pass
 
+    def sweep_now(self, slice_entries: int = SWEEP_SLICE_ENTRIES) -> int:
+        """``sweep()``, blocking: between two slices the GIL goes to any thread
+        waiting for it."""
+        dropped = 0
+        for slice_dropped in self._sweep_slices(slice_entries):
+            dropped += slice_dropped
+            time.sleep(0)
+        return dropped
+
     async def sweep(self, slice_entries: int = SWEEP_SLICE_ENTRIES) -> int:
         """One pass over the table, ``slice_entries`` entries at a time, the event
         loop running between slices; returns how many entries were dropped.
@@ -231,6 +240,15 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
         the pass move ahead of it, so it looks at them too: traffic lengthens a
         pass, never makes it miss an entry.
         """
+        dropped = 0
+        for slice_dropped in self._sweep_slices(slice_entries):
+            dropped += slice_dropped
+            await asyncio.sleep(0)
+        return dropped
+
+    def _sweep_slices(self, slice_entries: int) -> Iterator[int]:
+        """One pass from the least recently used entry: each item is what one
+        slice dropped. The slice size is checked before the first."""
         if (
             isinstance(slice_entries, bool)
             or not isinstance(slice_entries, int)
@@ -239,10 +257,11 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
             raise RateLimitConfigError(
                 f"memory:// sweep slice_entries must be a positive integer, got {slice_entries!r}"
             )
+        return self._slices(slice_entries)
+
+    def _slices(self, slice_entries: int) -> Iterator[int]:
         store = self.store
         passes = store.table_stats()["sweep_passes"]
-        dropped = store.sweep(self.clock(), slice_entries, True)
+        yield store.sweep(self.clock(), slice_entries, True)
         while store.table_stats()["sweep_passes"] == passes:
-            await asyncio.sleep(0)
-            dropped += store.sweep(self.clock(), slice_entries)
-        return dropped
+            yield store.sweep(self.clock(), slice_entries)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 # The client's error reply, re-exported: the backends translate it before a
 # limiter's caller sees it (a script's refusal, or a BackendError).
@@ -14,6 +14,12 @@ if TYPE_CHECKING:  # results.py needs nothing from here; only the annotation doe
 
 class ModeratoError(Exception):
     """Base class of every moderato exception."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole, attributes included (Celery and multiprocessing send
+        # exceptions between processes): the default would call the class with
+        # the message alone, which most of these constructors do not take.
+        return (_unpickled, (type(self), self.args, self.__dict__))
 
 
 class RateLimitConfigError(ModeratoError, ValueError):
@@ -99,3 +105,12 @@ def exceeded(result: CheckResult) -> RateLimitExceeded:
         window_seconds=result.window_seconds,
         rate=result.rate,
     )
+
+
+def _unpickled(
+    kind: type[ModeratoError], args: tuple[Any, ...], state: dict[str, Any]
+) -> ModeratoError:
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error

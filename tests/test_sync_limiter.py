@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import pickle
 import threading
 import time
 from collections.abc import Iterator
@@ -358,3 +359,15 @@ def test_a_users_own_redis_py_client(redis_server: RedisServer, redis_url: str) 
     assert own.ping()  # still the user's, still open
     with pytest.raises(RateLimitConfigError, match="the blocking RateLimiter takes"):
         RateLimiter(redis.asyncio.Redis(port=redis_server.port))
+
+
+def test_the_exceptions_survive_pickling_whole(memory: RateLimiter) -> None:
+    """Celery and multiprocessing pickle a task's exception to send it to another process."""
+    memory.check("p", "1/hour")
+    with pytest.raises(RateLimitExceeded) as raised:
+        memory.check("p", "1/hour")
+    copy = pickle.loads(pickle.dumps(raised.value))
+    assert type(copy) is RateLimitExceeded and str(copy) == str(raised.value)
+    assert (copy.limit, copy.retry_after, copy.status_code) == (1, 3600, 429)
+    callback = pickle.loads(pickle.dumps(RateLimitCallbackError("key", ValueError("bad"))))
+    assert callback.callback == "key" and repr(callback.error) == "ValueError('bad')"

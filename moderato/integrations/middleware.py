@@ -35,13 +35,13 @@ from ..options import request_callback_option
 from ..specs import RULE_OPTIONS, CostSpec, RateSpec, RequestCallback, RuleOptions
 from ..web.addresses import ProxyHeader
 from ..web.headers import HeaderList, HeaderStyle, legacy_for_one, render, report, validate_style
+from ..web.paths import ExemptPaths, exact_paths, normalize
 from ..web.responses import error_response
 from . import stack
 from .callbacks import call_callback, callback_returned_unusable
 from .decisions import claim_headers, mark_middleware, recorded
 from .identity import ClientIdentity
 from .order import log_misplaced
-from .paths import ExemptPaths, exact_paths, normalize
 from .request_limits import Limit
 from .responses import denial_headers, send_json
 from .rule import LimitRule, check_options

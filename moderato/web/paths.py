@@ -1,4 +1,4 @@
-"""How RateLimitMiddleware matches request paths against ``exempt_paths`` and ``costs``.
+"""How the middlewares (ASGI and Django) match request paths against ``exempt_paths`` and ``costs``.
 
 The rule, chosen so that a spelling difference never moves a request out of
 its limit:
@@ -9,7 +9,8 @@ its limit:
   ``"/static/*"`` covers ``/static``, ``/static/`` and everything below;
   ``"/ready*"`` covers every path starting with ``/ready`` (``/readyz`` too);
 - nothing else is a wildcard, and paths are compared below the ASGI root
-  path (a mounted application or a proxy prefix sees its own paths).
+  path or Django's SCRIPT_NAME (a mounted application or a proxy prefix sees
+  its own paths).
 
 Patterns are checked when the middleware is created; a malformed one is a
 RateLimitConfigError naming it.

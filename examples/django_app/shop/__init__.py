@@ -1,0 +1,1 @@
+"""The example's one application: views limited by moderato.django."""

@@ -1,0 +1,135 @@
+"""``limit()``: a rate limit on a Django view, sync or async, function or class-based.
+
+::
+
+    @limit("10/minute")                          # per client address
+    def search(request): ...
+
+    @limit("100/hour", key="user_or_ip", methods=["POST"])
+    async def upload(request): ...
+
+    @method_decorator(limit("5/minute", key="header:x-api-key"), name="post")
+    class Export(View): ...
+
+A request the limit refuses never reaches the view: it gets 429 (422 for a
+cost above capacity) or 503 (responses.py). An admitted response carries the
+quota headers (written by RateLimitMiddleware when it is installed, else
+here). Several ``limit()`` on one view are decided one after another, each
+on its own counter, the outermost first.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any, Callable, Optional, TypeVar, Union
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest
+
+from ..errors import BackendError, RateLimitCallbackError, RateLimitConfigError, RateLimitExceeded
+from .decisions import has_middleware
+from .errors import ModeratoImproperlyConfigured
+from .limiters import get_settings
+from .responses import aanswer, add_quota_headers, answer
+from .rule import ALL, CostOption, LimitRule, RateOption, TenantOption
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+LIMITS_ATTRIBUTE = "moderato_limits"
+"""The LimitRules of a decorated view, outermost last (for introspection and tests)."""
+
+_ANSWERED_ERRORS = (RateLimitExceeded, BackendError, RateLimitCallbackError)
+
+
+def limit(
+    rate: RateOption,
+    *,
+    key: object = None,
+    algorithm: Optional[str] = None,
+    cost: Optional[CostOption] = None,
+    scope: Optional[str] = None,
+    tenant: TenantOption = None,
+    methods: Union[str, Iterable[str], None] = ALL,
+) -> Callable[[View], View]:
+    """A decorator limiting a view to ``rate`` per identity.
+
+    - ``rate``: ``"10/minute"``, ``"5/m"``, ``"100/hour;1000/day"`` (every policy
+      decided at once), or a callable of the request returning one (or its dotted path);
+    - ``key``: ``"ip"``, ``"user"``, ``"user_or_ip"``, ``"header:<name>"``,
+      ``"get:<name>"``, ``"post:<name>"``, a dotted path to a callable of the
+      request, or the callable (keys.py); default ``MODERATO['KEY']``, ``"ip"``;
+    - ``algorithm``: default ``MODERATO['DEFAULT_ALGORITHM']``;
+    - ``cost``: units charged per request (an int, a callable of the request, or its
+      dotted path); default 1;
+    - ``scope``: the bucket's name; default the method and the URL pattern that
+      matched (``GET:/items/<int:pk>``), so views giving one ``scope`` share a quota;
+    - ``tenant``: a tenant name, or a callable of the request returning one (or None);
+    - ``methods``: the methods counted (``"POST"``, ``["GET", "POST"]``, ``UNSAFE``);
+      default every method (HEAD counts as GET).
+
+    A bad argument raises ImproperlyConfigured (a ModeratoImproperlyConfigured)
+    here, when the views module is imported.
+    """
+    try:
+        rule = LimitRule(
+            rate,
+            key=key,
+            algorithm=algorithm,
+            cost=cost,
+            scope=scope,
+            tenant=tenant,
+            methods=methods,
+        )
+    except RateLimitConfigError as error:
+        raise ModeratoImproperlyConfigured(f"limit({rate!r:.40}): {error}") from None
+
+    def decorate(view: View) -> View:
+        limited: Callable[..., Any]
+        if iscoroutinefunction(view):
+
+            async def limited(request: Any, *args: Any, **kwargs: Any) -> Any:
+                _check_request(view, request)
+                settings = get_settings()
+                if rule.applies(request):
+                    try:
+                        await rule.adecide(request, settings)
+                    except _ANSWERED_ERRORS as error:
+                        return await aanswer(request, error, settings)
+                response = await view(request, *args, **kwargs)
+                if not has_middleware(request):
+                    add_quota_headers(request, response, settings.headers)
+                return response
+
+        else:
+
+            def limited(request: Any, *args: Any, **kwargs: Any) -> Any:
+                _check_request(view, request)
+                settings = get_settings()
+                if rule.applies(request):
+                    try:
+                        rule.decide(request, settings)
+                    except _ANSWERED_ERRORS as error:
+                        return answer(request, error, settings)
+                response = view(request, *args, **kwargs)
+                if not has_middleware(request):
+                    add_quota_headers(request, response, settings.headers)
+                return response
+
+        functools.update_wrapper(limited, view)
+        if iscoroutinefunction(view) and not iscoroutinefunction(limited):
+            markcoroutinefunction(limited)
+        setattr(limited, LIMITS_ATTRIBUTE, (*getattr(view, LIMITS_ATTRIBUTE, ()), rule))
+        return limited  # type: ignore[return-value]
+
+    return decorate
+
+
+def _check_request(view: Callable[..., Any], request: object) -> None:
+    # A REST framework Request wraps an HttpRequest.
+    if not isinstance(getattr(request, "_request", request), HttpRequest):
+        raise TypeError(
+            f"limit() on {getattr(view, '__qualname__', view)!r} was given "
+            f"{type(request).__name__}, not the request: on a method of a class-based view, "
+            "apply it with django.utils.decorators.method_decorator(limit(...))"
+        )

@@ -34,6 +34,11 @@ BASE_SETTINGS = {
     "REST_FRAMEWORK": {
         "DEFAULT_AUTHENTICATION_CLASSES": [],
         "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+        # Read by DRF when a view class is defined (django_views.DefaultApi).
+        "DEFAULT_THROTTLE_CLASSES": [
+            "moderato.django.throttling.AnonRateThrottle",
+            "moderato.django.throttling.UserRateThrottle",
+        ],
         "DEFAULT_THROTTLE_RATES": {"anon": "3/minute", "user": "4/minute", "uploads": "2/minute"},
     },
 }

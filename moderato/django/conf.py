@@ -305,7 +305,10 @@ def _unknown_message(name: object) -> str:
     known = ", ".join(SETTINGS)
     message = f"{SETTING}[{name!r}] is not a setting moderato knows"
     if isinstance(name, str):
-        close = difflib.get_close_matches(name.upper(), SETTINGS, n=1)
+        wanted = name.upper()
+        # "REDIS_URL" -> "URL", "ALGORITHM" -> "DEFAULT_ALGORITHM", else the nearest spelling.
+        close = [known for known in SETTINGS if wanted.endswith(known) or known.endswith(wanted)]
+        close = close or difflib.get_close_matches(wanted, SETTINGS, n=1)
         if close:
             message += f" (did you mean {close[0]!r}?)"
     return f"{message}; the settings are: {known}"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import django_support
+import pytest
 from django_support import configure, skip_unsupported_python
 
 skip_unsupported_python()
@@ -105,7 +105,7 @@ def test_wait_drf_rates_and_missing_rates() -> None:
     class Nameless(RateThrottle):
         pass
 
-    with pytest.raises(ImproperlyConfigured, match="set either `.scope` or `.rate`"):
+    with pytest.raises(ImproperlyConfigured, match=r"set either `\.scope` or `\.rate`"):
         Nameless()
 
     class Unrated(RateThrottle):

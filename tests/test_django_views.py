@@ -477,22 +477,26 @@ def test_every_setting_is_listed_with_a_bad_value_here() -> None:
 def test_a_bad_setting_is_improperly_configured_naming_its_key(
     name: str, value: Any, message: str
 ) -> None:
-    with override_settings(MODERATO={**BASE, name: value}):
-        with pytest.raises(ImproperlyConfigured, match=message) as raised:
-            get_settings()
+    with (
+        override_settings(MODERATO={**BASE, name: value}),
+        pytest.raises(ImproperlyConfigured, match=message) as raised,
+    ):
+        get_settings()
     assert str(raised.value).startswith(f"MODERATO[{name!r}]: ")
 
 
 def test_unknown_keys_and_a_setting_that_is_not_a_dict() -> None:
-    with override_settings(MODERATO={**BASE, "REDIS_URL": "redis://x"}):
-        with pytest.raises(
-            ImproperlyConfigured,
-            match=r"MODERATO\['REDIS_URL'\] is not a setting moderato knows \(did you mean 'URL'\?\)",
-        ):
-            get_settings()
-    with override_settings(MODERATO=["URL"]):
-        with pytest.raises(ImproperlyConfigured, match="MODERATO must be a dict"):
-            get_settings()
+    unknown = r"MODERATO\['REDIS_URL'\] is not a setting moderato knows \(did you mean 'URL'\?\)"
+    with (
+        override_settings(MODERATO={**BASE, "REDIS_URL": "redis://x"}),
+        pytest.raises(ImproperlyConfigured, match=unknown),
+    ):
+        get_settings()
+    with (
+        override_settings(MODERATO=["URL"]),
+        pytest.raises(ImproperlyConfigured, match="MODERATO must be a dict"),
+    ):
+        get_settings()
 
 
 def test_good_settings_map_to_the_limiters_options() -> None:

@@ -48,7 +48,14 @@ class HeaderUser:
 
 def user_of(request: HttpRequest) -> None:
     user_id = request.headers.get("X-User", "")
-    request.user = User(int(user_id)) if user_id.isdigit() else AnonymousUser()
+    user = User(int(user_id)) if user_id.isdigit() else AnonymousUser()
+    request.user = user
+    if user_id == "8":  # as Django 5's AuthenticationMiddleware also sets it (auser)
+
+        async def auser() -> Any:
+            return user
+
+        request.auser = auser  # type: ignore[attr-defined]
 
 
 class HeaderAuthentication:

@@ -47,7 +47,9 @@ class Server:
             **os.environ,
             "MODERATO_REDIS_URL": redis_url,
             "DJANGO_SETTINGS_MODULE": settings,
-            "PYTHONPATH": os.pathsep.join([str(PROJECT), str(TESTS)]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(PROJECT), str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
         }
         self.log_path = Path(f"/tmp/moderato-django-{name}-{self.port}.log")
         self.log = self.log_path.open("wb")

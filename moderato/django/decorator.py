@@ -24,7 +24,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar, Union
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
 from ..errors import BackendError, RateLimitCallbackError, RateLimitConfigError, RateLimitExceeded
@@ -117,8 +117,6 @@ def limit(
                 return response
 
         functools.update_wrapper(limited, view)
-        if iscoroutinefunction(view) and not iscoroutinefunction(limited):
-            markcoroutinefunction(limited)
         setattr(limited, LIMITS_ATTRIBUTE, (*getattr(view, LIMITS_ATTRIBUTE, ()), rule))
         return limited  # type: ignore[return-value]
 

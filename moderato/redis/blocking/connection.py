@@ -31,6 +31,8 @@ import os
 import select
 import socket
 import ssl
+import struct
+import sys
 from collections.abc import Sequence
 from time import monotonic
 from typing import Any, Optional
@@ -45,6 +47,14 @@ from ..url import RedisAddress
 
 __all__ = ["BlockingConnection"]
 
+# Kernel timeouts (SO_RCVTIMEO, SO_SNDTIMEO on a blocking socket) where struct
+# timeval is two longs and a timed-out call fails with EAGAIN: Linux. Elsewhere,
+# and for TLS (whose reads retry on EAGAIN), Python's socket timeouts.
+_KERNEL_TIMEOUTS = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
+# What a timed-out send or receive raises: socket.timeout (Python's timeouts) or
+# BlockingIOError, EAGAIN (the kernel's).
+_TIMEOUTS = (socket.timeout, BlockingIOError)
+
 # Large enough for a decision's reply (and most others) in one read.
 _READ_BUFFER_BYTES = 64 * 1024
 _HAS_POLL = hasattr(select, "poll")
@@ -56,6 +66,7 @@ class BlockingConnection:
     __slots__ = (
         "_buffer",
         "_command_timeout_s",
+        "_kernel_timeouts",
         "_label",
         "_poller",
         "_reader",
@@ -92,6 +103,7 @@ class BlockingConnection:
         # True while the socket's timeout is not the command timeout (a long reply's
         # last reads, a command that waited for its connection, the greeting).
         self._retimed = True
+        self._kernel_timeouts = False  # Python's timeouts while connecting
         self._buffer = bytearray(_READ_BUFFER_BYTES)
         deadline = monotonic() + connect_timeout_s
         try:
@@ -104,7 +116,13 @@ class BlockingConnection:
             self._sock.sendall(b"".join(payloads))
             replies = [self._read_reply(deadline) for _ in steps]
             refused_steps(self._label, steps, replies, role=role)
-            self._sock.settimeout(command_timeout_s)
+            self._kernel_timeouts = _KERNEL_TIMEOUTS and not address.tls
+            if self._kernel_timeouts:
+                # A blocking socket whose every send and receive the kernel times out:
+                # one system call (and one release of the GIL) each, where a Python
+                # timeout adds a poll() before each.
+                self._sock.settimeout(None)
+            self._set_timeout(command_timeout_s)
             self._retimed = False
         except BaseException as error:
             self.close()
@@ -200,7 +218,7 @@ class BlockingConnection:
                 raise EOFError
             reader.feed(self._buffer, 0, count)  # type: ignore[arg-type]
             reply = reader.gets()
-        except socket.timeout:
+        except _TIMEOUTS:
             return None
         except BaseException as error:
             raise self._broken(error) from None
@@ -230,9 +248,22 @@ class BlockingConnection:
         if budget_s is None:
             return self._command_timeout_s
         self.budget_s = None
-        self._sock.settimeout(budget_s)  # _read_reply sets the usual one back
+        self._set_timeout(budget_s)  # _read_reply sets the usual one back
         self._retimed = True
         return budget_s
+
+    def _set_timeout(self, seconds: float) -> None:
+        """The time the next send or receive may take."""
+        if self._kernel_timeouts:
+            whole = int(seconds)
+            micros = int((seconds - whole) * 1_000_000)
+            if whole == 0 and micros == 0:
+                micros = 1  # a zero timeval means no timeout at all: block for good
+            value = struct.pack("@ll", whole, micros)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        else:
+            self._sock.settimeout(seconds)
 
     def _read_reply(self, deadline: float) -> Any:
         """The next reply, read by ``deadline`` (the socket's timeout bounds the first read;
@@ -252,19 +283,19 @@ class BlockingConnection:
             reply = reader.gets()
             if reply is not False:
                 if self._retimed:
-                    sock.settimeout(self._command_timeout_s)
+                    self._set_timeout(self._command_timeout_s)
                     self._retimed = False
                 return reply
             remaining_s = deadline - monotonic()
             if remaining_s <= 0:
                 raise socket.timeout()
-            sock.settimeout(remaining_s)
+            self._set_timeout(remaining_s)
             self._retimed = True
 
     def _broken(self, error: BaseException) -> BaseException:
         """Close the connection (it is out of step) and say why, as the client's error."""
         self.close()
-        if isinstance(error, socket.timeout):
+        if isinstance(error, _TIMEOUTS):
             return RedisConnectionError(
                 f"{self._label} did not reply within {self._command_timeout_s:g} s "
                 "(command timeout); connection dropped"

@@ -63,7 +63,9 @@ LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no te
 # memory:// (csrc/memory.c): every store method and every algorithm. The slow test
 # (1,000,000 identities) asserts RSS bounds, which ASan's allocator does not keep.
 # The differential test drives every algorithm through the store from any stored
-# state, refusals included (it starts its own redis-server).
-echo "== running tests/test_memory_backend.py and test_memory_differential.py under the sanitizers"
+# state, refusals included (it starts its own redis-server). test_memory_table.py
+# grows and shrinks the table through its incremental resizes and identity index.
+echo "== running tests/test_memory_backend.py, test_memory_differential.py and test_memory_table.py under the sanitizers"
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
-  -m "not slow" tests/test_memory_backend.py tests/test_memory_differential.py
+  -m "not slow" tests/test_memory_backend.py tests/test_memory_differential.py \
+  tests/test_memory_table.py

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import pytest_asyncio
+from decision_stores import BACKENDS, DecisionStore, MemoryHarness
+from lua_harness import LuaHarness, open_harness
 from redis_servers import RedisServer, redis_server_binary
 
 
@@ -35,3 +38,26 @@ def own_redis_server() -> Iterator[RedisServer]:
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
     redis_server.command("FLUSHALL")
     yield redis_server.url
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Which backend decides: the scripts on Redis, or memory://'s store."""
+    return str(request.param)
+
+
+@pytest_asyncio.fixture
+async def store(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[DecisionStore]:
+    """The backend's decisions at a test clock, empty (tests/decision_stores.py)."""
+    if backend == "memory":
+        yield MemoryHarness()
+        return
+    async with open_harness(request.getfixturevalue("redis_server")) as harness:
+        yield harness
+
+
+@pytest_asyncio.fixture
+async def lua(redis_server: RedisServer) -> AsyncIterator[LuaHarness]:
+    """The clocked scripts on the session's Redis, flushed (tests/lua_harness.py)."""
+    async with open_harness(redis_server) as harness:
+        yield harness

@@ -14,9 +14,9 @@ from typing import Union
 import pytest
 import pytest_asyncio
 import reference_model as model
+from lua_calls import MINUTE_MS, decide
 from lua_harness import LuaHarness, open_harness
 from redis_servers import RedisServer
-from test_lua_algorithms import MINUTE_MS, decide
 
 from moderato.scripts import SCRIPT_NAMES
 

@@ -19,11 +19,11 @@ import pytest_asyncio
 import redis.asyncio
 import redis.asyncio.cluster
 from cluster import RedisCluster, identities_per_shard
+from differential_calls import Scenario, run_scenario, scenarios
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lua_harness import LuaHarness, open_harness
 from redis_servers import RedisServer, free_port
-from test_lua_differential import Scenario, run_scenario, scenarios
 
 from moderato import RateLimiter
 from moderato.algorithms import ALGORITHMS

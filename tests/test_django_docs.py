@@ -9,10 +9,13 @@ snippet without an exerciser, or an exerciser without a snippet, fails.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import re
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -31,6 +34,7 @@ import moderato.django  # noqa: E402
 from moderato.django import UNSAFE, get_limiter, get_settings  # noqa: E402
 
 NOW_MS = 1_800_000_000_000
+ROOT = Path(__file__).resolve().parent.parent
 Namespace = dict[str, Any]
 
 
@@ -269,3 +273,19 @@ def test_every_snippet_has_an_exerciser(page: str) -> None:
 @pytest.mark.parametrize(("page", "name"), CASES)
 def test_snippet(page: str, name: str) -> None:
     EXERCISERS[page][name](run(snippets(page)[name]))
+
+
+def test_the_settings_table_lists_every_key_with_its_default() -> None:
+    from moderato.django.conf import SETTINGS
+
+    text = (ROOT / "docs" / "django.md").read_text(encoding="utf-8")
+    documented: dict[str, Any] = {}
+    for names, defaults in re.findall(r"^\| ((?:`[A-Z_]+`(?:, )?)+) \| (.+?) \|", text, re.M):
+        keys = re.findall(r"`([A-Z_]+)`", names)
+        values = [ast.literal_eval(value) for value in re.findall(r"`([^`]+)`", defaults)]
+        assert len(keys) == len(values), names
+        documented.update(zip(keys, values))
+    assert set(documented) == set(SETTINGS)
+    for name, entry in SETTINGS.items():
+        default = list(entry.default) if isinstance(entry.default, tuple) else entry.default
+        assert documented[name] == default, name

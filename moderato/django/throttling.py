@@ -47,6 +47,7 @@ __all__ = [
     "AnonRateThrottle",
     "RateLimitUnavailable",
     "RateThrottle",
+    "RequestTooCostly",
     "ScopedRateThrottle",
     "UserRateThrottle",
     "drf_rate",

@@ -45,6 +45,9 @@ MODERATO = {
     "KEY_PREFIX": "django-example",
     "DEFAULT_ALGORITHM": "sliding_window",
     "FAIL_OPEN": False,  # Redis down: 503, nothing let through
+    # Under ASGI a reply waits for the event loop to get to it: a burst of requests
+    # on a small machine can hold it past the default 0.5 s (then 503, fail closed).
+    "COMMAND_TIMEOUT_S": 2.0,
     "TRUSTED_PROXIES": [],  # e.g. ["10.0.0.0/8"] behind a load balancer
     "RATE": "10000/hour",  # every path but the exempt ones, per client address
     "EXEMPT_PATHS": ["/healthz"],

@@ -66,7 +66,7 @@ import hiredis
 
 from ._encoding import Arg, encode_command, encode_evalsha
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
-from .handshake import greeting, refused_steps
+from .handshake import greeting, open_transport, refused_steps
 from .url import RedisAddress
 
 __all__ = ["STALL_FACTOR", "CommandNotSentError", "RedisConnection", "ScriptLike"]
@@ -519,19 +519,7 @@ class RedisConnection(asyncio.BufferedProtocol):
 
     async def _open_and_greet(self) -> None:
         loop = self._loop
-        address = self.address
-        if address.unix_path is not None:
-            await loop.create_unix_connection(lambda: self, address.unix_path)
-        elif address.tls:
-            await loop.create_connection(
-                lambda: self,
-                address.host,
-                address.port,
-                ssl=self._ssl_context or ssl.create_default_context(),
-                server_hostname=address.host,
-            )
-        else:
-            await loop.create_connection(lambda: self, address.host, address.port)
+        await open_transport(loop, lambda: self, self.address, self._ssl_context)
         if self._state == _CLOSED:  # lost between connection_made and here
             raise self._closed_error()
 

@@ -1,4 +1,5 @@
-"""What a new connection says first, and what its replies mean (both clients' connections).
+"""How a new connection reaches its server, what it says first, and what the replies mean
+(both clients' connections, and the asyncio subscriptions).
 
 The RESP2 greeting of an address: AUTH, SELECT, CLIENT SETNAME, whichever
 apply, else a PING; then ROLE when the connection requires a role (a
@@ -10,13 +11,47 @@ accept alone proves little (the kernel accepts for a paused server), so
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from collections.abc import Sequence
+from typing import Any, Callable
 
 from ._encoding import encode_command
 from .errors import RedisConnectionError, RedisReplyError
 from .url import RedisAddress
 
-__all__ = ["greeting", "refused_steps"]
+__all__ = ["authentication", "greeting", "open_transport", "refused_steps"]
+
+
+async def open_transport(
+    loop: asyncio.AbstractEventLoop,
+    protocol: Callable[[], asyncio.BaseProtocol],
+    address: RedisAddress,
+    ssl_context: ssl.SSLContext | None,
+) -> Any:
+    """Open an asyncio connection to ``address``: its unix socket, else TCP, with TLS
+    when the address asks for it (``ssl_context``, else the system's defaults)."""
+    if address.unix_path is not None:
+        return await loop.create_unix_connection(protocol, address.unix_path)
+    if address.tls:
+        return await loop.create_connection(
+            protocol,
+            address.host,
+            address.port,
+            ssl=ssl_context or ssl.create_default_context(),
+            server_hostname=address.host,
+        )
+    return await loop.create_connection(protocol, address.host, address.port)
+
+
+def authentication(address: RedisAddress) -> bytes | None:
+    """The encoded AUTH an address needs (None without a password): what every
+    connection sends first, subscriptions included."""
+    if address.password is None:
+        return None
+    if address.username is not None:
+        return encode_command("AUTH", address.username, address.password)
+    return encode_command("AUTH", address.password)
 
 
 def greeting(
@@ -25,11 +60,9 @@ def greeting(
     """(step names, encoded commands) of the greeting, sent in one write."""
     steps: list[str] = []
     payloads: list[bytes] = []
-    if address.password is not None:
-        if address.username is not None:
-            payloads.append(encode_command("AUTH", address.username, address.password))
-        else:
-            payloads.append(encode_command("AUTH", address.password))
+    auth = authentication(address)
+    if auth is not None:
+        payloads.append(auth)
         steps.append("AUTH")
     if address.db:
         payloads.append(encode_command("SELECT", address.db))

@@ -2,13 +2,15 @@
 
 A subscribed connection receives messages nobody asked for, so it cannot
 share RedisConnection's rule (one reply per command, in order); this is its
-own small protocol. It greets the server as RedisConnection does (AUTH when
-the address has a password), subscribes, and from then on calls
+own small protocol. It reaches the server and authenticates as
+RedisConnection does (handshake.py: a unix socket, TCP or TLS; AUTH when the
+address has a password), subscribes, calls ``on_subscribed(subscriber)``
+once the server confirmed every channel, and from then on
 ``on_message(channel, payload)`` for every message. ``on_lost(subscriber,
 reason)`` is called once when the connection ends for any reason but
-``close()``: a refused connect, an error reply (a missing ACL permission),
-the server closing it, or a connect that takes longer than ``timeout_s``.
-Reconnecting is the owner's business.
+``close()``: a refused connect, an error reply (a missing ACL permission:
+``refused`` is then True), the server closing it, or a connect that takes
+longer than ``timeout_s``. Reconnecting is the owner's business.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from typing import Any, Callable, Optional, cast
 import hiredis
 
 from ._encoding import encode_command
+from .handshake import authentication, open_transport
 from .url import RedisAddress
 
 __all__ = ["Subscriber"]
 
 MessageCallback = Callable[[bytes, bytes], None]
 LostCallback = Callable[["Subscriber", str], None]
+SubscribedCallback = Callable[["Subscriber"], None]
 
 
 class Subscriber(asyncio.Protocol):
@@ -41,11 +45,13 @@ class Subscriber(asyncio.Protocol):
         on_lost: LostCallback,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        on_subscribed: Optional[SubscribedCallback] = None,
     ) -> None:
         self.address = address
         self.channels = tuple(channels)
         self._on_message = on_message
         self._on_lost = on_lost
+        self._on_subscribed = on_subscribed
         self._ssl_context = ssl_context
         self._reader = hiredis.Reader()
         self._transport: Optional[asyncio.Transport] = None
@@ -55,6 +61,8 @@ class Subscriber(asyncio.Protocol):
         self._pid = os.getpid()
         self.subscribed = False
         """True once the server confirmed every channel."""
+        self.refused = False
+        """True once the server refused AUTH or SUBSCRIBE (an error reply)."""
 
     def __repr__(self) -> str:
         state = "subscribed" if self.subscribed else "closed" if self._closed else "connecting"
@@ -65,18 +73,8 @@ class Subscriber(asyncio.Protocol):
         self._task = loop.create_task(self._connect(loop, timeout_s))
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
-        address = self.address
         try:
-            if address.tls:
-                opening: Any = loop.create_connection(
-                    lambda: self,
-                    address.host,
-                    address.port,
-                    ssl=self._ssl_context or ssl.create_default_context(),
-                    server_hostname=address.host,
-                )
-            else:
-                opening = loop.create_connection(lambda: self, address.host, address.port)
+            opening = open_transport(loop, lambda: self, self.address, self._ssl_context)
             await asyncio.wait_for(opening, timeout_s)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as error:
             self._task = None  # done: closing must not cancel this task
@@ -92,13 +90,8 @@ class Subscriber(asyncio.Protocol):
         if self._closed:
             transport.close()
             return
-        address = self.address
-        payloads = []
-        if address.password is not None:
-            if address.username is not None:
-                payloads.append(encode_command("AUTH", address.username, address.password))
-            else:
-                payloads.append(encode_command("AUTH", address.password))
+        auth = authentication(self.address)
+        payloads = [] if auth is None else [auth]
         payloads.append(encode_command("SUBSCRIBE", *self.channels))
         self._transport.write(b"".join(payloads))
 
@@ -116,6 +109,7 @@ class Subscriber(asyncio.Protocol):
     def _handle(self, reply: Any) -> None:
         if isinstance(reply, hiredis.ReplyError):
             # AUTH or SUBSCRIBE refused (an ACL without the channel).
+            self.refused = True
             self._lose(f"refused: {reply}")
         elif isinstance(reply, list) and len(reply) == 3:
             kind, channel, payload = reply
@@ -123,6 +117,8 @@ class Subscriber(asyncio.Protocol):
                 self._on_message(channel, payload)
             elif kind == b"subscribe" and payload == len(self.channels):
                 self.subscribed = True
+                if self._on_subscribed is not None:
+                    self._on_subscribed(self)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._lose("closed by the server" if exc is None else str(exc) or type(exc).__name__)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import ssl
 import time
 from collections.abc import Awaitable, Sequence
@@ -12,10 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 from . import _accel
 from .algorithms import DEFAULT_ALGORITHM
 from .backends.base import AsyncBackend, Backend, SynchronousBackend
+from .backends.denial_cache import with_denial_cache
 from .backends.replies import split_replies
 from .backends.schemes import make_backend
-from .breaker import CLOSED
-from .denial_cache import DenialCache, announce_reset
 from .errors import BackendError, RateLimitConfigError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
@@ -25,7 +23,6 @@ from .limiter_core import LimiterCore, shadowed, tenant_alias, usage_of
 from .options import count_option, seconds_option
 from .plans import Plan
 from .policy import cost_scaled, validate_cost
-from .redis import RedisClient, RedisClientError
 from .results import CheckResult
 from .specs import (
     CostSpec,
@@ -42,8 +39,6 @@ from .specs import (
 from .together import Check, Together, call_parts, deciding_check, distinct_keys, results_of
 
 T = TypeVar("T")
-
-logger = logging.getLogger("moderato")
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -144,13 +139,21 @@ class RateLimiter(LimiterCore):
             metrics_registry=metrics_registry,
             failure_log_interval_s=failure_log_interval_s,
         )
-        self._backend: Backend = make_backend(
-            redis_url,
-            connect_timeout_s=connect_timeout_s,
-            command_timeout_s=command_timeout_s,
-            connections_per_loop=connections_per_loop,
-            ssl_context=ssl_context,
-            client_name=client_name,
+        # Denials repeated locally until they expire (backends/denial_cache.py): opt-in,
+        # a single server only; 0 (the default) leaves every decision to Redis.
+        self._backend: Backend = with_denial_cache(
+            make_backend(
+                redis_url,
+                connect_timeout_s=connect_timeout_s,
+                command_timeout_s=command_timeout_s,
+                connections_per_loop=connections_per_loop,
+                ssl_context=ssl_context,
+                client_name=client_name,
+            ),
+            denial_cache_size,
+            key_prefix=key_prefix,
+            breaker=self.breaker,
+            metrics=self.metrics,
         )
         self._bound(self._backend)
         # An in-process backend decides without waiting: checks call it directly;
@@ -161,20 +164,6 @@ class RateLimiter(LimiterCore):
             self._check_now = cast(SynchronousBackend, self._backend).check_now
         else:
             self._remote = cast(AsyncBackend, self._backend)
-        # Denials repeated locally until they expire (denial_cache.py): opt-in,
-        # a single server only; 0 (the default) leaves every decision to Redis.
-        self._denials: Optional[DenialCache] = None
-        if type(denial_cache_size) is not int or denial_cache_size < 0:
-            raise RateLimitConfigError(
-                f"denial_cache_size must be an int >= 0 (0 = off), got {denial_cache_size!r}"
-            )
-        client = getattr(self._backend, "client", None)
-        # Every limiter on one server announces its resets, cache or not: others may hold one.
-        self._announce_to: Optional[RedisClient] = (
-            client if isinstance(client, RedisClient) else None
-        )
-        if denial_cache_size and isinstance(client, RedisClient):
-            self._denials = DenialCache(client, key_prefix, max_entries=denial_cache_size)
 
     @property
     def backend(self) -> Backend:
@@ -192,8 +181,6 @@ class RateLimiter(LimiterCore):
         await self._backend.connect()
 
     async def close(self) -> None:
-        if self._denials is not None:
-            self._denials.close()
         await self._backend.close()
 
     async def __aenter__(self) -> RateLimiter:
@@ -330,21 +317,9 @@ class RateLimiter(LimiterCore):
         else:
             call = self._delete_matching(targets.patterns)
         deleted: int = await self._guarded("reset", call, route=targets.route)
-        await self._announce_reset()
+        # Whoever remembers denials of these keys forgets them (backends/announce.py).
+        await self._backend.announce_reset()
         return deleted
-
-    async def _announce_reset(self) -> None:
-        """Empty this process's denial cache, then every other limiter's (pub/sub)."""
-        if self._denials is not None:
-            self._denials.invalidate()
-        if self._announce_to is None:
-            return
-        try:
-            await announce_reset(self._announce_to, self.key_prefix)
-        except RedisClientError as error:
-            # The keys are gone; a limiter that misses the message holds its
-            # entries no longer than denial_cache.MAX_HOLD_S.
-            logger.warning("moderato: reset done, but announcing it failed: %s", error)
 
     async def _delete_matching(self, patterns: list[bytes]) -> int:
         deleted = 0
@@ -487,24 +462,8 @@ class RateLimiter(LimiterCore):
         coroutine: this is the path of every check; the in-process backend
         answers at once, and a remote one's client future is awaited here.
         """
-        backend = self._backend
-        keys = backend.decision_keys(plan, key, tenant_type, scope)  # the backend's keys
+        keys = self._backend.decision_keys(plan, key, tenant_type, scope)  # the backend's keys
         breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
-        # -- denial cache hook (denial_cache.py): a denial Redis already gave is
-        # repeated without a round trip while it must still hold; only with the
-        # breaker closed, so an outage is handled exactly as without the cache.
-        denials = self._denials if apply else None
-        if denials is not None:
-            if breaker.state == CLOSED:
-                local = denials.lookup(plan, keys[0], charged_scaled)
-                if local is not None:
-                    if self.metrics is not None:
-                        self.metrics.local_denials.labels(plan.algorithm.name).inc()
-                    result_now: CheckResult = _accel.check_result(local, plan.result_shape)
-                    return result_now
-            issued_s = denials.clock()
-            generation = denials.generation
-        # -- end of the hook
         if not breaker.allow():
             raise self._short_circuit(operation, breaker)
         try:
@@ -514,8 +473,12 @@ class RateLimiter(LimiterCore):
             else:
                 remote = cast(AsyncBackend, self._remote)
                 pending = remote.start_check(plan, keys, charged_scaled, apply)
+                if type(pending) is CheckResult:
+                    # Answered without asking (a denial the backend remembers): no
+                    # backend call was made, so the breaker and its metrics saw none.
+                    return pending
                 try:
-                    reply = await pending
+                    reply = await pending  # type: ignore[misc]  # not a CheckResult: awaitable
                 except Exception as error:  # the client's own errors, translated here
                     refusal = remote.check_failed(plan, error)
                     if refusal is error:
@@ -526,8 +489,6 @@ class RateLimiter(LimiterCore):
             self._failed(operation, error, breaker)
             raise
         self._succeeded(operation, breaker)
-        if denials is not None:  # the reply decoded cleanly: it may be remembered
-            denials.record(plan, keys[0], charged_scaled, issued_s, generation, reply)
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------

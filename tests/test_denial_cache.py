@@ -1,4 +1,4 @@
-"""The denial cache (moderato/denial_cache.py) against a real redis-server.
+"""The denial cache (moderato/backends/denial_cache.py) against a real redis-server.
 
 A flood from one identity reaches Redis once per remembered denial; every
 decision with the cache equals the one without it (two limiters, same
@@ -24,7 +24,7 @@ from redis_servers import RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.algorithms import ALGORITHMS
-from moderato.denial_cache import DenialCache
+from moderato.backends.denial_cache import DenialCache, DenialCachingBackend
 from moderato.results import CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +50,14 @@ def script_calls(server: RedisServer) -> int:
     return calls
 
 
+def cache_or_none(limiter: RateLimiter) -> Optional[DenialCache]:
+    """The limiter's denial cache: its backend wrapped in a DenialCachingBackend, or None."""
+    backend = limiter.backend
+    return backend.cache if isinstance(backend, DenialCachingBackend) else None
+
+
 def cache_of(limiter: RateLimiter) -> DenialCache:
-    denials = limiter._denials
+    denials = cache_or_none(limiter)
     assert denials is not None
     return denials
 
@@ -117,6 +123,11 @@ async def test_a_flood_reaches_redis_once_per_remembered_denial(
     assert sample(registry, "moderato_local_denials_total", algorithm=name) == 200
     # Local denials are denials: counted as such, with the same labels.
     assert sample(registry, "moderato_checks_total", algorithm=name, result="denied") == 202
+    # ...but no backend call: only the 12 checks Redis answered count as operations.
+    operations = sample(
+        registry, "moderato_backend_operations_total", operation="decide", status="ok"
+    )
+    assert operations == 12
     assert sample(registry, "moderato_checks_total", algorithm=name, result="allowed") == 10
     assert sample(registry, "moderato_limit_exceeded_total", algorithm=name) == 202
 
@@ -402,10 +413,10 @@ async def test_the_cache_is_bounded(redis_url: str) -> None:
 
 
 async def test_only_a_single_server_limiter_that_asks_for_one_has_a_cache(redis_url: str) -> None:
-    assert RateLimiter(redis_url)._denials is None  # off unless asked for
-    assert RateLimiter(redis_url, denial_cache_size=0)._denials is None
-    assert RateLimiter("memory://", **CACHED)._denials is None
-    assert RateLimiter(redis_url, **CACHED)._denials is not None
+    assert cache_or_none(RateLimiter(redis_url)) is None  # off unless asked for
+    assert cache_or_none(RateLimiter(redis_url, denial_cache_size=0)) is None
+    assert cache_or_none(RateLimiter("memory://", **CACHED)) is None
+    assert cache_or_none(RateLimiter(redis_url, **CACHED)) is not None
 
 
 async def test_by_default_every_denial_is_one_script_call(

@@ -19,7 +19,7 @@ import pytest
 from redis_servers import RedisServer
 
 from moderato import RateLimiter
-from moderato.denial_cache import DenialCache
+from moderato.backends.denial_cache import DenialCachingBackend
 from moderato.redis import RedisClient
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
@@ -141,8 +141,9 @@ def test_the_parent_denial_cache_keeps_its_subscription_across_a_fork(
     a reset after the child is gone still reaches the parent's cache."""
     run = parent_loop.run_until_complete
     limiter = RateLimiter(redis_url, key_prefix="fork3", denial_cache_size=100)
-    cache = limiter._denials
-    assert isinstance(cache, DenialCache)
+    backend = limiter.backend
+    assert isinstance(backend, DenialCachingBackend)
+    cache = backend.cache
 
     async def denied_until_remembered(identity: str) -> None:
         for _ in range(3):

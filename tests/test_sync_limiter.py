@@ -327,7 +327,7 @@ def test_a_reset_here_reaches_an_asyncio_limiters_denial_cache(redis_url: str) -
 
     async def scenario() -> list[bool]:
         limiter = moderato.RateLimiter(redis_url, key_prefix="dc", denial_cache_size=100)
-        cache: Any = limiter._denials
+        cache: Any = limiter.backend.cache  # type: ignore[attr-defined]
         try:
             for _ in range(2):
                 await limiter.check_with_info("u", "1/hour")

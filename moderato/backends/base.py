@@ -253,6 +253,11 @@ class Backend(Protocol):
         """Delete every key matching a glob pattern; returns how many were deleted."""
         ...
 
+    async def announce_reset(self) -> None:
+        """After a reset: tell every limiter that may remember denials under this key
+        prefix (denial_cache.py) to forget them; a failure is logged, never raised."""
+        ...
+
 
 class SynchronousBackend(Backend, Protocol):
     """A backend that decides in process, without waiting."""
@@ -269,8 +274,13 @@ class AsyncBackend(Backend, Protocol):
 
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
-    ) -> Awaitable[Any]:
-        """Send the decision on ``decision_keys``' keys; await the result for its raw reply."""
+    ) -> Union[Awaitable[Any], CheckResult]:
+        """Send the decision on ``decision_keys``' keys; await the result for its raw reply.
+
+        Or, when the backend knows the answer without asking (a denial it
+        remembers: denial_cache.py), the CheckResult itself: no backend call
+        was made, so the limiter counts none.
+        """
         ...
 
     def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
@@ -306,6 +316,11 @@ class BlockingBackend(Protocol):
 
     def delete_matching_now(self, pattern: bytes) -> int:
         """Delete every key matching a glob pattern; returns how many were deleted."""
+        ...
+
+    def announce_reset_now(self) -> None:
+        """After a reset: tell the asyncio limiters that may remember denials under this
+        key prefix to forget them (Backend.announce_reset)."""
         ...
 
     def connect_now(self) -> None:

@@ -17,6 +17,7 @@ from ..redis.blocking import ClusterClient, RedisClient, SentinelClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
+from .announce import announcement_failed, reset_announcement
 from .base import KeySpaceBound
 from .redis_py_blocking import BlockingRedisPyClient
 from .replies import decoded, translated
@@ -84,6 +85,15 @@ class BlockingRedisBackend(KeySpaceBound):
             )
         except RedisClientError as error:
             raise translated(error) from None
+
+    def announce_reset_now(self) -> None:
+        client = self.client
+        if not isinstance(client, RedisClient):
+            return  # only a single server's limiters remember denials
+        try:
+            client.execute(*reset_announcement(self.keyspace.prefix))
+        except RedisClientError as error:
+            announcement_failed(error)
 
     def connect_now(self) -> None:
         try:

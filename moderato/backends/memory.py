@@ -204,6 +204,12 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
     async def delete_matching(self, pattern: bytes) -> int:
         return self.delete_matching_now(pattern)
 
+    async def announce_reset(self) -> None:
+        """Nothing: this process's store is the only one, and remembers no denials."""
+
+    def announce_reset_now(self) -> None:
+        """Nothing (``announce_reset``)."""
+
     # -- the blocking RateLimiter's interface (BlockingBackend): the same calls --
 
     def reset_now(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:

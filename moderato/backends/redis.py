@@ -10,6 +10,7 @@ from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, composite_script, load_script
+from .announce import announcement_failed, reset_announcement
 from .base import DirectDecisions, KeySpaceBound, Part
 from .redis_py import RedisPyClient
 from .replies import DecisionReply, decoded, split_replies, translated
@@ -107,6 +108,15 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
         except RedisClientError as error:
             raise translated(error, script.name) from None
         return as_count(deleted, script.name)
+
+    async def announce_reset(self) -> None:
+        client = self.client
+        if not isinstance(client, RedisClient):
+            return  # only a single server's limiters remember denials
+        try:
+            await client.execute(*reset_announcement(self.keyspace.prefix))
+        except RedisClientError as error:
+            announcement_failed(error)
 
     async def delete_matching(self, pattern: bytes) -> int:
         try:

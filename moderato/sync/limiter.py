@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import ssl
 import time
 from types import TracebackType
@@ -11,7 +10,6 @@ from typing import Any, Callable, Optional, TypeVar, Union
 from ..algorithms import DEFAULT_ALGORITHM
 from ..backends.base import BlockingBackend
 from ..backends.schemes import make_blocking_backend
-from ..denial_cache import channel_for
 from ..errors import BackendError, RateLimitConfigError, exceeded
 from ..failure_log import DEFAULT_INTERVAL_S
 from ..keys import Identity
@@ -26,14 +24,10 @@ from ..options import count_option, seconds_option
 from ..plans import Plan
 from ..policy import cost_scaled, validate_cost
 from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
-from ..redis.blocking import RedisClient as BlockingRedisClient
-from ..redis.errors import RedisClientError
 from ..results import CheckResult
 from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
 
 T = TypeVar("T")
-
-logger = logging.getLogger("moderato")
 
 __all__ = ["RateLimiter"]
 
@@ -139,11 +133,6 @@ class RateLimiter(LimiterCore):
             client_name=client_name,
         )
         self._bound(self._backend)
-        client = getattr(self._backend, "client", None)
-        # Resets are announced on one server, for the asyncio limiters' denial caches.
-        self._announce_to: Optional[BlockingRedisClient] = (
-            client if isinstance(client, BlockingRedisClient) else None
-        )
 
     @property
     def backend(self) -> BlockingBackend:
@@ -290,7 +279,8 @@ class RateLimiter(LimiterCore):
                 lambda: sum(backend.delete_matching_now(p) for p in targets.patterns),
                 route=targets.route,
             )
-        self._announce_reset()
+        # The asyncio limiters that remember denials of these keys forget them.
+        self._backend.announce_reset_now()
         return deleted
 
     def limit(
@@ -368,15 +358,3 @@ class RateLimiter(LimiterCore):
             raise
         self._succeeded(operation, breaker)
         return result
-
-    def _announce_reset(self) -> None:
-        """Tell every asyncio limiter under this prefix to empty its denial cache (pub/sub)."""
-        client = self._announce_to
-        if client is None:
-            return
-        try:
-            client.execute("PUBLISH", channel_for(self.key_prefix), b"reset")
-        except RedisClientError as error:
-            # The keys are gone; a limiter that misses the message holds its
-            # entries no longer than denial_cache.MAX_HOLD_S.
-            logger.warning("moderato: reset done, but announcing it failed: %s", error)

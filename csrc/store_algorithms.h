@@ -18,11 +18,13 @@ STORE_ALGORITHM_NAMES(STORE_ALGORITHM_DECLARE)
 
 /* An algorithm's entry, the last line of its store_<algo>.c: the name is
  * the registry's, and <algo>_evaluate and <algo>_apply are the steps every
- * algorithm has. parse_extra and prepare are optional (NULL). */
-#define STORE_ALGORITHM(algo, extra_fields_, parse_extra_, prepare_)                   \
+ * algorithm has. parse_extra and prepare are optional (NULL); burst_bound_s
+ * is 0 for an algorithm that takes no burst. */
+#define STORE_ALGORITHM(algo, extra_fields_, burst_bound_s_, parse_extra_, prepare_)   \
     const memory_algorithm store_##algo = {                                            \
         .name = #algo,                                                                 \
         .extra_fields = (extra_fields_),                                               \
+        .burst_bound_s = (burst_bound_s_),                                             \
         .parse_extra = (parse_extra_),                                                 \
         .evaluate = algo##_evaluate,                                                   \
         .prepare = (prepare_),                                                         \

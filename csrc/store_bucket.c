@@ -1,7 +1,8 @@
 /* The token bucket's refill, shared by token_bucket (tokens) and
  * leaky_bucket (its dual, tokens = capacity - level): the public accrual
  * (exact integers, capacity per window) and the custom one (the script's
- * floating point), the reset instants, and the verdict. */
+ * floating point), the reset instants, and the verdict. The bucket holds
+ * burst_scaled: the capacity, or a burst apart from what refills. */
 #include <math.h>
 #include <string.h>
 
@@ -44,7 +45,8 @@ public_credit_scaled(const memory_policy *policy, int64_t elapsed_ms)
            floor_div(elapsed_ms * policy->per_ms_rest, policy->window_ms);
 }
 
-/* The smallest elapsed_ms in [0, window] crediting at least target_scaled. */
+/* The smallest elapsed_ms in [0, window] crediting at least target_scaled
+ * (0 <= target_scaled <= capacity). */
 static int64_t
 public_elapsed_for_credit_ms(const memory_policy *policy, int64_t target_scaled)
 {
@@ -77,9 +79,10 @@ static int
 refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
        const unsigned char *key, size_t key_size, refilled_bucket *out)
 {
-    int64_t capacity_scaled = policy->capacity_scaled;
+    int64_t capacity_scaled = policy->capacity_scaled; /* credited per window */
+    int64_t burst_scaled = policy->burst_scaled;       /* what the bucket holds */
     if (bucket == NULL) {
-        *out = (refilled_bucket){capacity_scaled, now_ms, 0, 0};
+        *out = (refilled_bucket){burst_scaled, now_ms, 0, 0};
         return 0;
     }
     /* A base ahead of the clock means no time has passed yet. */
@@ -87,7 +90,7 @@ refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
     int64_t base_ms = bucket->base_ms;
     int64_t elapsed_ms = now_eff_ms - base_ms;
     int64_t tokens_scaled =
-        bucket->tokens_scaled < capacity_scaled ? bucket->tokens_scaled : capacity_scaled;
+        bucket->tokens_scaled < burst_scaled ? bucket->tokens_scaled : burst_scaled;
     int64_t credited_scaled = bucket->credited_scaled;
     int full;
 
@@ -97,10 +100,10 @@ refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
             base_ms = now_eff_ms;
             credited_scaled = 0;
             elapsed_ms = 0;
-            full = tokens_scaled >= capacity_scaled;
+            full = tokens_scaled >= burst_scaled;
         }
         else {
-            full = due_scaled - (double)credited_scaled >= (double)(capacity_scaled - tokens_scaled);
+            full = due_scaled - (double)credited_scaled >= (double)(burst_scaled - tokens_scaled);
             if (!full) {
                 if (due_scaled > (double)ACCEL_MAX_SAFE_INTEGER) {
                     return refuse_key_state(
@@ -123,23 +126,32 @@ refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
             base_ms = now_eff_ms;
             credited_scaled = 0;
             elapsed_ms = 0;
-            full = tokens_scaled >= capacity_scaled;
+            full = tokens_scaled >= burst_scaled;
         }
-        else if (whole_windows >= 2) {
+        else if (whole_windows >= 2 &&
+                 (whole_windows - 1 > burst_scaled / capacity_scaled ||
+                  (whole_windows - 1) * capacity_scaled >= burst_scaled)) {
+            /* k windows credit more than (k - 1) * capacity: full once that
+             * reaches the burst (the first test keeps the product in range). */
             full = 1;
         }
-        else if (whole_windows == 1) {
-            int64_t credit_in_window_scaled = public_credit_scaled(policy, elapsed_ms - window_ms);
-            full = tokens_scaled >= credited_scaled - credit_in_window_scaled;
+        else if (whole_windows >= 1) {
+            /* Due since base = k * capacity + credit(elapsed - k windows);
+             * rebase by k whole windows. */
+            int64_t credit_in_window_scaled =
+                public_credit_scaled(policy, elapsed_ms - whole_windows * window_ms);
+            int64_t gain_scaled =
+                whole_windows * capacity_scaled - credited_scaled + credit_in_window_scaled;
+            full = gain_scaled >= burst_scaled - tokens_scaled;
             if (!full) {
-                tokens_scaled += credit_in_window_scaled + (capacity_scaled - credited_scaled);
-                base_ms += window_ms;
-                elapsed_ms -= window_ms;
+                tokens_scaled += gain_scaled;
+                base_ms += whole_windows * window_ms;
+                elapsed_ms -= whole_windows * window_ms;
                 credited_scaled = credit_in_window_scaled;
             }
         }
         else {
-            full = due_scaled - credited_scaled >= capacity_scaled - tokens_scaled;
+            full = due_scaled - credited_scaled >= burst_scaled - tokens_scaled;
             if (!full) {
                 tokens_scaled += due_scaled - credited_scaled;
                 credited_scaled = due_scaled;
@@ -148,7 +160,7 @@ refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
     }
     if (full) {
         /* A full bucket discards idle credit, fractions too. */
-        *out = (refilled_bucket){capacity_scaled, now_eff_ms, 0, 0};
+        *out = (refilled_bucket){burst_scaled, now_eff_ms, 0, 0};
         return 0;
     }
     *out = (refilled_bucket){tokens_scaled, base_ms, credited_scaled, elapsed_ms};
@@ -156,7 +168,7 @@ refill(const memory_policy *policy, const stored_bucket *bucket, int64_t now_ms,
 }
 
 /* When (a Unix time in ms, as the script's number) need_scaled more units
- * have been credited. */
+ * have been credited (need_scaled <= burst: with a burst, several windows). */
 static int
 bucket_reset_at(const memory_policy *policy, const refilled_bucket *bucket, int64_t need_scaled,
                 const memory_target *target, double *reset_at_ms)
@@ -164,11 +176,18 @@ bucket_reset_at(const memory_policy *policy, const refilled_bucket *bucket, int6
     int64_t capacity_scaled = policy->capacity_scaled;
     if (!policy->custom_rate) {
         int64_t left_in_window_scaled = capacity_scaled - bucket->credited_scaled;
-        int64_t wait_ms =
-            need_scaled <= left_in_window_scaled
-                ? public_elapsed_for_credit_ms(policy, bucket->credited_scaled + need_scaled)
-                : policy->window_ms +
-                      public_elapsed_for_credit_ms(policy, need_scaled - left_in_window_scaled);
+        int64_t wait_ms;
+        if (need_scaled <= left_in_window_scaled) {
+            wait_ms = public_elapsed_for_credit_ms(policy, bucket->credited_scaled + need_scaled);
+        }
+        else {
+            /* Whole windows past this one, then the rest (1..capacity) in the last. */
+            int64_t beyond_scaled = need_scaled - left_in_window_scaled;
+            int64_t more_windows = (beyond_scaled - 1) / capacity_scaled;
+            wait_ms = (1 + more_windows) * policy->window_ms +
+                      public_elapsed_for_credit_ms(policy,
+                                                   beyond_scaled - more_windows * capacity_scaled);
+        }
         *reset_at_ms = (double)(bucket->base_ms + wait_ms);
         return 0;
     }
@@ -197,11 +216,17 @@ diverged:
                                "custom refill wait did not converge for %U");
 }
 
-/* Twice the longer of the window and a full refill, plus a margin. */
+/* Twice the longer of the window and a full refill (a burst's in whole
+ * windows), plus a margin. */
 double
 bucket_ttl_ms(const memory_policy *policy)
 {
     double full_refill_ms = (double)policy->window_ms;
+    if (policy->burst_scaled > policy->capacity_scaled) {
+        int64_t whole_windows =
+            (policy->burst_scaled + policy->capacity_scaled - 1) / policy->capacity_scaled;
+        full_refill_ms = (double)(whole_windows * policy->window_ms);
+    }
     if (policy->custom_rate) {
         double refill_ms =
             ceil((double)policy->capacity_scaled * 1000.0 / policy->refill_scaled_per_s);
@@ -218,25 +243,25 @@ bucket_verdict(memory_call *call, memory_policy *policy, const memory_target *ta
                const stored_bucket *stored, refilled_bucket *bucket)
 {
     int64_t now_ms = call->now_ms, cost_scaled = call->cost_scaled;
-    int64_t capacity_scaled = policy->capacity_scaled;
+    int64_t burst_scaled = policy->burst_scaled; /* what the bucket holds */
     if (refill(policy, stored, now_ms, target->key, target->key_size, bucket) < 0) {
         return -1;
     }
     memory_verdict *verdict = &policy->verdict;
     int64_t tokens_scaled = bucket->tokens_scaled;
     verdict->fits = cost_scaled <= tokens_scaled;
-    verdict->permanent = cost_scaled > capacity_scaled;
+    verdict->permanent = cost_scaled > burst_scaled;
     verdict->remaining_uncharged = tokens_scaled;
     double reset_ms;
     if (verdict->fits) {
         /* Allowed: reset is the full-refill time, with or without this charge. */
         verdict->remaining_charged = tokens_scaled - cost_scaled;
-        if (bucket_reset_at(policy, bucket, capacity_scaled - tokens_scaled + cost_scaled, target,
+        if (bucket_reset_at(policy, bucket, burst_scaled - tokens_scaled + cost_scaled, target,
                             &reset_ms) < 0) {
             return -1;
         }
         verdict->reset_charged_ms = lua_integer(reset_ms);
-        if (bucket_reset_at(policy, bucket, capacity_scaled - tokens_scaled, target, &reset_ms) <
+        if (bucket_reset_at(policy, bucket, burst_scaled - tokens_scaled, target, &reset_ms) <
             0) {
             return -1;
         }
@@ -266,12 +291,12 @@ bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy,
     /* Both layouts: tokens (level), base, credited (drained), in that order. */
     stored_bucket stored = {fields[BUCKET_TOKENS], fields[BUCKET_BASE], fields[BUCKET_CREDITED]};
     if (kind == KIND_LEAKY) {
-        /* tokens = capacity - level; a level above capacity (capacity lowered
-         * on a live key) reads as full. */
-        int64_t capacity_scaled = policy->capacity_scaled;
+        /* tokens = burst - level; a level above it (capacity lowered on a
+         * live key) reads as full. */
+        int64_t burst_scaled = policy->burst_scaled;
         int64_t level_scaled =
-            fields[LEAKY_LEVEL] < capacity_scaled ? fields[LEAKY_LEVEL] : capacity_scaled;
-        stored.tokens_scaled = capacity_scaled - level_scaled;
+            fields[LEAKY_LEVEL] < burst_scaled ? fields[LEAKY_LEVEL] : burst_scaled;
+        stored.tokens_scaled = burst_scaled - level_scaled;
     }
     if (bucket_verdict(call, policy, target, present ? &stored : NULL, bucket) < 0) {
         return -1;
@@ -299,6 +324,7 @@ bucket_idle_full(const memory_entry *entry, int64_t now_ms)
     }
     memset(&policy, 0, sizeof(policy));
     policy.capacity_scaled = bucket->capacity_scaled;
+    policy.burst_scaled = bucket->burst_scaled > 0 ? bucket->burst_scaled : bucket->capacity_scaled;
     policy.window_ms = bucket->window_ms;
     policy.custom_rate = bucket->refill_scaled_per_s > 0.0;
     policy.refill_scaled_per_s = bucket->refill_scaled_per_s;
@@ -309,7 +335,7 @@ bucket_idle_full(const memory_entry *entry, int64_t now_ms)
         PyErr_Clear();
         return 0;
     }
-    return refilled.tokens_scaled == policy.capacity_scaled && refilled.base_ms == now_ms &&
+    return refilled.tokens_scaled == policy.burst_scaled && refilled.base_ms == now_ms &&
            refilled.credited_scaled == 0;
 }
 

@@ -62,9 +62,11 @@ typedef struct {
     int number; /* 1-based, as the scripts' messages count */
     const char *base;
     Py_ssize_t base_size;
-    int64_t capacity_scaled;
+    int64_t capacity_scaled; /* what refills per window (and, without a burst, the bucket) */
     int64_t window_s;
     int64_t window_ms;
+    /* what the bucket holds (the buckets and gcra): burst_scaled, else capacity_scaled */
+    int64_t burst_scaled;
     /* token bucket */
     int custom_rate;
     double refill_scaled_per_s;
@@ -100,6 +102,9 @@ typedef struct {
 typedef struct memory_algorithm {
     const char *name;
     int extra_fields; /* per-policy ARGV fields after capacity_scaled and window_s */
+    /* 0, or it takes a burst_scaled after a policy's fields, refilled within this
+     * many seconds in whole windows (prelude.lua's check_burst) */
+    long long burst_bound_s;
     int (*parse_extra)(memory_call *call, memory_policy *policy, Py_ssize_t argv_index);
     /* Reads the state, decides, plans the writes; changes nothing. */
     int (*evaluate)(MemoryStore *store, memory_call *call, memory_policy *policy);

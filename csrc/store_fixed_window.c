@@ -36,4 +36,4 @@ fixed_window_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->value.counter += call->cost_scaled;
 }
 
-STORE_ALGORITHM(fixed_window, 0, NULL, NULL);
+STORE_ALGORITHM(fixed_window, 0, 0, NULL, NULL);

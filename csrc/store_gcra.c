@@ -1,5 +1,7 @@
 /* gcra over its typed state (a gcra_value at <base>:gcra): the theoretical
- * arrival time (TAT) in whole us plus frac / capacity of a us. */
+ * arrival time (TAT) in whole us plus frac / capacity of a us. With a burst
+ * the TAT may run burst * W / capacity ahead of now (the tolerance), W
+ * without one. */
 #include "store_algorithms.h"
 
 static const char gcra_suffix[] = ":gcra";
@@ -20,7 +22,7 @@ gcra_parse_extra(memory_call *Py_UNUSED(call), memory_policy *policy, Py_ssize_t
     return 0;
 }
 
-/* floor(a * b / m) and (a * b) mod m, exactly, for 0 <= a <= m < 2^44 and
+/* floor(a * b / m) and (a * b) mod m, exactly, for 0 <= a, m < 2^44 and
  * 0 <= b < 2^53: b in base-256 digits keeps every partial below 2^53. */
 static void
 mul_div_mod(int64_t a, int64_t b, int64_t m, int64_t *quotient, int64_t *remainder)
@@ -57,9 +59,13 @@ gcra_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
     static const long long highs[2] = {ACCEL_MAX_SAFE_INTEGER, ACCEL_MAX_SAFE_INTEGER};
     int64_t now_ms = call->now_ms, cost_scaled = call->cost_scaled;
-    int64_t capacity_scaled = policy->capacity_scaled;
+    int64_t capacity_scaled = policy->capacity_scaled; /* refilled per window */
+    int64_t burst_scaled = policy->burst_scaled;       /* what the bucket holds */
     int64_t window_us = policy->window_ms * US_PER_MS;
     int64_t now_us = now_ms * US_PER_MS;
+    /* The tolerance, burst * W / C us exactly (W itself without a burst). */
+    int64_t tolerance_us, tolerance_frac;
+    mul_div_mod(burst_scaled, window_us, capacity_scaled, &tolerance_us, &tolerance_frac);
     memory_target *target =
         add_target(store, call, policy, gcra_suffix, sizeof(gcra_suffix) - 1, KIND_GCRA);
     int64_t fields[2];
@@ -67,22 +73,23 @@ gcra_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
     if (read_hash(target, KIND_GCRA, highs, fields, &present) < 0) {
         return -1;
     }
-    /* start = max(TAT, now), at most now + W. */
+    /* start = max(TAT, now), at most now + the tolerance. */
     int64_t start_us = now_us, start_frac = 0;
     if (present) {
         int64_t tat_us = fields[GCRA_TAT], tat_frac = fields[GCRA_FRAC];
-        if (tat_us >= now_us + window_us) {
-            start_us = now_us + window_us; /* more than a full bucket: the clock stepped back */
+        if (tat_frac >= capacity_scaled) {
+            tat_us += 1; /* a capacity lowered since: one whole us */
+            tat_frac = 0;
         }
-        else {
-            if (tat_frac >= capacity_scaled) {
-                tat_us += 1;
-                tat_frac = 0;
-            }
-            if (tat_us >= now_us) {
-                start_us = tat_us;
-                start_frac = tat_frac;
-            }
+        int64_t full_us = now_us + tolerance_us;
+        if (tat_us > full_us || (tat_us == full_us && tat_frac >= tolerance_frac)) {
+            /* more than a full bucket: the clock stepped back */
+            start_us = full_us;
+            start_frac = tolerance_frac;
+        }
+        else if (tat_us >= now_us) {
+            start_us = tat_us;
+            start_frac = tat_frac;
         }
     }
     /* Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W). */
@@ -91,10 +98,10 @@ gcra_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
                 &backlog_remainder);
     int64_t level_scaled =
         backlog_quotient + (backlog_remainder + start_frac + window_us - 1) / window_us;
-    int64_t remaining_scaled = capacity_scaled - level_scaled;
+    int64_t remaining_scaled = burst_scaled - level_scaled;
     memory_verdict *verdict = &policy->verdict;
     verdict->fits = cost_scaled <= remaining_scaled;
-    verdict->permanent = cost_scaled > capacity_scaled;
+    verdict->permanent = cost_scaled > burst_scaled;
     verdict->remaining_uncharged = remaining_scaled;
     verdict->reset_uncharged_ms = ceil_ms(start_us, start_frac);
     if (verdict->permanent) {
@@ -116,8 +123,13 @@ gcra_evaluate(MemoryStore *store, memory_call *call, memory_policy *policy)
         policy->write_expire_at_ms = verdict->reset_charged_ms + ACCEL_DRAINED_EXPIRY_MARGIN_MS;
     }
     else {
-        /* The cost fits once the new TAT is no more than a window ahead. */
-        verdict->reset_denied_ms = ceil_ms(new_us - window_us, new_frac);
+        /* The cost fits once the new TAT is no more than the tolerance ahead. */
+        int64_t ahead_us = new_us - tolerance_us, ahead_frac = new_frac - tolerance_frac;
+        if (ahead_frac < 0) {
+            ahead_us -= 1;
+            ahead_frac += capacity_scaled;
+        }
+        verdict->reset_denied_ms = ceil_ms(ahead_us, ahead_frac);
         verdict->retry_ms = verdict->reset_denied_ms - now_ms;
     }
     return 0;
@@ -132,4 +144,4 @@ gcra_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-STORE_ALGORITHM(gcra, 0, gcra_parse_extra, NULL);
+STORE_ALGORITHM(gcra, 0, ACCEL_GCRA_MAX_WINDOW_S, gcra_parse_extra, NULL);

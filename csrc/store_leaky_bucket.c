@@ -20,7 +20,7 @@ leaky_bucket_evaluate(MemoryStore *store, memory_call *call, memory_policy *poli
                         &bucket) < 0) {
         return -1;
     }
-    policy->write_value[0] = policy->capacity_scaled - bucket.tokens_scaled + call->cost_scaled;
+    policy->write_value[0] = policy->burst_scaled - bucket.tokens_scaled + call->cost_scaled;
     /* Allowed: reset_charged_ms is when the level has drained to zero. */
     policy->write_expire_at_ms = policy->verdict.reset_charged_ms + ACCEL_DRAINED_EXPIRY_MARGIN_MS;
     return 0;
@@ -36,4 +36,4 @@ leaky_bucket_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-STORE_ALGORITHM(leaky_bucket, 0, leaky_bucket_parse_extra, NULL);
+STORE_ALGORITHM(leaky_bucket, 0, ACCEL_MAX_LONG_WINDOW_S, leaky_bucket_parse_extra, NULL);

@@ -354,4 +354,4 @@ sliding_log_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
     }
 }
 
-STORE_ALGORITHM(sliding_log, 0, NULL, sliding_log_prepare);
+STORE_ALGORITHM(sliding_log, 0, 0, NULL, sliding_log_prepare);

@@ -105,4 +105,4 @@ sliding_window_apply(MemoryStore *store, memory_call *call, memory_policy *polic
     current->value.counter += call->cost_scaled;
 }
 
-STORE_ALGORITHM(sliding_window, 0, NULL, NULL);
+STORE_ALGORITHM(sliding_window, 0, 0, NULL, NULL);

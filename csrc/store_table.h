@@ -46,6 +46,7 @@ typedef struct {
     int64_t capacity_scaled;
     int64_t window_ms;
     double refill_scaled_per_s; /* 0: the public rule */
+    int64_t burst_scaled;       /* what the bucket holds; 0: the capacity */
 } bucket_value;
 
 typedef struct {

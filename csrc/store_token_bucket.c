@@ -129,9 +129,10 @@ token_bucket_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
         bucket->field[i] = policy->write_value[i];
     }
     bucket->capacity_scaled = policy->capacity_scaled;
+    bucket->burst_scaled = policy->burst_scaled;
     bucket->window_ms = policy->window_ms;
     bucket->refill_scaled_per_s = policy->custom_rate ? policy->refill_scaled_per_s : 0.0;
     entry->expire_at_ms = policy->write_expire_at_ms;
 }
 
-STORE_ALGORITHM(token_bucket, 1, token_bucket_parse_extra, NULL);
+STORE_ALGORITHM(token_bucket, 1, ACCEL_MAX_LONG_WINDOW_S, token_bucket_parse_extra, NULL);

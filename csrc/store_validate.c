@@ -466,21 +466,74 @@ parse_policy_integer(const memory_call *call, Py_ssize_t index, const char *fiel
     return 0;
 }
 
+/* args[burst_index], a policy's burst_scaled (prelude.lua's check_burst):
+ * 1..ACCEL_MAX_CAPACITY_SCALED, the token bucket's refill rate "" beside it,
+ * and refilled within bound_s in whole windows: burst <= floor(bound_s /
+ * window_s) * capacity_scaled. */
+static int
+parse_burst(memory_call *call, memory_policy *policy, Py_ssize_t first, Py_ssize_t burst_index,
+            long long bound_s)
+{
+    long long burst = 0;
+    if (parse_policy_integer(call, burst_index, "burst_scaled", policy->number,
+                             ACCEL_MAX_CAPACITY_SCALED, ACCEL_TEXT(ACCEL_MAX_CAPACITY_SCALED),
+                             &burst) < 0) {
+        return -1;
+    }
+    if (call->algorithm->extra_fields == 1) { /* the token bucket's refill rate */
+        arg_view view;
+        if (view_arg("decide", "args", first + 2, call->argv[first + 2], &view) < 0) {
+            return -1;
+        }
+        if (view.is_int || view.size != 0) {
+            return refuse_arg(&view,
+                              "ARGV[%zd] (refill_scaled_per_s of policy %d) must be \"\" with a "
+                              "burst_scaled (a burst refills at the exact public rate)",
+                              first + 3, policy->number);
+        }
+    }
+    long long whole_windows = bound_s / policy->window_s;
+    long long largest = ACCEL_MAX_CAPACITY_SCALED;
+    if (whole_windows <= ACCEL_MAX_CAPACITY_SCALED / policy->capacity_scaled) {
+        largest = whole_windows * policy->capacity_scaled;
+    }
+    if (burst > largest) {
+        return refuse("MODERATO_ARG",
+                      "ARGV[%zd] (burst_scaled of policy %d) must be at most %lld for "
+                      "capacity_scaled %lld per %lld s (a burst refills within %lld s), got %lld",
+                      burst_index + 1, policy->number, largest,
+                      (long long)policy->capacity_scaled, (long long)policy->window_s, bound_s,
+                      burst);
+    }
+    policy->burst_scaled = burst;
+    return 0;
+}
+
 int
 parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
 {
     const memory_algorithm *algorithm = call->algorithm;
-    int fields_per_policy = 2 + algorithm->extra_fields;
+    int own_fields = 2 + algorithm->extra_fields;
     if (key_count < 1 || key_count > ACCEL_MAX_POLICIES) {
         return refuse("MODERATO_ARG", "expected 1..%d keys (one base key per policy), got %zd",
                       ACCEL_MAX_POLICIES, key_count);
     }
-    Py_ssize_t expected_argc = 2 + fields_per_policy * key_count;
-    if (call->argc != expected_argc) {
+    Py_ssize_t expected_argc = 2 + own_fields * key_count;
+    /* A burst: one more field per policy, when the algorithm takes one. */
+    int bursting = algorithm->burst_bound_s > 0 && call->argc == expected_argc + key_count;
+    int fields_per_policy = own_fields + bursting;
+    if (call->argc != expected_argc && !bursting) {
+        if (algorithm->burst_bound_s > 0) {
+            return refuse("MODERATO_ARG",
+                          "expected %zd arguments for %zd policies (cost_scaled, apply, then %d "
+                          "per policy), or %zd with burst_scaled, got %zd",
+                          expected_argc, key_count, own_fields, expected_argc + key_count,
+                          call->argc);
+        }
         return refuse("MODERATO_ARG",
                       "expected %zd arguments for %zd policies (cost_scaled, apply, then %d per "
                       "policy), got %zd",
-                      expected_argc, key_count, fields_per_policy, call->argc);
+                      expected_argc, key_count, own_fields, call->argc);
     }
     for (int i = 0; i < (int)key_count; i++) {
         memset(&call->policies[i], 0, sizeof(memory_policy));
@@ -544,6 +597,11 @@ parse_call(memory_call *call, PyObject *const *keys, Py_ssize_t key_count)
         policy->window_ms = value * 1000;
         if (algorithm->parse_extra != NULL &&
             algorithm->parse_extra(call, policy, first + 2) < 0) {
+            return -1;
+        }
+        policy->burst_scaled = policy->capacity_scaled;
+        if (bursting && parse_burst(call, policy, first, first + own_fields,
+                                    algorithm->burst_bound_s) < 0) {
             return -1;
         }
     }

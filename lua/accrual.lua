@@ -148,12 +148,19 @@ local function elapsed_for_accrual_ms(target_scaled)
 end
 
 -- The instant at which need_scaled more units have accrued, given accrued_scaled accrued
--- since base_ms (need_scaled <= capacity). accrued + need can pass 2^53: compare
--- through the headroom left in this window.
+-- since base_ms (need_scaled <= what the bucket holds: with a burst, several windows'
+-- accrual). accrued + need can pass 2^53: compare through the headroom left in this
+-- window; past it, whole windows of capacity each, then the rest (1..capacity) in the last.
 local function accrued_at_ms(base_ms, accrued_scaled, need_scaled)
   local left_in_window_scaled = capacity_scaled - accrued_scaled
   if need_scaled <= left_in_window_scaled then
     return base_ms + elapsed_for_accrual_ms(accrued_scaled + need_scaled)
   end
-  return base_ms + window_ms + elapsed_for_accrual_ms(need_scaled - left_in_window_scaled)
+  local beyond_scaled = need_scaled - left_in_window_scaled
+  local more_windows = 0
+  if beyond_scaled > capacity_scaled then -- a burst: more than one window's accrual
+    more_windows = (beyond_scaled - 1 - math.fmod(beyond_scaled - 1, capacity_scaled)) / capacity_scaled
+    beyond_scaled = beyond_scaled - more_windows * capacity_scaled
+  end
+  return base_ms + (1 + more_windows) * window_ms + elapsed_for_accrual_ms(beyond_scaled)
 end

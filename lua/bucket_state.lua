@@ -3,7 +3,8 @@
 
 -- A bucket's stored state (three decimal integer fields: an amount, a base time in ms,
 -- an amount accrued since it) brought into now's frame, for refill() and drain(): the
--- amount capped at capacity (a lowered capacity caps what is stored), base, accrued,
+-- amount capped at what the bucket holds (burst_scaled: a lowered capacity caps what is
+-- stored), base, accrued,
 -- now_eff_ms (now, or base when it is ahead of the clock: Redis's clock stepped back, so
 -- no time has passed yet) and elapsed_ms = now_eff - base. nil for a missing key.
 local function read_bucket(key, amount_name, base_name, accrued_name)
@@ -22,6 +23,6 @@ local function read_bucket(key, amount_name, base_name, accrued_name)
     amount_scaled, base_ms, accrued_scaled = bucket[1], bucket[2], bucket[3]
   end
   local now_eff_ms = now_ms > base_ms and now_ms or base_ms
-  return amount_scaled < capacity_scaled and amount_scaled or capacity_scaled, base_ms,
+  return amount_scaled < burst_scaled and amount_scaled or burst_scaled, base_ms,
     accrued_scaled, now_eff_ms, now_eff_ms - base_ms
 end

@@ -6,6 +6,11 @@ ARGV[2]  "1" = decide and charge, "0" = peek (computes the same reply, writes no
 then per policy i, in KEYS order:
   ARGV[1 + 2i]  capacity_scaled  1..9007199254000
   ARGV[2 + 2i]  window_s         1..3599627 (41 days: times in µs stay below 2^53)
+or, with a burst, three per policy (ARGV[3i] .. ARGV[3i + 2]): the two above, then
+burst_scaled 1..9007199254000: the bucket holds burst_scaled, refilled capacity_scaled
+per window, so the TAT may run burst_scaled * W / capacity_scaled ahead of now (the
+tolerance, W without a burst), within 3599627 s in whole windows
+(burst_scaled <= floor(3599627 / window_s) * capacity_scaled).
 
 State: key <base>:gcra, a hash of decimal integer strings holding the theoretical
 arrival time (TAT: when the virtual bucket is empty again), exactly:
@@ -98,14 +103,16 @@ local GCRA_SUFFIX = ':gcra'
 local US_PER_MS = 1000
 local DRAINED_EXPIRY_MARGIN_MS = 1000
 
--- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs, for a stored
--- TAT (whole µs, frac).
-local function start_of(tat_us, tat_frac, now_us, window_us)
-  if tat_us >= now_us + window_us then
-    return now_us + window_us, 0 -- more than a full bucket: the clock stepped back
-  end
+-- start = max(TAT, now), at most now + the tolerance (tolerance_us + tolerance_frac / C:
+-- the window without a burst): (start_us + start_frac / C) µs, for a stored TAT
+-- (whole µs, frac).
+local function start_of(tat_us, tat_frac, now_us, tolerance_us, tolerance_frac)
   if tat_frac >= capacity_scaled then
     tat_us, tat_frac = tat_us + 1, 0 -- a capacity lowered since: one whole µs
+  end
+  local full_us = now_us + tolerance_us
+  if tat_us > full_us or (tat_us == full_us and tat_frac >= tolerance_frac) then
+    return full_us, tolerance_frac -- more than a full bucket: the clock stepped back
   end
   if tat_us >= now_us then
     return tat_us, tat_frac
@@ -113,10 +120,10 @@ local function start_of(tat_us, tat_frac, now_us, window_us)
   return now_us, 0
 end
 
--- floor(a * b / m) and (a * b) mod m, exactly, for integers 0 <= a <= m < 2^44 and
--- 0 <= b < 2^53 (the product may pass 2^53). Past 2^53, b is taken in base-256 digits,
--- most significant first (no table: each digit is divided out of b by its power of 256):
--- each step keeps remainder * 256 + a * digit below 2^53.
+-- floor(a * b / m) and (a * b) mod m, exactly, for integers 0 <= a, m < 2^44 and
+-- 0 <= b < 2^53 (the product may pass 2^53; the quotient stays below 2^53). Past 2^53, b
+-- is taken in base-256 digits, most significant first (no table: each digit is divided
+-- out of b by its power of 256): each step keeps remainder * 256 + a * digit below 2^53.
 local function mul_div_mod(a, b, m)
   if a == m then
     return b, 0
@@ -166,15 +173,18 @@ end
 local function evaluate(i, first, cost_scaled, now_ms, many)
   -- Checked digits: arithmetic converts them (tonumber is a C call).
   capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
+  burst_scaled = burst_field and ARGV[first + burst_field] + 0 or capacity_scaled
   window_ms = window_s * 1000
   local key = KEYS[i] .. GCRA_SUFFIX
   local window_us = window_ms * US_PER_MS
   local now_us = now_ms * US_PER_MS
+  -- The tolerance, burst * W / C µs exactly (W itself without a burst).
+  local tolerance_us, tolerance_frac = mul_div_mod(burst_scaled, window_us, capacity_scaled)
 
   local start_us, start_frac = now_us, 0
   local tat_us, tat_frac = read_tat(key)
   if tat_us then
-    start_us, start_frac = start_of(tat_us, tat_frac, now_us, window_us)
+    start_us, start_frac = start_of(tat_us, tat_frac, now_us, tolerance_us, tolerance_frac)
   end
 
   -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
@@ -182,10 +192,10 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
     mul_div_mod(start_us - now_us, capacity_scaled, window_us)
   local level_scaled =
     backlog_quotient + floor_div(backlog_remainder + start_frac + window_us - 1, window_us)
-  local remaining_scaled = capacity_scaled - level_scaled
+  local remaining_scaled = burst_scaled - level_scaled
   local fits = cost_scaled <= remaining_scaled
   local reset_uncharged_ms = many and ceil_ms(start_us, start_frac) or nil
-  if cost_scaled > capacity_scaled then
+  if cost_scaled > burst_scaled then
     return false, true, remaining_scaled, nil, nil, reset_uncharged_ms
   end
   -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
@@ -199,8 +209,12 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
     return true, false, remaining_scaled, remaining_scaled - cost_scaled, reset_charged_ms,
       reset_uncharged_ms, nil, nil, key, new_us, new_frac, reset_charged_ms
   end
-  -- The cost fits once the new TAT is no more than a window ahead.
-  local reset_denied_ms = ceil_ms(new_us - window_us, new_frac)
+  -- The cost fits once the new TAT is no more than the tolerance ahead.
+  local ahead_us, ahead_frac = new_us - tolerance_us, new_frac - tolerance_frac
+  if ahead_frac < 0 then
+    ahead_us, ahead_frac = ahead_us - 1, ahead_frac + capacity_scaled
+  end
+  local reset_denied_ms = ceil_ms(ahead_us, ahead_frac)
   return false, false, remaining_scaled, nil, nil, reset_uncharged_ms,
     reset_denied_ms - now_ms, reset_denied_ms
 end
@@ -212,4 +226,4 @@ local function write(key, tat_us, tat_frac, reset_ms)
   redis.call('PEXPIREAT', key, reset_ms + DRAINED_EXPIRY_MARGIN_MS)
 end
 
-return decide(2, nil, evaluate, write, 'gcra_window')
+return decide(2, nil, evaluate, write, 'gcra_window', 'gcra_burst')

@@ -7,6 +7,10 @@ then per policy i, in KEYS order:
   ARGV[1 + 2i]  capacity_scaled  1..9007199254000
   ARGV[2 + 2i]  window_s         1..311040000; above 94906 s capacity_scaled
                                  <= floor(2^53 / window_ms) (the drain stays exact)
+or, with a burst, three per policy (ARGV[3i] .. ARGV[3i + 2]): the two above, then
+burst_scaled 1..9007199254000: the bucket holds burst_scaled and drains capacity_scaled
+per window, within ten 360-day years in whole windows
+(burst_scaled <= floor(311040000 / window_s) * capacity_scaled).
 
 State: key <base>:leaky, a hash of decimal integer strings: level (scaled units in the
 bucket), base (ms) and drained (scaled units drained since base). The level drains
@@ -57,19 +61,21 @@ local function drain(level_scaled, base_ms, drained_scaled, now_eff_ms, elapsed_
     -- written under another capacity, or the clock stepped back. Restart the drain here.
     base_ms, drained_scaled, elapsed_ms = now_eff_ms, 0, 0
     empty = level_scaled == 0
-  elseif whole_windows >= 2 then
-    -- Two windows drain 2 * capacity - drained > capacity units: empty whatever the level.
+  elseif whole_windows >= 2 and (whole_windows - 1) * capacity_scaled >= burst_scaled then
+    -- k windows drain k * capacity - drained > (k - 1) * capacity units: empty whatever the
+    -- level once that reaches the burst (two windows without one). A product past 2^53 is
+    -- still far above any burst.
     empty = true
-  elseif whole_windows == 1 then
-    -- Due since base = capacity + drained_by(elapsed - window); rebase by one whole window.
-    -- Empty iff capacity + drain - drained >= level, i.e. capacity - level >= drained - drain.
-    local drain_in_window_scaled = linear_accrual_scaled(elapsed_ms - window_ms)
-    empty = capacity_scaled - level_scaled >= drained_scaled - drain_in_window_scaled
+  elseif whole_windows >= 1 then
+    -- Due since base = k * capacity + drained_by(elapsed - k windows) (k * capacity stays
+    -- below burst + capacity); rebase by k whole windows. The level stays positive.
+    local drain_in_window_scaled = linear_accrual_scaled(elapsed_ms - whole_windows * window_ms)
+    local gain_scaled = whole_windows * capacity_scaled - drained_scaled + drain_in_window_scaled
+    empty = gain_scaled >= level_scaled
     if not empty then
-      -- The level stays positive: level > capacity + drain - drained > drain_in_window.
-      level_scaled = level_scaled - drain_in_window_scaled - (capacity_scaled - drained_scaled)
-      base_ms = base_ms + window_ms
-      elapsed_ms = elapsed_ms - window_ms
+      level_scaled = level_scaled - gain_scaled
+      base_ms = base_ms + whole_windows * window_ms
+      elapsed_ms = elapsed_ms - whole_windows * window_ms
       drained_scaled = drain_in_window_scaled
     end
   else
@@ -90,14 +96,15 @@ end
 local function evaluate(i, first, cost_scaled, now_ms, many)
   -- Checked digits: arithmetic converts them (tonumber is a C call).
   capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
+  burst_scaled = burst_field and ARGV[first + burst_field] + 0 or capacity_scaled
   window_ms = window_s * 1000
   split_per_ms()
   local key = KEYS[i] .. BUCKET_SUFFIX
   local level_scaled, base_ms, drained_scaled = drain(read_bucket(key, 'level', 'base', 'drained'))
-  local headroom_scaled = capacity_scaled - level_scaled
+  local headroom_scaled = burst_scaled - level_scaled
 
   local fits = cost_scaled <= headroom_scaled
-  local permanent = cost_scaled > capacity_scaled
+  local permanent = cost_scaled > burst_scaled
   local remaining_charged, reset_charged_ms, reset_uncharged_ms, retry_ms, reset_denied_ms
   if fits then
     -- Allowed: reset is when the level has drained to zero, with or without this charge.
@@ -124,4 +131,4 @@ local function write(key, level_scaled, base_ms, drained_scaled, empty_at_ms)
   redis.call('PEXPIREAT', key, empty_at_ms + DRAINED_EXPIRY_MARGIN_MS)
 end
 
-return decide(2, nil, evaluate, write, 'exact_accrual')
+return decide(2, nil, evaluate, write, 'exact_accrual', 'bucket_burst')

@@ -130,19 +130,59 @@ local function refusals()
     end,
   }
 
+  -- A burst (the buckets and GCRA take one): burst_scaled after a policy's own fields,
+  -- what the bucket holds while it refills capacity_scaled per window. It must refill
+  -- within a bound, counted in whole windows: ceil(burst / capacity) * window_s <= bound_s,
+  -- i.e. burst <= floor(bound_s / window_s) * capacity (docs/internals.md, "Bursts").
+  local burst_bounds_s = { bucket_burst = MAX_LONG_WINDOW_S, gcra_burst = GCRA_MAX_WINDOW_S }
+  local function check_burst(policy_number, first, fields_per_policy, capacity, window, burst_rule)
+    local burst_index = first + fields_per_policy
+    local burst = parse_integer(ARGV[burst_index], 1, MAX_CAPACITY_SCALED)
+    if not burst then
+      fail('MODERATO_ARG', 'ARGV[' .. burst_index .. '] (burst_scaled of policy ' .. policy_number
+        .. ') must be an integer 1..' .. decimal(MAX_CAPACITY_SCALED) .. ', got '
+        .. shown(ARGV[burst_index]))
+    end
+    -- The token bucket's third field: a custom rate already sets its own capacity.
+    if fields_per_policy == 3 and ARGV[first + 2] ~= '' then
+      fail('MODERATO_ARG', 'ARGV[' .. (first + 2) .. '] (refill_scaled_per_s of policy '
+        .. policy_number .. ') must be "" with a burst_scaled (a burst refills at the exact'
+        .. ' public rate), got ' .. shown(ARGV[first + 2]))
+    end
+    local bound_s = burst_bounds_s[burst_rule]
+    local whole_windows = floor_div(bound_s, window)
+    local largest = MAX_CAPACITY_SCALED
+    if whole_windows <= floor_div(MAX_CAPACITY_SCALED, capacity) then
+      largest = whole_windows * capacity
+    end
+    if burst > largest then
+      fail('MODERATO_ARG', 'ARGV[' .. burst_index .. '] (burst_scaled of policy ' .. policy_number
+        .. ') must be at most ' .. decimal(largest) .. ' for capacity_scaled ' .. decimal(capacity)
+        .. ' per ' .. decimal(window) .. ' s (a burst refills within ' .. bound_s
+        .. ' s), got ' .. decimal(burst))
+    end
+  end
+
   -- The full check of KEYS and ARGV, raising the refusal that names what is wrong.
   -- parse_extra(policy_number, argv_index, capacity_scaled) checks an algorithm's fields
-  -- after capacity and window; long_window names its rule above, if it has one.
-  function R.arguments(fields_per_policy, parse_extra, long_window)
+  -- after capacity and window; long_window names its rule above, if it has one, and
+  -- burst_rule its burst bound, if it takes a burst. Returns the fields per policy: one
+  -- more than its own when every policy carries a burst_scaled.
+  function R.arguments(fields_per_policy, parse_extra, long_window, burst_rule)
     local policy_count = #KEYS
     if policy_count < 1 or policy_count > MAX_POLICIES then
       fail('MODERATO_ARG', 'expected 1..' .. MAX_POLICIES .. ' keys (one base key per policy), got '
         .. policy_count)
     end
     local expected_argc = 2 + fields_per_policy * policy_count
-    if #ARGV ~= expected_argc then
+    local width = fields_per_policy
+    if burst_rule and #ARGV == expected_argc + policy_count then
+      width = fields_per_policy + 1
+    elseif #ARGV ~= expected_argc then
       fail('MODERATO_ARG', 'expected ' .. expected_argc .. ' arguments for ' .. policy_count
-        .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy), got ' .. #ARGV)
+        .. ' policies (cost_scaled, apply, then ' .. fields_per_policy .. ' per policy)'
+        .. (burst_rule and ', or ' .. (expected_argc + policy_count) .. ' with burst_scaled' or '')
+        .. ', got ' .. #ARGV)
     end
     local seen = {}
     for i = 1, policy_count do
@@ -163,7 +203,7 @@ local function refusals()
         .. shown(ARGV[1]))
     end
     for i = 1, policy_count do
-      local first = 3 + fields_per_policy * (i - 1)
+      local first = 3 + width * (i - 1)
       local capacity_scaled = parse_integer(ARGV[first], 1, MAX_CAPACITY_SCALED)
       if not capacity_scaled then
         fail('MODERATO_ARG', 'ARGV[' .. first .. '] (capacity_scaled of policy ' .. i
@@ -180,7 +220,11 @@ local function refusals()
       if long_window and window > MAX_WINDOW_S then
         long_window_rules[long_window](i, first, capacity_scaled, window)
       end
+      if width > fields_per_policy then
+        check_burst(i, first, fields_per_policy, capacity_scaled, window, burst_rule)
+      end
     end
+    return width
   end
 
   -- A Redis read that turns an error (e.g. WRONGTYPE) into a state refusal.
@@ -302,6 +346,10 @@ end
 -- The policy being evaluated (a scalar per field, not a table per policy): declared by
 -- the script before this file (`local cost_scaled, capacity_scaled, window_s, window_ms`,
 -- which its one-policy path uses too), set by the algorithm's evaluate(), read by its helpers.
+-- And burst_scaled: what the bucket holds (the buckets and GCRA), its burst_scaled argument
+-- when the call carries one (at burst_field past a policy's first field: decide() sets it),
+-- else its capacity_scaled, which is then both what it holds and what refills per window.
+local burst_scaled, burst_field
 
 -- The arguments are valid: one decision at Redis's one instant (now_ms, read by the
 -- script before this file, on its first lines). One policy (the common
@@ -391,11 +439,14 @@ end
 -- cost_scaled, now_ms, many) evaluates policy i (need_uncharged: several policies, so
 -- the uncharged reset is needed too); write(...) applies an admitted policy's writes.
 -- A refusal raised by fail() becomes the error reply the client maps; any other error
--- stays a script error. long_window names the algorithm's long-window rule (refusals()).
-local function decide(fields_per_policy, parse_extra, evaluate, write, long_window)
+-- stays a script error. long_window names the algorithm's long-window rule, burst_rule
+-- its burst bound if it takes a burst (refusals()); a call with a burst always takes
+-- the full check.
+local function decide(fields_per_policy, parse_extra, evaluate, write, long_window, burst_rule)
+  local width = fields_per_policy
   if not arguments_fit(fields_per_policy) then
     local ok, refusal = pcall(function()
-      refusals().arguments(fields_per_policy, parse_extra, long_window)
+      width = refusals().arguments(fields_per_policy, parse_extra, long_window, burst_rule)
     end)
     if not ok then
       if type(refusal) == 'table' and refusal.moderato_error then
@@ -403,8 +454,11 @@ local function decide(fields_per_policy, parse_extra, evaluate, write, long_wind
       end
       error(refusal, 0)
     end
+    if width > fields_per_policy then
+      burst_field = fields_per_policy
+    end
   end
-  local ok, result = pcall(decide_valid, fields_per_policy, evaluate, write)
+  local ok, result = pcall(decide_valid, width, evaluate, write)
   if ok then
     return result
   end

@@ -10,6 +10,10 @@ then per policy i, in KEYS order:
   ARGV[3i + 2]  refill_scaled_per_s  "" = the exact public rule (capacity per window);
                                      else a finite decimal number (exponent allowed) in
                                      [capacity_scaled / 86400, 9007199254000]
+or, with a burst, four per policy (ARGV[4i - 1] .. ARGV[4i + 2]): the three above, the
+refill rate "", then burst_scaled 1..9007199254000: the bucket holds burst_scaled and
+refills capacity_scaled per window, within ten 360-day years in whole windows
+(burst_scaled <= floor(311040000 / window_s) * capacity_scaled).
 
 State: a hash at <base>:bucket:v2 of decimal integer strings: tokens (scaled),
 base (ms) and credited (scaled units credited since base). A missing bucket is
@@ -69,10 +73,11 @@ end
 
 -- Brings a bucket, as read_bucket() returns it, up to now. Returns tokens_scaled, base_ms,
 -- credited_scaled and elapsed_ms (now - base, never negative), with
--- credited == credit(elapsed).
+-- credited == credit(elapsed). The bucket holds burst_scaled and, under the public rule,
+-- is credited capacity_scaled per window.
 local function refill(tokens_scaled, base_ms, credited_scaled, now_eff_ms, elapsed_ms)
   if not tokens_scaled then
-    return capacity_scaled, now_ms, 0, 0
+    return burst_scaled, now_ms, 0, 0
   end
   local full
 
@@ -82,9 +87,9 @@ local function refill(tokens_scaled, base_ms, credited_scaled, now_eff_ms, elaps
       -- More was credited than is due: the clock stepped back or the rate changed.
       -- Credit nothing now and restart the accrual here.
       base_ms, credited_scaled, elapsed_ms = now_eff_ms, 0, 0
-      full = tokens_scaled >= capacity_scaled
+      full = tokens_scaled >= burst_scaled
     else
-      full = due_scaled - credited_scaled >= capacity_scaled - tokens_scaled
+      full = due_scaled - credited_scaled >= burst_scaled - tokens_scaled
       if not full then
         if due_scaled > MAX_SAFE_INTEGER then
           local R = refusals()
@@ -104,24 +109,26 @@ local function refill(tokens_scaled, base_ms, credited_scaled, now_eff_ms, elaps
       -- A consistent public bucket always has credit(elapsed) >= credited < capacity: this one was
       -- written under another capacity, or the clock stepped back. Restart the accrual here.
       base_ms, credited_scaled, elapsed_ms = now_eff_ms, 0, 0
-      full = tokens_scaled >= capacity_scaled
-    elseif whole_windows >= 2 then
-      -- Two windows credit 2 * capacity - credited > capacity units: full whatever the tokens.
+      full = tokens_scaled >= burst_scaled
+    elseif whole_windows >= 2 and (whole_windows - 1) * capacity_scaled >= burst_scaled then
+      -- k windows credit k * capacity - credited > (k - 1) * capacity units: full whatever
+      -- the tokens once that reaches the burst (two windows without one). A product past
+      -- 2^53 is still far above any burst.
       full = true
-    elseif whole_windows == 1 then
-      -- Due since base = capacity + credit(elapsed - window); rebase by one whole window.
-      -- Full iff capacity + credit - credited >= capacity - tokens, i.e. tokens >= credited - credit.
-      local credit_in_window_scaled = linear_accrual_scaled(elapsed_ms - window_ms)
-      full = tokens_scaled >= credited_scaled - credit_in_window_scaled
+    elseif whole_windows >= 1 then
+      -- Due since base = k * capacity + credit(elapsed - k windows) (k * capacity stays
+      -- below burst + capacity); rebase by k whole windows.
+      local credit_in_window_scaled = linear_accrual_scaled(elapsed_ms - whole_windows * window_ms)
+      local gain_scaled = whole_windows * capacity_scaled - credited_scaled + credit_in_window_scaled
+      full = gain_scaled >= burst_scaled - tokens_scaled
       if not full then
-        -- The sum stays below capacity: tokens + credit < credited < capacity.
-        tokens_scaled = tokens_scaled + credit_in_window_scaled + (capacity_scaled - credited_scaled)
-        base_ms = base_ms + window_ms
-        elapsed_ms = elapsed_ms - window_ms
+        tokens_scaled = tokens_scaled + gain_scaled
+        base_ms = base_ms + whole_windows * window_ms
+        elapsed_ms = elapsed_ms - whole_windows * window_ms
         credited_scaled = credit_in_window_scaled
       end
     else
-      full = due_scaled - credited_scaled >= capacity_scaled - tokens_scaled
+      full = due_scaled - credited_scaled >= burst_scaled - tokens_scaled
       if not full then
         tokens_scaled = tokens_scaled + (due_scaled - credited_scaled)
         credited_scaled = due_scaled
@@ -131,13 +138,13 @@ local function refill(tokens_scaled, base_ms, credited_scaled, now_eff_ms, elaps
 
   if full then
     -- A full bucket discards idle credit, fractions too: accrual restarts now.
-    return capacity_scaled, now_eff_ms, 0, 0
+    return burst_scaled, now_eff_ms, 0, 0
   end
   return tokens_scaled, base_ms, credited_scaled, elapsed_ms
 end
 
 -- Milliseconds after base at which need_scaled more units have been credited, given
--- credited_scaled credited by elapsed_ms. need_scaled <= capacity.
+-- credited_scaled credited by elapsed_ms. need_scaled <= burst_scaled.
 local function wait_end_after_base_ms(credited_scaled, elapsed_ms, need_scaled)
   if not refill_scaled_per_s then
     return accrued_at_ms(0, credited_scaled, need_scaled)
@@ -166,9 +173,13 @@ local function wait_end_after_base_ms(credited_scaled, elapsed_ms, need_scaled)
 end
 
 -- Expiry: twice the longer of the window and a full refill, plus a margin, so an idle
--- bucket only disappears once it would have been full anyway.
+-- bucket only disappears once it would have been full anyway. A burst's full refill is
+-- counted in whole windows: ceil(burst / capacity) of them.
 local function bucket_ttl_ms()
   local full_refill_ms = window_ms
+  if burst_scaled > capacity_scaled then
+    full_refill_ms = window_ms * floor_div(burst_scaled + capacity_scaled - 1, capacity_scaled)
+  end
   if refill_scaled_per_s then
     full_refill_ms = math.max(full_refill_ms,
       math.ceil(capacity_scaled * 1000 / refill_scaled_per_s))
@@ -179,6 +190,7 @@ end
 local function evaluate(i, first, cost_scaled, now_ms, many)
   -- Checked digits: arithmetic converts them (tonumber is a C call).
   capacity_scaled, window_s = ARGV[first] + 0, ARGV[first + 1] + 0
+  burst_scaled = burst_field and ARGV[first + burst_field] + 0 or capacity_scaled
   window_ms = window_s * 1000
   policy_number = i
   local rate_text = ARGV[first + 2]
@@ -192,17 +204,17 @@ local function evaluate(i, first, cost_scaled, now_ms, many)
     refill(read_bucket(key, 'tokens', 'base', 'credited'))
 
   local fits = cost_scaled <= tokens_scaled
-  local permanent = cost_scaled > capacity_scaled
+  local permanent = cost_scaled > burst_scaled
   local remaining_charged, reset_charged_ms, reset_uncharged_ms, retry_ms, reset_denied_ms
   local expire_at_ms
   if fits then
     -- Allowed: reset is the full-refill time, with or without this charge.
     remaining_charged = tokens_scaled - cost_scaled
     reset_charged_ms = base_ms
-      + wait_end_after_base_ms(credited_scaled, elapsed_ms, capacity_scaled - remaining_charged)
+      + wait_end_after_base_ms(credited_scaled, elapsed_ms, burst_scaled - remaining_charged)
     if many then
       reset_uncharged_ms = base_ms
-        + wait_end_after_base_ms(credited_scaled, elapsed_ms, capacity_scaled - tokens_scaled)
+        + wait_end_after_base_ms(credited_scaled, elapsed_ms, burst_scaled - tokens_scaled)
     end
     expire_at_ms = now_ms + bucket_ttl_ms()
   elseif not permanent then
@@ -223,4 +235,4 @@ local function write(key, tokens_scaled, base_ms, credited_scaled, expire_at_ms)
   redis.call('PEXPIREAT', key, expire_at_ms)
 end
 
-return decide(3, parse_refill_rate, evaluate, write, 'exact_accrual')
+return decide(3, parse_refill_rate, evaluate, write, 'exact_accrual', 'bucket_burst')

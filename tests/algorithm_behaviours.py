@@ -51,7 +51,7 @@ BAD_CALLS = [
     ("no keys", [], ["1000", "1"], "expected 1..16 keys"),
     ("17 keys", [f"k{i}" for i in range(17)], ["1000", "1"], "expected 1..16 keys"),
     ("missing policy arguments", ["k"], ["1000", "1"], "arguments for 1 policies"),
-    ("extra argument", ["k"], ["1000", "1", "{p}", "5"], "arguments for 1 policies"),
+    ("extra arguments", ["k"], ["1000", "1", "{p}", "5", "5"], "arguments for 1 policies"),
     ("repeated key", ["k", "k"], ["1000", "1", "{p}", "{p}"], "KEYS[2] repeats KEYS[1]"),
     ("cost not a number", ["k"], ["abc", "1", "{p}"], "ARGV[1] (cost_scaled)"),
     ("negative cost", ["k"], ["-1000", "1", "{p}"], "ARGV[1] (cost_scaled)"),

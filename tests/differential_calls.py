@@ -64,6 +64,9 @@ def policy_sets(draw: st.DrawFn, algorithm: str, prefix: str) -> tuple[model.Pol
         windows_here = windows_s.filter(lambda window_s: window_s <= model.GCRA_MAX_WINDOW_S)
     windows = draw(st.lists(windows_here, min_size=count, max_size=count, unique=True))
     tag = ALGORITHMS[algorithm].key_tag
+    # Half the sets of the algorithms that take a burst carry one (the burst layout: every
+    # policy sends a burst_scaled, its capacity when it has none of its own).
+    bursting = algorithm in BURST_BOUNDS_S and draw(st.booleans())
     policies = []
     for window_s in windows:
         capacity_scaled = draw(capacities_scaled)
@@ -79,11 +82,36 @@ def policy_sets(draw: st.DrawFn, algorithm: str, prefix: str) -> tuple[model.Pol
                 st.one_of(st.sampled_from([largest_exact, 1000]), st.integers(1, largest_exact))
             )
         rate = None
-        if algorithm == "token_bucket" and draw(st.integers(0, 3)) == 0:
+        if algorithm == "token_bucket" and not bursting and draw(st.integers(0, 3)) == 0:
             rate = draw(refill_rates(capacity_scaled))
+        burst = None
+        if bursting and draw(st.integers(0, 3)) > 0:
+            burst = draw(bursts_scaled(algorithm, capacity_scaled, window_s))
         key = f"{prefix}:{tag}:{{tenant:scope:client}}:{window_s}"
-        policies.append(model.Policy(key, capacity_scaled, window_s, rate))
+        policies.append(model.Policy(key, capacity_scaled, window_s, rate, burst))
     return tuple(policies)
+
+
+BURST_BOUNDS_S = {
+    "token_bucket": model.BUCKET_REFILL_BOUND_S,
+    "leaky_bucket": model.BUCKET_REFILL_BOUND_S,
+    "gcra": model.GCRA_REFILL_BOUND_S,
+}
+"""The algorithms that take a burst, and the bound its refill keeps to."""
+
+
+def bursts_scaled(algorithm: str, capacity_scaled: int, window_s: int) -> st.SearchStrategy[int]:
+    """Bursts for one policy: below, at and above its capacity, whole multiples of it and
+    not, up to the largest its refill bound allows."""
+    probe = model.Policy("", capacity_scaled, window_s)
+    largest = model.largest_burst_scaled(probe, BURST_BOUNDS_S[algorithm])
+    return st.one_of(
+        st.sampled_from([1, capacity_scaled, largest, max(1, largest - 1)]),
+        st.integers(1, largest),
+        st.integers(1, 100).map(lambda times: min(largest, times * capacity_scaled)),
+        st.integers(2, 50).map(lambda times: min(largest, times * capacity_scaled + 1)),
+        st.integers(1, 9).map(lambda tenths: max(1, capacity_scaled * tenths // 10)),
+    )
 
 
 @dataclass(frozen=True)
@@ -140,7 +168,7 @@ def resolve_cost(step: Step, policies: Sequence[model.Policy], remaining: Sequen
         cost = int(step.cost[1])
     else:
         _, index, (numerator, denominator), plus = step.cost
-        whole = remaining[index] if kind == "remaining" else policies[index].capacity_scaled
+        whole = remaining[index] if kind == "remaining" else policies[index].bucket_scaled
         cost = max(1, whole * numerator // denominator + plus)
     # A peek may also ask about cost 0 (a usage read).
     if not step.apply and kind == "scaled" and cost == 1:
@@ -247,12 +275,7 @@ def script_args(
 ) -> list[Union[int, str]]:
     # Ints and strs, as the limiter sends them (and the Redis client encodes them).
     args: list[Union[int, str]] = [cost_scaled, 1 if apply else 0]
-    for policy in policies:
-        args += [policy.capacity_scaled, policy.window_s]
-        if algorithm == "token_bucket":
-            rate = policy.refill_scaled_per_s
-            args.append("" if rate is None else repr(rate))
-    return args
+    return args + model.script_fields(algorithm, policies)
 
 
 async def run_call(
@@ -360,10 +383,14 @@ async def run_scenario(store: DecisionStore, algorithm: str, scenario: Scenario)
 @st.composite
 def gcra_fields(draw: st.DrawFn, policy: model.Policy, now_ms: int) -> dict[str, int]:
     now_us, window_us = now_ms * 1000, policy.window_ms * 1000
+    # How far the TAT may run ahead: a window, or burst * window / capacity with a burst.
+    tolerance_us = policy.bucket_scaled * window_us // policy.capacity_scaled
     tat = draw(
         st.one_of(
             st.integers(now_us - window_us, now_us + window_us),  # behind, or within a window
             st.integers(now_us + window_us - 2, now_us + window_us + 2),
+            st.integers(now_us, now_us + tolerance_us),
+            st.integers(now_us + tolerance_us - 2, now_us + tolerance_us + 2),
             st.integers(now_us - 3 * DAY_MS * 1000, now_us + 3 * DAY_MS * 1000),
             st.sampled_from([0, now_us, model.MAX_SAFE_INTEGER, -1]),
         )
@@ -441,6 +468,9 @@ def stored_states(
             st.integers(0, model.MAX_SAFE_INTEGER),
             st.sampled_from([-1, model.MAX_SAFE_INTEGER + 1]),  # out of range: refused
         )
+        # With a burst the bucket holds more (or less) than a window refills.
+        bucket = policy.bucket_scaled
+        refill_windows = -(-bucket // capacity)
         if draw(st.integers(0, 4)) == 0:
             continue  # nothing stored yet
         if algorithm == "gcra":
@@ -465,6 +495,7 @@ def stored_states(
                 st.integers(0, window_ms - 1),
                 st.integers(window_ms, 2 * window_ms - 1),
                 st.integers(2 * window_ms, 3 * window_ms),
+                st.integers(0, (refill_windows + 1) * window_ms),
                 st.integers(-5000, -1),
                 st.integers(0, 3 * DAY_MS),
             )
@@ -494,10 +525,10 @@ def stored_states(
         tokens = draw(
             st.one_of(
                 st.just(0),
-                st.integers(0, capacity // 10),
-                st.integers(0, capacity),
-                st.just(capacity),
-                st.integers(capacity, model.MAX_SAFE_INTEGER),
+                st.integers(0, bucket // 10),
+                st.integers(0, bucket),
+                st.sampled_from([capacity, bucket]),
+                st.integers(bucket, model.MAX_SAFE_INTEGER),
                 st.sampled_from([-1, model.MAX_SAFE_INTEGER + 1]),
             )
         )

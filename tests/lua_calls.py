@@ -34,20 +34,20 @@ def policy(
     *,
     capacity_scaled: Optional[int] = None,
     refill: Optional[float] = None,
+    burst: Optional[int] = None,
 ) -> model.Policy:
     capacity = limit * 1000 if capacity_scaled is None else capacity_scaled
-    return model.Policy(base_key(algorithm, window_s, identity), capacity, window_s, refill)
+    burst_scaled = None if burst is None else burst * 1000
+    return model.Policy(
+        base_key(algorithm, window_s, identity), capacity, window_s, refill, burst_scaled
+    )
 
 
 def script_args(
     algorithm: str, cost_scaled: int, apply: bool, policies: Sequence[model.Policy]
 ) -> list[str]:
     args = [str(cost_scaled), "1" if apply else "0"]
-    for p in policies:
-        args += [str(p.capacity_scaled), str(p.window_s)]
-        if algorithm == "token_bucket":
-            args.append("" if p.refill_scaled_per_s is None else repr(p.refill_scaled_per_s))
-    return args
+    return args + [str(field) for field in model.script_fields(algorithm, policies)]
 
 
 async def decide(

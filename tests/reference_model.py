@@ -22,6 +22,11 @@ GCRA is stated with exact rationals (``fractions.Fraction``): the theoretical
 arrival time advances by exactly ``cost * window / capacity``, which the script
 stores as whole microseconds plus a remainder in 1/capacity of a microsecond.
 
+A burst (``Policy.burst_scaled``, the token bucket, GCRA and the leaky bucket):
+the bucket holds ``burst_scaled`` while it refills ``capacity_scaled`` per
+window, so ``capacity_scaled`` is the refill and ``bucket_scaled`` what the
+bucket holds (the same number without a burst).
+
 Every decision function has the signature
 ``(state, now_ms, cost_scaled, apply, policies) -> (reply, new_state)`` and
 leaves its input untouched. The reply is the flat layout of docs/internals.md:
@@ -45,6 +50,10 @@ MAX_LONG_WINDOW_S = 3600 * 86_400
 ACCRUAL_EXACT_WINDOW_MS = 94_906_266
 """Past this window the token and leaky buckets take capacity <= 2^53 // window_ms."""
 GCRA_MAX_WINDOW_S = 3_599_627
+BUCKET_REFILL_BOUND_S = MAX_LONG_WINDOW_S
+"""A burst of the token and leaky buckets refills within this, in whole windows."""
+GCRA_REFILL_BOUND_S = GCRA_MAX_WINDOW_S
+"""A GCRA burst's tolerance, in whole windows, stays within GCRA's longest window."""
 MAX_POLICIES = 16
 MAX_RESET_KEYS = 256
 """reset takes every algorithm's base keys at once: 16 policies of up to 16 algorithms."""
@@ -93,10 +102,18 @@ class Policy:
     window_s: int
     refill_scaled_per_s: Optional[float] = None
     """Token bucket only: None for the exact public rule, else a custom rate."""
+    burst_scaled: Optional[int] = None
+    """The buckets and GCRA: what the bucket holds, apart from the refill per window
+    (capacity_scaled); None: the capacity, as without a burst."""
 
     @property
     def window_ms(self) -> int:
         return self.window_s * 1000
+
+    @property
+    def bucket_scaled(self) -> int:
+        """What the bucket holds: the burst, else the capacity (which is also the refill)."""
+        return self.capacity_scaled if self.burst_scaled is None else self.burst_scaled
 
 
 class ModelArgumentError(ValueError):
@@ -132,6 +149,18 @@ def gcra_window(policy: Policy) -> None:
         raise ModelArgumentError(f"window_s {policy.window_s} too long for gcra")
 
 
+def burst_layout(policies: Sequence[Policy]) -> bool:
+    """Whether a call sends a burst field per policy: when any of its policies has one
+    (the others then send their capacity, which is the same policy)."""
+    return any(policy.burst_scaled is not None for policy in policies)
+
+
+def largest_burst_scaled(policy: Policy, bound_s: int) -> int:
+    """The largest burst that refills within bound_s in whole windows:
+    ceil(burst / capacity) * window_s <= bound_s."""
+    return min(MAX_CAPACITY_SCALED, bound_s // policy.window_s * policy.capacity_scaled)
+
+
 def validate(
     cost_scaled: int,
     apply: bool,
@@ -139,8 +168,12 @@ def validate(
     *,
     token: bool,
     long_window: Optional[Callable[[Policy], None]] = None,
+    burst_bound_s: Optional[int] = None,
 ) -> None:
     """The argument checks every script makes before touching a key."""
+    bursting = burst_layout(policies)
+    if bursting and burst_bound_s is None:
+        raise ModelArgumentError("this algorithm takes no burst")
     if not 1 <= len(policies) <= MAX_POLICIES:
         raise ModelArgumentError(f"expected 1..{MAX_POLICIES} policies, got {len(policies)}")
     keys = [policy.key for policy in policies]
@@ -165,6 +198,15 @@ def validate(
                 raise ModelArgumentError(f"refill_scaled_per_s {rate!r} out of range")
         if long_window is not None:
             long_window(policy)
+        if bursting:
+            assert burst_bound_s is not None
+            burst = policy.bucket_scaled
+            if not 1 <= burst <= MAX_CAPACITY_SCALED:
+                raise ModelArgumentError(f"burst_scaled {burst} out of range")
+            if rate is not None:
+                raise ModelArgumentError("a burst takes the exact public refill")
+            if burst > largest_burst_scaled(policy, burst_bound_s):
+                raise ModelArgumentError(f"burst_scaled {burst} refills too slowly")
 
 
 @dataclass
@@ -241,11 +283,35 @@ def _decide(
     *,
     token: bool = False,
     long_window: Optional[Callable[[Policy], None]] = None,
+    burst_bound_s: Optional[int] = None,
 ) -> tuple[list[int], State]:
-    validate(cost_scaled, apply, policies, token=token, long_window=long_window)
+    validate(
+        cost_scaled,
+        apply,
+        policies,
+        token=token,
+        long_window=long_window,
+        burst_bound_s=burst_bound_s,
+    )
     live = expire(state, now_ms)
     verdicts = [evaluate(live, now_ms, cost_scaled, policy) for policy in policies]
     return conclude(verdicts, apply, live)
+
+
+def script_fields(algorithm: str, policies: Sequence[Policy]) -> list[Union[int, str]]:
+    """The per-policy ARGV fields of a call (docs/internals.md): capacity_scaled, window_s,
+    the token bucket's refill rate ("" for the public rule), then burst_scaled for every
+    policy when any has a burst (a policy without one sends its capacity)."""
+    bursting = burst_layout(policies)
+    fields: list[Union[int, str]] = []
+    for policy in policies:
+        fields += [policy.capacity_scaled, policy.window_s]
+        if algorithm == "token_bucket":
+            rate = policy.refill_scaled_per_s
+            fields.append("" if rate is None else repr(rate))
+        if bursting:
+            fields.append(policy.bucket_scaled)
+    return fields
 
 
 # -- fixed window ----------------------------------------------------------------------
@@ -324,9 +390,11 @@ def refill(policy: Policy, bucket: Optional[Bucket], now_ms: int) -> tuple[Bucke
 
     ALGORITHMS.md's rule, plus what the scripts do with state no consistent
     history produces (a clock that stepped back, a changed capacity or rate):
-    credit nothing and restart the accrual at now.
+    credit nothing and restart the accrual at now. The bucket holds
+    ``bucket_scaled`` and refills ``capacity_scaled`` per window.
     """
-    capacity = policy.capacity_scaled
+    capacity = policy.bucket_scaled
+    refill_scaled = policy.capacity_scaled
     if bucket is None:
         return Bucket(capacity, now_ms, 0), 0
     now_eff_ms = max(now_ms, bucket.base_ms)  # a base ahead of the clock: no time has passed
@@ -338,8 +406,8 @@ def refill(policy: Policy, bucket: Optional[Bucket], now_ms: int) -> tuple[Bucke
 
     if rate is None:
         window_ms = policy.window_ms
-        due = elapsed_ms * capacity // window_ms
-        inconsistent = credited >= capacity or due < credited
+        due = elapsed_ms * refill_scaled // window_ms
+        inconsistent = credited >= refill_scaled or due < credited
     else:
         due = _custom_credit_scaled(rate, elapsed_ms)
         inconsistent = due < credited
@@ -354,11 +422,11 @@ def refill(policy: Policy, bucket: Optional[Bucket], now_ms: int) -> tuple[Bucke
         if not full and rate is not None and due > MAX_SAFE_INTEGER:
             raise ModelStateError("custom refill accrual passed 2^53")
         if rate is None and elapsed_ms >= policy.window_ms:
-            # Rebase at whole windows so credited stays below capacity.
+            # Rebase at whole windows so credited stays below one window's refill.
             whole_windows = elapsed_ms // policy.window_ms
             base_ms += whole_windows * policy.window_ms
             elapsed_ms -= whole_windows * policy.window_ms
-            credited -= whole_windows * capacity
+            credited -= whole_windows * refill_scaled
     if full:
         # A full bucket discards idle credit, fractions too.
         return Bucket(capacity, now_eff_ms, 0), 0
@@ -395,7 +463,10 @@ def wait_end_after_base_ms(
 
 
 def bucket_ttl_ms(policy: Policy) -> int:
-    full_refill_ms = policy.window_ms
+    """Twice the longer of a full refill and the window, plus a margin: a burst's full
+    refill counted in whole windows."""
+    whole_windows = max(1, -(-policy.bucket_scaled // policy.capacity_scaled))
+    full_refill_ms = whole_windows * policy.window_ms
     if policy.refill_scaled_per_s is not None:
         full_refill_ms = max(
             full_refill_ms,
@@ -408,7 +479,7 @@ def _bucket_verdict(
     policy: Policy, stored: Optional[Bucket], now_ms: int, cost_scaled: int
 ) -> tuple[Verdict, Bucket]:
     """A token bucket's verdict (no write yet) and the bucket brought up to now_ms."""
-    capacity = policy.capacity_scaled
+    capacity = policy.bucket_scaled
     bucket, elapsed_ms = refill(policy, stored, now_ms)
     tokens = bucket.tokens_scaled
 
@@ -460,6 +531,7 @@ def token_bucket(
         policies,
         token=True,
         long_window=exact_accrual,
+        burst_bound_s=BUCKET_REFILL_BOUND_S,
     )
 
 
@@ -550,7 +622,8 @@ def sliding_window(
 # The theoretical arrival time (TAT) is when the virtual bucket is empty again. With
 # W the window in µs and C the capacity, a request of cost c moves it by exactly
 # c * W / C µs; it is admitted iff the new TAT lies at most W ahead of now. So a
-# fresh key admits C scaled units at once, and capacity drains continuously.
+# fresh key admits C scaled units at once, and capacity drains continuously. With a
+# burst B (the bucket holds B, refilled C per window) the tolerance is B * W / C.
 
 
 def read_tat(state: State, key: str, capacity_scaled: int) -> Optional[Fraction]:
@@ -567,19 +640,21 @@ def _ceil_ms(at_us: Fraction) -> int:
 
 def _gcra_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
     key = policy.key + GCRA_SUFFIX
-    capacity = policy.capacity_scaled
+    capacity = policy.capacity_scaled  # the refill per window: the TAT's unit
+    burst = policy.bucket_scaled
     window_us = policy.window_ms * US_PER_MS
+    tolerance_us = Fraction(burst * window_us, capacity)  # W without a burst
     now_us = now_ms * US_PER_MS
     tat = read_tat(state, key, capacity)
-    # A passed TAT is an empty bucket; one more than a window ahead (the clock stepped
-    # back) reads as a full one.
+    # A passed TAT is an empty bucket; one more than the tolerance ahead (the clock
+    # stepped back) reads as a full one.
     start = Fraction(now_us)
     if tat is not None:
-        start = min(max(tat, start), Fraction(now_us + window_us))
+        start = min(max(tat, start), now_us + tolerance_us)
     # The scaled units in the bucket, rounded up: what remains is the whole units left.
-    remaining = capacity - math.ceil((start - now_us) * capacity / window_us)
+    remaining = burst - math.ceil((start - now_us) * capacity / window_us)
     fits = cost_scaled <= remaining
-    permanent = cost_scaled > capacity
+    permanent = cost_scaled > burst
     verdict = Verdict(
         fits=fits,
         permanent=permanent,
@@ -602,8 +677,8 @@ def _gcra_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -
 
         verdict.write = write
     else:
-        # The cost fits once the new TAT lies no more than a window ahead.
-        verdict.reset_denied_ms = _ceil_ms(new_tat - window_us)
+        # The cost fits once the new TAT lies no more than the tolerance ahead.
+        verdict.reset_denied_ms = _ceil_ms(new_tat - tolerance_us)
         verdict.retry_ms = verdict.reset_denied_ms - now_ms
     return verdict
 
@@ -616,7 +691,14 @@ def gcra(
     policies: Sequence[Policy],
 ) -> tuple[list[int], State]:
     return _decide(
-        _gcra_verdict, state, now_ms, cost_scaled, apply, policies, long_window=gcra_window
+        _gcra_verdict,
+        state,
+        now_ms,
+        cost_scaled,
+        apply,
+        policies,
+        long_window=gcra_window,
+        burst_bound_s=GCRA_REFILL_BOUND_S,
     )
 
 
@@ -758,7 +840,7 @@ def sliding_log(
 
 def _leaky_verdict(state: State, now_ms: int, cost_scaled: int, policy: Policy) -> Verdict:
     key = policy.key + LEAKY_SUFFIX
-    capacity = policy.capacity_scaled
+    capacity = policy.bucket_scaled
     limits = {"level": MAX_SAFE_INTEGER, "base": MAX_STATE_TIME_MS, "drained": MAX_SAFE_INTEGER}
     fields = _read_hash(state, key, limits)
     stored = None
@@ -789,7 +871,14 @@ def leaky_bucket(
     policies: Sequence[Policy],
 ) -> tuple[list[int], State]:
     return _decide(
-        _leaky_verdict, state, now_ms, cost_scaled, apply, policies, long_window=exact_accrual
+        _leaky_verdict,
+        state,
+        now_ms,
+        cost_scaled,
+        apply,
+        policies,
+        long_window=exact_accrual,
+        burst_bound_s=BUCKET_REFILL_BOUND_S,
     )
 
 

@@ -1,9 +1,10 @@
 """Both backends against the exact reference model, for every algorithm of the registry.
 
 Hypothesis drives calls -- clock steps from 0 ms to days, costs from 0 (peeks) to
-above capacity, 1 to 3 policies with small and extreme capacities and windows --
-through each backend (``backend``: the shipped scripts on a real Redis with a test
-clock, tests/lua_harness.py, or memory://'s store, tests/decision_stores.py) and
+above capacity, 1 to 3 policies with small and extreme capacities and windows, and
+bursts for the algorithms that take one -- through each backend (``backend``: the
+shipped scripts on a real Redis with a test clock, tests/lua_harness.py, or
+memory://'s store, tests/decision_stores.py) and
 through tests/reference_model.py. At every step the reply is the model's, and the
 backend holds exactly the model's keys, values and (absolute) expiries. The cases
 are parametrized over backend x registry, so a new algorithm is covered by its
@@ -16,6 +17,7 @@ Redis's glob rules.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Union
 
 import accel_reference
@@ -23,6 +25,7 @@ import pytest
 import reference_model as model
 from decision_stores import DecisionStore, MemoryHarness
 from differential_calls import (
+    BURST_BOUNDS_S,
     assert_holds,
     expected_dump,
     load_state,
@@ -199,8 +202,23 @@ def bad_calls(draw: st.DrawFn, algorithm: str) -> tuple[list[str], list[Union[in
     keys = [policy.key for policy in policies]
     args = script_args(algorithm, draw(st.integers(0, 5000)), draw(st.booleans()), policies)
     for _ in range(draw(st.integers(1, 2))):
-        mutation = draw(st.sampled_from(["replace", "replace", "replace", "drop", "add", "keys"]))
-        if mutation == "replace":
+        mutation = draw(
+            st.sampled_from(["replace", "replace", "replace", "drop", "add", "keys", "burst"])
+        )
+        if mutation == "burst":
+            # The burst layout, each burst at, just past or far past its refill bound (a
+            # custom token refill rate beside a burst is refused too).
+            bound_s = BURST_BOUNDS_S.get(algorithm, model.BUCKET_REFILL_BOUND_S)
+            bursting = [
+                dataclasses.replace(
+                    policy,
+                    burst_scaled=model.largest_burst_scaled(policy, bound_s)
+                    + draw(st.sampled_from([0, 1, 2, model.MAX_CAPACITY_SCALED])),
+                )
+                for policy in policies
+            ]
+            args = script_args(algorithm, draw(st.integers(0, 5000)), True, bursting)
+        elif mutation == "replace":
             args[draw(st.integers(0, len(args) - 1))] = draw(st.sampled_from(JUNK))
         elif mutation == "drop" and len(args) > 1:
             del args[draw(st.integers(0, len(args) - 1))]

@@ -8,13 +8,12 @@ from collections.abc import Awaitable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 
-from . import _accel
 from .algorithms import DEFAULT_ALGORITHM
 from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.denial_cache import with_denial_cache
 from .backends.replies import split_replies
 from .backends.schemes import make_backend
-from .errors import BackendError, RateLimitConfigError
+from .errors import BackendError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
 from .keys import Identity
@@ -36,7 +35,7 @@ from .specs import (
     TenantSpec,
     check_specs,
 )
-from .together import Check, Together, call_parts, deciding_check, distinct_keys, results_of
+from .together import Check, Together, TogetherCall, call_parts, results_of
 
 T = TypeVar("T")
 
@@ -347,60 +346,23 @@ class RateLimiter(LimiterCore):
 
     async def _check_together(self, checks: Sequence[Check]) -> Together:
         """Decide several checks as one (together.py): admitted only if every one admits,
-        and then every one is charged; when one refuses, none is.
+        and then every one is charged; when one refuses, none is (the rules:
+        ``LimiterCore._together_steps``)."""
+        steps = self._together_steps(checks)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(await self._decide_checks(call))
+        except StopIteration as done:
+            together: Together = done.value
+            return together
 
-        The checks in shadow mode are decided after the others, among themselves, when
-        those admitted the request, and never refuse it; when the others refused, they
-        are not decided (their result is None). Fail-open bypasses every check of a call
-        the backend could not decide, as ``check_with_info`` bypasses one.
-        """
-        plans = [self._plans.get(check.rate, check.algorithm) for check in checks]
-        costs = [
-            check.cost if type(check.cost) is int and check.cost > 0 else validate_cost(check.cost)
-            for check in checks
-        ]
-        decision_keys = self._backend.decision_keys
-        keys = [
-            decision_keys(plan, check.key, check.tenant_type, check.scope)
-            for plan, check in zip(plans, checks)
-        ]
-        distinct_keys(checks, keys)
-        if self._node_of is not None:
-            _one_slot(checks, keys)
-        shadows = [self.shadow if check.shadow is None else check.shadow for check in checks]
-        if not any(shadows):  # the usual case: one call, every check enforced
-            allowed, decided = await self._decide_checks(plans, keys, costs, shadow=False)
-            return Together(allowed, tuple(decided), deciding_check(allowed, decided))
-        results: list[Optional[CheckResult]] = [None] * len(checks)
-        allowed = True
-        for shadow in (False, True):
-            chosen = [index for index, flag in enumerate(shadows) if flag is shadow]
-            if not chosen or not allowed:
-                continue
-            chosen_allowed, chosen_results = await self._decide_checks(
-                [plans[i] for i in chosen],
-                [keys[i] for i in chosen],
-                [costs[i] for i in chosen],
-                shadow=shadow,
-            )
-            for index, result in zip(chosen, chosen_results):
-                if not chosen_allowed and shadow and not result.allowed:
-                    result = shadowed(result, checks[index].scope)
-                results[index] = result
-            allowed = chosen_allowed or shadow
-        decided = [result for result in results if result is not None]
-        deciding = deciding_check(allowed, decided)
-        return Together(allowed, tuple(results), results.index(decided[deciding]))
-
-    async def _decide_checks(
-        self, plans: list[Plan], keys: list[list[bytes]], costs: list[int], *, shadow: bool
-    ) -> tuple[bool, list[CheckResult]]:
+    async def _decide_checks(self, call: TogetherCall) -> tuple[bool, list[CheckResult]]:
         """One atomic backend call for these checks, through the breaker, the failure
-        policy and the metrics, as ``check_with_info`` takes one check through them
-        (``shadow``: a refusal is counted as shadow_denied, not as exceeded)."""
-        metrics = self.metrics
-        started_s = time.perf_counter() if metrics is not None else 0.0
-        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in costs])
+        policy and the metrics, as ``check_with_info`` takes one check through them."""
+        started_s = time.perf_counter() if self.metrics is not None else 0.0
+        plans, keys = call.plans, call.keys
+        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in call.costs])
         breaker = self._breaker_for(keys[0][0])
         try:
             if not breaker.allow():
@@ -421,28 +383,9 @@ class RateLimiter(LimiterCore):
                 raise
             self._succeeded("decide", breaker)
         except BackendError as error:
-            feasible = all(cost <= plan.policy.smallest_limit for plan, cost in zip(plans, costs))
-            if not self.fail_open or not feasible:
-                if metrics is not None:
-                    for plan in plans:
-                        metrics.checks.labels(plan.algorithm.name, "error").inc()
-                self.failure_log.failed("denied", error)
-                raise
-            return True, [self._bypass(plan, error) for plan in plans]
-        if metrics is not None:
-            duration_s = time.perf_counter() - started_s
-            for plan, result in zip(plans, results):
-                # Each check's own verdict: one that fitted a request another refused
-                # counts as allowed (though nothing was charged), as it would alone.
-                name = plan.algorithm.name
-                metrics.check_duration.labels(name).observe(duration_s)
-                if result.allowed:
-                    metrics.checks.labels(name, "allowed").inc()
-                elif shadow:
-                    metrics.checks.labels(name, "shadow_denied").inc()
-                else:
-                    metrics.checks.labels(name, "denied").inc()
-                    metrics.limit_exceeded.labels(name).inc()
+            return self._checks_undecided(call, error)  # raises, or bypasses under fail-open
+        if self.metrics is not None:
+            self._checks_observed(call, results, started_s)
         return allowed, results
 
     async def _decision(
@@ -534,18 +477,3 @@ def _discard(call: Awaitable[Any]) -> None:
     close = getattr(call, "close", None)
     if close is not None:
         close()  # a coroutine never awaited would warn
-
-
-def _one_slot(checks: Sequence[Check], keys: Sequence[list[bytes]]) -> None:
-    """On a Redis Cluster, refuse checks whose keys lie in two slots: no one script
-    call could decide them atomically."""
-    first_slot = _accel.key_slot(keys[0][0])
-    for check, check_keys in zip(checks, keys):
-        if any(_accel.key_slot(key) != first_slot for key in check_keys):
-            raise RateLimitConfigError(
-                f"limits '{checks[0].rate}' (scope {checks[0].scope!r}) and '{check.rate}' "
-                f"(scope {check.scope!r}) apply to one request but their keys hash to "
-                "different Redis Cluster slots, so no one atomic call can decide them: "
-                "on a cluster, the limits of one request need one scope, tenant and key "
-                "(different windows, or one rate string); or use a single Redis server"
-            )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
@@ -31,8 +32,9 @@ from .keys import Identity, KeyPartError, KeySpace
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans
-from .policy import policy_for
+from .policy import policy_for, validate_cost
 from .results import CheckResult, PolicyState
+from .together import Check, Together, TogetherCall, deciding_check, distinct_keys, one_slot
 
 GLOBAL_SCOPE = "global"
 
@@ -191,6 +193,96 @@ class LimiterCore:
             policies=unknown,
             bypassed=True,
         )
+
+    # -- several checks decided as one (together.py) ------------------------------------
+
+    def _together_steps(
+        self, checks: Sequence[Check]
+    ) -> Generator[TogetherCall, tuple[bool, list[CheckResult]], Together]:
+        """``_check_together``'s rules, as the atomic calls it makes: each call is
+        yielded, its outcome (admitted, and each check's result) sent back, and the
+        decision returned. Each limiter makes the calls its own way (awaiting or
+        blocking, ``_decide_checks``).
+
+        Admitted only if every check admits, and then every one is charged; when
+        one refuses, none is. The checks in shadow mode are decided after the
+        others, among themselves, when those admitted the request, and never refuse
+        it; when the others refused, they are not decided (their result is None).
+        Fail-open bypasses every check of a call the backend could not decide, as
+        ``check_with_info`` bypasses one.
+        """
+        plans = [self._plans.get(check.rate, check.algorithm) for check in checks]
+        costs = [
+            check.cost if type(check.cost) is int and check.cost > 0 else validate_cost(check.cost)
+            for check in checks
+        ]
+        decision_keys = self._backend.decision_keys  # type: ignore[attr-defined]
+        keys: list[list[bytes]] = [
+            decision_keys(plan, check.key, check.tenant_type, check.scope)
+            for plan, check in zip(plans, checks)
+        ]
+        distinct_keys(checks, keys)
+        if self._node_of is not None:
+            one_slot(checks, keys)
+        shadows = [self.shadow if check.shadow is None else check.shadow for check in checks]
+        if not any(shadows):  # the usual case: one call, every check enforced
+            allowed, decided = yield TogetherCall(plans, keys, costs, False)
+            return Together(allowed, tuple(decided), deciding_check(allowed, decided))
+        results: list[Optional[CheckResult]] = [None] * len(checks)
+        allowed = True
+        for shadow in (False, True):
+            chosen = [index for index, flag in enumerate(shadows) if flag is shadow]
+            if not chosen or not allowed:
+                continue
+            chosen_allowed, chosen_results = yield TogetherCall(
+                [plans[i] for i in chosen],
+                [keys[i] for i in chosen],
+                [costs[i] for i in chosen],
+                shadow,
+            )
+            for index, result in zip(chosen, chosen_results):
+                if not chosen_allowed and shadow and not result.allowed:
+                    result = shadowed(result, checks[index].scope)
+                results[index] = result
+            allowed = chosen_allowed or shadow
+        decided = [result for result in results if result is not None]
+        deciding = deciding_check(allowed, decided)
+        return Together(allowed, tuple(results), results.index(decided[deciding]))
+
+    def _checks_undecided(
+        self, call: TogetherCall, error: BackendError
+    ) -> tuple[bool, list[CheckResult]]:
+        """A call of ``_check_together`` the backend could not decide: raise ``error``
+        (fail closed), or bypass every check (fail open), as ``_undecided`` does one."""
+        plans = call.plans
+        feasible = all(cost <= plan.policy.smallest_limit for plan, cost in zip(plans, call.costs))
+        if not self.fail_open or not feasible:
+            if self.metrics is not None:
+                for plan in plans:
+                    self.metrics.checks.labels(plan.algorithm.name, "error").inc()
+            self.failure_log.failed("denied", error)
+            raise error
+        return True, [self._bypass(plan, error) for plan in plans]
+
+    def _checks_observed(
+        self, call: TogetherCall, results: Sequence[CheckResult], started_s: float
+    ) -> None:
+        """Count a decided call of ``_check_together`` (only called when metrics are on):
+        each check's own verdict; one that fitted a request another refused counts as
+        allowed (though nothing was charged), as it would alone."""
+        metrics = self.metrics
+        assert metrics is not None
+        duration_s = time.perf_counter() - started_s
+        for plan, result in zip(call.plans, results):
+            name = plan.algorithm.name
+            metrics.check_duration.labels(name).observe(duration_s)
+            if result.allowed:
+                metrics.checks.labels(name, "allowed").inc()
+            elif call.shadow:
+                metrics.checks.labels(name, "shadow_denied").inc()
+            else:
+                metrics.checks.labels(name, "denied").inc()
+                metrics.limit_exceeded.labels(name).inc()
 
     # -- the circuit breakers --------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """Several limits decided as one: a request is admitted only if every limit admits it,
 and then every limit is charged; when one refuses, none is.
 
-``RateLimiter`` decides a list of ``Check``s with ``_check_together``; this
-module holds the pure steps around the backend call. Checks of one algorithm
+Both RateLimiters (asyncio and blocking) decide a list of ``Check``s with
+``_check_together``; this module holds the pure steps around the backend call,
+limiter_core.py the steps that need the limiter (plans, keys, shadow mode, the
+failure policy, metrics). Checks of one algorithm
 and one cost share a script call, their policies side by side (the scripts
 already decide up to 16 policies atomically, docs/internals.md); checks that
 differ in algorithm or cost become parts of one composite call
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
 
+from . import _accel
 from .algorithms import Algorithm, ScriptArg
 from .backends.replies import ALLOWED, POLICY_FIELDS, RETRY, DecisionReply, decoded, policy_at
 from .errors import RateLimitConfigError
@@ -48,6 +51,16 @@ class Together(NamedTuple):
     """The check that speaks for the request: on a denial the one that refused with
     the longest wait (a permanent refusal counts as the longest); on an admission the
     one with the fewest requests left. Ties go to the first."""
+
+
+class TogetherCall(NamedTuple):
+    """One atomic backend call of ``_check_together``: some of its checks, worked out."""
+
+    plans: list[Plan]
+    keys: list[list[bytes]]
+    costs: list[int]
+    shadow: bool
+    """These checks are in shadow mode: a refusal is counted as shadow_denied."""
 
 
 class Member(NamedTuple):
@@ -160,3 +173,18 @@ def deciding_check(allowed: bool, results: Sequence[CheckResult]) -> int:
             if best != -1 and (best is None or wait == -1 or wait > best):
                 deciding, best = index, wait
     return deciding
+
+
+def one_slot(checks: Sequence[Check], keys: Sequence[list[bytes]]) -> None:
+    """On a Redis Cluster, refuse checks whose keys lie in two slots: no one script
+    call could decide them atomically."""
+    first_slot = _accel.key_slot(keys[0][0])
+    for check, check_keys in zip(checks, keys):
+        if any(_accel.key_slot(key) != first_slot for key in check_keys):
+            raise RateLimitConfigError(
+                f"limits '{checks[0].rate}' (scope {checks[0].scope!r}) and '{check.rate}' "
+                f"(scope {check.scope!r}) apply to one request but their keys hash to "
+                "different Redis Cluster slots, so no one atomic call can decide them: "
+                "on a cluster, the limits of one request need one scope, tenant and key "
+                "(different windows, or one rate string); or use a single Redis server"
+            )

@@ -310,6 +310,17 @@ class BlockingBackend(Protocol):
         """One decision (``apply``) or peek, decoded; raises moderato's errors only."""
         ...
 
+    def decide_now(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
+        """One script's raw reply for these keys and arguments (cost_scaled, apply, then
+        the per-policy fields), as ``direct_reply`` answers it."""
+        ...
+
+    def decide_together_now(self, parts: Sequence[Part]) -> list[DecisionReply]:
+        """Several decisions as one (``decide_together``): each part's raw reply."""
+        ...
+
     def reset_now(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         """Delete every key derived from these base keys; returns how many were deleted."""
         ...

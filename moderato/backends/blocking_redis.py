@@ -11,16 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
-from ..algorithms import RESET_SUFFIXES
+from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
 from ..redis.blocking import ClusterClient, RedisClient, SentinelClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
 from .announce import announcement_failed, reset_announcement
-from .base import KeySpaceBound
+from .base import KeySpaceBound, Part
+from .composite import composite_call
 from .redis_py_blocking import BlockingRedisPyClient
-from .replies import decoded, translated
+from .replies import DecisionReply, decoded, split_replies, translated
 from .scan import as_count, deletion, literal_hash_tag
 
 __all__ = ["BlockingRedisBackend"]
@@ -54,6 +55,23 @@ class BlockingRedisBackend(KeySpaceBound):
         except RedisClientError as error:
             raise translated(error, plan.algorithm.name) from None
         return decoded(plan, reply)
+
+    def decide_now(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> DecisionReply:
+        try:
+            reply: DecisionReply = self.client.evalsha(load_script(algorithm.name), keys, args)
+        except RedisClientError as error:
+            raise translated(error, algorithm.name) from None
+        return reply
+
+    def decide_together_now(self, parts: Sequence[Part]) -> list[DecisionReply]:
+        call = composite_call(parts)
+        try:
+            reply = self.client.evalsha(call.script, call.keys, call.arguments)
+        except RedisClientError as error:
+            raise translated(error, call.script.name) from None
+        return split_replies(call.key_counts, reply)
 
     def reset_now(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)

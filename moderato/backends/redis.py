@@ -9,9 +9,10 @@ from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
-from ..scripts import RESET_SCRIPT, composite_script, load_script
+from ..scripts import RESET_SCRIPT, load_script
 from .announce import announcement_failed, reset_announcement
 from .base import DirectDecisions, KeySpaceBound, Part
+from .composite import composite_call
 from .redis_py import RedisPyClient
 from .replies import DecisionReply, decoded, split_replies, translated
 from .scan import as_count, deletion, literal_hash_tag
@@ -85,21 +86,12 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
             raise translated(error, algorithm.name) from None
 
     async def decide_together(self, parts: Sequence[Part]) -> list[DecisionReply]:
-        # One composite script call (lua/together.lua) over every part's keys.
-        names = tuple(dict.fromkeys(algorithm.name for algorithm, _, _ in parts))
-        keys: list[bytes] = []
-        layout: list[ScriptArg] = [len(parts)]
-        arguments: list[ScriptArg] = []
-        for algorithm, part_keys, part_arguments in parts:
-            layout.extend((names.index(algorithm.name) + 1, len(part_keys), len(part_arguments)))
-            keys.extend(part_keys)
-            arguments.extend(part_arguments)
-        script = composite_script(names)
+        call = composite_call(parts)
         try:
-            reply = await self.client.evalsha(script, keys, [*layout, *arguments])
+            reply = await self.client.evalsha(call.script, call.keys, call.arguments)
         except RedisClientError as error:
-            raise translated(error, script.name) from None
-        return split_replies([len(part_keys) for _, part_keys, _ in parts], reply)
+            raise translated(error, call.script.name) from None
+        return split_replies(call.key_counts, reply)
 
     async def reset(self, keys: Sequence[bytes], windows_s: Sequence[int]) -> int:
         script = load_script(RESET_SCRIPT)

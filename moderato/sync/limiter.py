@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ssl
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from ..algorithms import DEFAULT_ALGORITHM
 from ..backends.base import BlockingBackend
+from ..backends.replies import split_replies
 from ..backends.schemes import make_blocking_backend
 from ..errors import BackendError, RateLimitConfigError, exceeded
 from ..failure_log import DEFAULT_INTERVAL_S
@@ -26,6 +28,7 @@ from ..policy import cost_scaled, validate_cost
 from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
 from ..results import CheckResult
 from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
+from ..together import Check, Together, TogetherCall, call_parts, results_of
 
 T = TypeVar("T")
 
@@ -343,6 +346,49 @@ class RateLimiter(LimiterCore):
             raise
         self._succeeded(operation, breaker)
         return result
+
+    def _check_together(self, checks: Sequence[Check]) -> Together:
+        """Decide several checks as one (together.py), as the asyncio limiter's
+        ``_check_together`` does: admitted only if every one admits, and then every one
+        is charged; when one refuses, none is (``LimiterCore._together_steps``)."""
+        steps = self._together_steps(checks)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(self._decide_checks(call))
+        except StopIteration as done:
+            together: Together = done.value
+            return together
+
+    def _decide_checks(self, call: TogetherCall) -> tuple[bool, list[CheckResult]]:
+        """One atomic backend call for these checks, through the breaker, the failure
+        policy and the metrics, as ``check_with_info`` takes one check through them."""
+        started_s = time.perf_counter() if self.metrics is not None else 0.0
+        plans, keys = call.plans, call.keys
+        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in call.costs])
+        backend = self._backend
+        breaker = self._breaker_for(keys[0][0])
+        try:
+            if not breaker.allow():
+                raise self._short_circuit("decide", breaker)
+            try:
+                if len(parts) == 1:
+                    part = parts[0]
+                    reply = backend.decide_now(part.algorithm, part.keys, part.arguments)
+                    replies = split_replies([len(part.keys)], reply)
+                else:
+                    together = [(part.algorithm, part.keys, part.arguments) for part in parts]
+                    replies = backend.decide_together_now(together)
+                allowed, results = results_of(plans, parts, replies)
+            except BaseException as error:
+                self._failed("decide", error, breaker)
+                raise
+            self._succeeded("decide", breaker)
+        except BackendError as error:
+            return self._checks_undecided(call, error)  # raises, or bypasses under fail-open
+        if self.metrics is not None:
+            self._checks_observed(call, results, started_s)
+        return allowed, results
 
     def _guarded(
         self, operation: str, call: Callable[[], T], *, route: Optional[bytes] = None

@@ -211,9 +211,23 @@ def test_a_forked_child_leaves_the_parent_subscriptions_alone(
 async def test_a_switchover_is_followed_when_the_sentinels_announce_it(
     own_deployment: SentinelDeployment,
 ) -> None:
-    """No command fails first: the +switch-master announcement moves the client."""
+    """No command fails first: the +switch-master announcement moves the client,
+    and following it (three sentinels announce it within milliseconds) never holds up
+    the event loop."""
     servers = own_deployment
     client = SentinelClient(servers.url, command_timeout_s=0.3)
+    gaps_s: list[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps_s.append(now - last)
+            last = now
+
+    ticker = asyncio.ensure_future(tick())
     try:
         await client.connect()
         await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
@@ -225,6 +239,12 @@ async def test_a_switchover_is_followed_when_the_sentinels_announce_it(
             15,
             "following the switchover",
         )
+        await asyncio.sleep(0.5)  # the last announcements are followed too
+        stop.set()
+        await ticker
+        # A loaded machine delays a 10 ms sleep by far less; a search that spun
+        # on the loop held it for seconds.
+        assert max(gaps_s) < 1.0, f"the event loop stalled for {max(gaps_s):.2f} s"
         # The old primary is still a master (the sentinels demote it seconds later).
         assert servers.primary.command("ROLE").startswith(b"*3\r\n$6\r\nmaster")
         assert client.failovers == 1
@@ -232,6 +252,8 @@ async def test_a_switchover_is_followed_when_the_sentinels_announce_it(
         assert servers.replica.command("GET", "after-switch") == b"$1\r\n1\r\n"
         assert servers.primary.command("EXISTS", "after-switch") == b":0\r\n"
     finally:
+        stop.set()
+        await ticker
         await client.close()
 
 

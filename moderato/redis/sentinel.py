@@ -377,7 +377,9 @@ class SentinelClient:
             return primary
         loop = get_running_loop()
         finding = self._finding.get(loop)
-        if finding is None:
+        # A search that is over (its clean-up callback not yet run) answered for
+        # a time that is past: the client is stale again, so search again.
+        if finding is None or finding.done():
             finding = loop.create_task(self._find())
             self._finding[loop] = finding
             finding.add_done_callback(self._found)
@@ -532,6 +534,10 @@ class SentinelClient:
                 await self._current()
             except RedisClientError:
                 await asyncio.sleep(RETRY_INTERVAL_S)
+            else:
+                # Still stale: another announcement came during that search.
+                # Never without yielding to the loop.
+                await asyncio.sleep(0)
 
     def _stop_watching(self) -> None:
         loop, self._watch_loop = self._watch_loop, None

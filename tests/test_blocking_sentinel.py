@@ -120,7 +120,7 @@ def test_a_reply_waits_for_the_replicas(own_deployment: SentinelDeployment) -> N
     try:
         assert client.execute("SET", "warm-up", "1") == b"OK"
         assert client.replicas_required == 1
-        assert client.replica_wait_ms == 100
+        assert client.replica_wait_ms == 200
         servers.replica.pause()  # SIGSTOP: it acknowledges nothing
         try:
             with pytest.raises(RedisConnectionError, match=r"0 of the 1 replicas .* \(WAIT\)"):

@@ -330,7 +330,7 @@ async def test_a_reply_waits_for_the_replicas(own_deployment: SentinelDeployment
     client = SentinelClient(servers.url, command_timeout_s=0.4)
     try:
         await _until_replicas_required(client, 1)
-        assert client.replica_wait_ms == 100
+        assert client.replica_wait_ms == 200
         servers.replica.pause()  # SIGSTOP: it acknowledges nothing
         try:
             with pytest.raises(RedisConnectionError, match=r"0 of the 1 replicas .* \(WAIT\)"):
@@ -342,6 +342,40 @@ async def test_a_reply_waits_for_the_replicas(own_deployment: SentinelDeployment
         # Acknowledged again: answered again (after the sentinels are asked once more).
         await asyncio.sleep(RETRY_INTERVAL_S * 2)
         assert await client.execute("INCR", "unacked") == 2
+    finally:
+        await client.close()
+
+
+@pytest.mark.slow
+async def test_a_replica_that_comes_online_is_waited_for(
+    own_deployment: SentinelDeployment,
+) -> None:
+    """A replica that finishes its sync after the primary was first used (the old
+    primary after a switchover, say) must acknowledge from then on, even when every
+    command writes (WAIT alone would not show it: the replicas' periodic
+    acknowledgement always lags the newest write)."""
+    servers = own_deployment
+    servers.replica.command("REPLICAOF", "NO", "ONE")  # detached for a moment
+    client = SentinelClient(servers.url, command_timeout_s=0.4)
+    try:
+        assert await client.execute("SET", "online:0", "1") == b"OK"
+        assert client.replicas_required == 0
+        servers.replica.command("REPLICAOF", "127.0.0.1", str(servers.primary.port))
+        deadline = time.monotonic() + 15
+        writes = 0
+        while client.replicas_required == 0:
+            assert time.monotonic() < deadline, "the replica is still not waited for"
+            writes += 1
+            assert await client.execute("SET", f"online:{writes}", "1") == b"OK"
+            await asyncio.sleep(0.05)
+        assert client.replicas_required == 1
+        # From now on a write the replica did not acknowledge is not answered.
+        servers.replica.pause()
+        try:
+            with pytest.raises(RedisConnectionError, match="0 of the 1 replicas"):
+                await client.execute("SET", "online:unacked", "1")
+        finally:
+            servers.replica.resume()
     finally:
         await client.close()
 

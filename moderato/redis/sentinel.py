@@ -36,11 +36,14 @@ to the primary are sent as one batch followed by ``WAIT n timeout``, and no
 reply is released until ``n`` replicas have acknowledged every write before
 it: a reply that could still be lost is never seen by the caller, who gets a
 RedisConnectionError instead (the command may have run on a server whose
-writes are about to be discarded). ``n`` starts at the number of replicas the
-primary reports (``ROLE``) when it is first used and rises with every WAIT
-that sees more; it is lowered only when the sentinels report that fewer
-replicas are up (one was declared down), never on the primary's own word: a
-primary whose replica was just promoted away reports no replicas at all.
+writes are about to be discarded). ``n`` starts at the number of replicas
+the primary reports online (``ROLE``) when it is first used, and rises with
+every WAIT that sees more and every ROLE that lists more (read again at
+most once per REPLICAS_RECOUNT_S: a replica that finished its sync, say the
+old primary demoted after a switchover); it is lowered only when the
+sentinels report that fewer replicas are up (one was declared down), never
+on the primary's own word: a primary whose replica was just promoted away
+reports no replicas at all.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .forks import abandon_in_children
 from .sentinel_rules import (
     FOLLOW_FOR_S,
+    REPLICAS_RECOUNT_S,
     RETRY_INTERVAL_S,
     SUBSCRIBE_REFUSED_RETRY_S,
     SUBSCRIBE_RETRY_S,
@@ -89,7 +93,7 @@ Problem = tuple[type[RedisClientError], str]
 class _Primary:
     """The primary in use and what the client knows about it."""
 
-    __slots__ = ("at", "client", "epoch", "replicas")
+    __slots__ = ("at", "client", "epoch", "recount_at", "replicas")
 
     def __init__(self, client: RedisClient, at: tuple[str, int], epoch: int, replicas: int):
         self.client = client
@@ -98,6 +102,13 @@ class _Primary:
         self.epoch = epoch
         # How many replicas must acknowledge a write before its reply is released.
         self.replicas = replicas
+        # When its ROLE is read again (monotonic seconds; see REPLICAS_RECOUNT_S).
+        self.recount_at = monotonic() + REPLICAS_RECOUNT_S
+
+    def recount(self, role: asyncio.Future[Any]) -> None:
+        """ROLE answered: every replica it lists must acknowledge from now on."""
+        if not role.cancelled() and role.exception() is None:
+            self.replicas = max(self.replicas, replicas_of(role.result()))
 
 
 class _Batch:
@@ -250,6 +261,10 @@ class SentinelClient:
         acks.add_done_callback(
             lambda acks: self._release(primary, needed, batch.calls, replies, acks)
         )
+        now = monotonic()
+        if now >= primary.recount_at:
+            primary.recount_at = now + REPLICAS_RECOUNT_S
+            client.execute("ROLE").add_done_callback(primary.recount)
 
     def _release(
         self,
@@ -313,7 +328,8 @@ class SentinelClient:
         if waits:
             await asyncio.wait(waits)
         for acks in waits:
-            problem = problem or self._acks_problem(primary, needed, acks)
+            judged = self._acks_problem(primary, needed, acks)  # each one retrieved
+            problem = problem or judged
         for waiter, reply in late:
             _settle(waiter, reply, problem)
 
@@ -451,10 +467,15 @@ class SentinelClient:
             )
             await asyncio.wait(asked)
             replies: tuple[Any, Any] | RedisClientError
-            try:
+            # Both retrieved: a refused connect fails the two of them.
+            failures = [reply.exception() for reply in asked]
+            failure = next((error for error in failures if error is not None), None)
+            if failure is None:
                 replies = (asked[0].result(), asked[1].result())
-            except RedisClientError as error:
-                replies = error
+            elif isinstance(failure, RedisClientError):
+                replies = failure
+            else:
+                raise failure
             answer = sentinels.judge(at, replies, problems, behind)
             if answer is not None:
                 return answer

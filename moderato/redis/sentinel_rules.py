@@ -19,6 +19,7 @@ from .url import SentinelAddress
 
 __all__ = [
     "FOLLOW_FOR_S",
+    "REPLICAS_RECOUNT_S",
     "RETRY_INTERVAL_S",
     "SUBSCRIBE_REFUSED_RETRY_S",
     "SUBSCRIBE_RETRY_S",
@@ -44,6 +45,12 @@ FOLLOW_FOR_S = 10.0
 """After an announcement, the client keeps trying to reach the new primary this long."""
 SUBSCRIBE_REFUSED_RETRY_S = 60.0
 """After a sentinel refused the subscription (an ACL without the channel), this long."""
+REPLICAS_RECOUNT_S = 1.0
+"""While a primary is in use, its ROLE is read again at most this often, and every
+replica it lists must acknowledge from then on: one that finished its sync (the old
+primary, demoted after a switchover, say). WAIT alone cannot show them while every
+command writes: each WAIT then asks about a write the replicas' periodic
+acknowledgement has not covered yet. Never lowered this way (see SentinelClient)."""
 
 
 # A replica a sentinel flags so cannot be promoted by it.
@@ -77,16 +84,31 @@ def not_a_primary(role: Any, where: tuple[str, int], service: str) -> Optional[s
 
 
 def replicas_of(role: Any) -> int:
-    """How many replicas a primary's ROLE reply lists as connected."""
-    connected = role[2] if isinstance(role, list) and len(role) > 2 else None
-    return len(connected) if isinstance(connected, list) else 0
+    """How many replicas a primary's ROLE reply lists online and acknowledging.
+
+    ROLE lists a replica once its sync is done, but the primary streams writes
+    to it only after its first acknowledgement (sent within a second): until
+    then its acknowledged offset is 0, and a WAIT for it would fail.
+    """
+    listed = role[2] if isinstance(role, list) and len(role) > 2 else None
+    if not isinstance(listed, list):
+        return 0
+    acknowledging = 0
+    for replica in listed:
+        try:
+            if int(replica[2]) > 0:
+                acknowledging += 1
+        except (TypeError, ValueError, IndexError):
+            continue
+    return acknowledging
 
 
 def replica_wait_ms(command_timeout_s: float) -> int:
-    """The timeout of the WAIT after a write: WAIT blocks the connection it is sent on,
-    and a quarter of the command timeout leaves the commands behind it time to be
-    answered."""
-    return max(1, int(command_timeout_s * 250))
+    """The timeout of the WAIT after a write: half the command timeout. WAIT blocks
+    the connection it is sent on, and the other half leaves the commands behind it
+    time to be answered; a quarter was too tight for a replica on a loaded machine
+    (50 ms at command_timeout_s=0.2 failed checks with load average 12 on 2 cores)."""
+    return max(1, int(command_timeout_s * 500))
 
 
 class SentinelState:

@@ -23,13 +23,15 @@ full), with blocking calls; what needs no I/O is the same code
   acknowledged it (else RedisConnectionError: the command may have run on a
   server whose writes are about to be discarded). ``n`` is what the
   asyncio client requires: the replicas the primary had when first used,
-  raised by every WAIT that sees more, lowered only on the sentinels' word.
+  raised by every WAIT and every ROLE (read again once a second) that sees
+  more, lowered only on the sentinels' word.
 
 One thread searches at a time; the others wait for its answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -42,6 +44,7 @@ from ..errors import RedisClientError, RedisConnectionError, RedisReplyError
 from ..forks import abandon_in_children
 from ..sentinel_rules import (
     FOLLOW_FOR_S,
+    REPLICAS_RECOUNT_S,
     RETRY_INTERVAL_S,
     SUBSCRIBE_REFUSED_RETRY_S,
     SUBSCRIBE_RETRY_S,
@@ -73,7 +76,7 @@ Send = Callable[[RedisClient, Optional[Sequence[Arg]]], tuple[Any, Any]]
 class _Primary:
     """The primary in use and what the client knows about it."""
 
-    __slots__ = ("at", "client", "epoch", "replicas")
+    __slots__ = ("at", "client", "epoch", "recount_at", "replicas")
 
     def __init__(self, client: RedisClient, at: tuple[str, int], epoch: int, replicas: int):
         self.client = client
@@ -81,6 +84,8 @@ class _Primary:
         self.epoch = epoch
         # How many replicas must acknowledge a write before its reply is released.
         self.replicas = replicas
+        # When its ROLE is read again (monotonic seconds; see REPLICAS_RECOUNT_S).
+        self.recount_at = monotonic() + REPLICAS_RECOUNT_S
 
 
 class SentinelClient:
@@ -216,6 +221,13 @@ class SentinelClient:
         if verdict.problem is not None:
             kind, message = verdict.problem
             raise kind(message)
+        now = monotonic()
+        if now >= primary.recount_at:
+            primary.recount_at = now + REPLICAS_RECOUNT_S
+            # Every replica it lists must acknowledge from now on (never lowered here).
+            with contextlib.suppress(RedisClientError):
+                listed = replicas_of(primary.client.execute("ROLE"))
+                primary.replicas = max(primary.replicas, listed)
         return reply
 
     # -- lifecycle ---------------------------------------------------------------

@@ -254,17 +254,20 @@ def test_failover_under_threaded_load(own_deployment: SentinelDeployment) -> Non
         assert all(spent)
         assert own_deployment.primary.command("WAIT", "1", "2000") == b":1\r\n"
 
-        records: list[tuple[float, str, str]] = []  # (time, limiter, outcome)
+        # (when the check started, limiter, outcome): a check started after the kill
+        # cannot have been decided by the killed primary.
+        records: list[tuple[float, str, str]] = []
         stop = threading.Event()
 
         def load(limiter: RateLimiter, name: str, identity: str) -> None:
             while not stop.is_set():
+                started = time.monotonic()
                 try:
                     result = limiter.check_with_info(identity, "100000/hour")
                     outcome = "bypassed" if result.bypassed else "allowed"
                 except BackendError:
                     outcome = "error"
-                records.append((time.monotonic(), name, outcome))
+                records.append((started, name, outcome))
                 time.sleep(0.002)
 
         threads = [

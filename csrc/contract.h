@@ -1,7 +1,7 @@
 /* The numbers Lua, C and Python share (docs/internals.md), defined here
  * once. module.c exports each as moderato._accel.<NAME> (Python reads them
  * from there); the scripts name each copy they hold, and
- * tests/test_algorithms.py checks every copy against this file.
+ * tests/unit/test_algorithms.py checks every copy against this file.
  *
  * Each is written as plain digits, so that ACCEL_TEXT() can put it into a
  * message at compile time; C gives it the smallest type that holds it (the

@@ -13,7 +13,7 @@
 -- %.17g, exact for every integer up to 2^53) and checks the arguments in one
 -- pass; everything a refusal needs is built only on the way to one (refusals()).
 
--- The contract's numbers (csrc/contract.h, the one source; tests/test_algorithms.py checks
+-- The contract's numbers (csrc/contract.h, the one source; tests/unit/test_algorithms.py checks
 -- every copy in the scripts against it, each named where it is written as a literal).
 local MAX_SAFE_INTEGER = 9007199254740992 -- 2^53: every integer up to here is exact in a Lua number
 local MAX_CAPACITY_SCALED = 9007199254000 -- capacity_scaled * 1000 (permille weights) stays <= 2^53

@@ -9,7 +9,7 @@ from . import _accel
 from .errors import RateLimitConfigError
 
 # The contract's numbers come from csrc/contract.h, through the C module;
-# tests/test_algorithms.py checks every other language's copy against it.
+# tests/unit/test_algorithms.py checks every other language's copy against it.
 SCALE: int = _accel.SCALE
 """Capacity and costs travel scaled by this factor (1/1000-unit precision)."""
 

@@ -20,7 +20,7 @@ from ._accel import CheckResult, PolicyState
 __all__ = ["CheckResult", "PolicyState"]
 
 # The fields in order, with their types and defaults: csrc/results.c holds the
-# same table (tests/test_accel.py checks the two agree).
+# same table (tests/unit/test_accel.py checks the two agree).
 _POLICY_STATE_FIELDS: list[Any] = [
     ("limit", int),
     ("window_seconds", int),

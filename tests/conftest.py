@@ -1,6 +1,16 @@
+"""What every tier shares: the helper modules beside this file (redis_servers.py,
+cluster.py, lua_harness.py, reference_model.py...) are importable from every
+folder below it (pytest puts this conftest's folder on sys.path), and the
+fixtures that start servers do so only when a test asks for them.
+
+tests/unit/ needs no server; every other test needs redis-server, and the run
+stops with the install hint before any test when it is missing.
+"""
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -8,10 +18,14 @@ from decision_stores import BACKENDS, DecisionStore, MemoryHarness
 from lua_harness import LuaHarness, open_harness
 from redis_servers import RedisServer, redis_server_binary
 
+UNIT = Path(__file__).resolve().parent / "unit"
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    # Fail loudly and early: a missing binary must never turn into skipped tests.
-    redis_server_binary()
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Fail loudly and before any test runs: a missing binary must never turn into
+    # skipped tests. tests/unit/ alone needs no server.
+    if any(UNIT not in item.path.parents for item in items):
+        redis_server_binary()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build moderato._accel with AddressSanitizer and UndefinedBehaviorSanitizer
-# and run tests/test_accel.py and the memory:// tests against that build; any
+# and run tests/unit/test_accel.py and the memory:// tests against that build; any
 # memory error or undefined behaviour aborts the run.
 #
 # usage: bash tools/sanitize.sh [python]     (default: .venv/bin/python)
@@ -43,7 +43,7 @@ echo "== building moderato._accel with ASan and UBSan ($python)"
     "$python" setup.py -q build_ext --inplace --build-temp "$scratch/build"
 )
 
-echo "== running tests/test_accel.py under the sanitizers"
+echo "== running tests/unit/test_accel.py under the sanitizers"
 cd "$tree"
 export ASAN_OPTIONS=detect_leaks=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -58,14 +58,15 @@ if not accel.__file__.startswith(sys.argv[1]):
 ' "$tree/"
 # --capture=no: a sanitizer report goes to fd 2 just before the process dies,
 # which pytest would otherwise have redirected into a file nobody reads.
-LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no tests/test_accel.py \
-  tests/test_accel_results.py
+LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no tests/unit/test_accel.py \
+  tests/test_accel_on_redis.py \
+  tests/unit/test_accel_results.py
 # memory:// (csrc/memory.c): every store method and every algorithm. The slow test
 # (1,000,000 identities) asserts RSS bounds, which ASan's allocator does not keep.
 # The differential test drives every algorithm through the store from any stored
 # state, refusals included (it starts its own redis-server). test_memory_table.py
 # grows and shrinks the table through its incremental resizes and identity index.
-echo "== running tests/test_memory_backend.py, test_differential.py, test_store_sweep.py and test_memory_table.py under the sanitizers"
+echo "== running tests/unit/test_memory_backend.py, test_differential.py, test_store_sweep.py and test_memory_table.py under the sanitizers"
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
-  -m "not slow" tests/test_memory_backend.py tests/test_differential.py \
-  tests/test_store_sweep.py tests/test_memory_table.py
+  -m "not slow" tests/unit/test_memory_backend.py tests/test_differential.py \
+  tests/unit/test_store_sweep.py tests/unit/test_memory_table.py

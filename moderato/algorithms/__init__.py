@@ -5,7 +5,7 @@ Everything Python knows about an algorithm is in its module
 its script arguments, its exact range and its state keys. scripts.py, reset
 and the memory store derive from this table; nothing else in the package
 branches on an algorithm's name. docs/architecture.md's checklist for adding
-one is enforced by tests/test_algorithms.py.
+one is enforced by tests/unit/test_algorithms.py.
 """
 
 from __future__ import annotations

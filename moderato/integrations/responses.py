@@ -21,7 +21,7 @@ def denial_headers(response: ErrorResponse, scope: Scope, style: HeaderStyle) ->
     """Quota headers and Retry-After for a denial (the policy that denied); none for a 503."""
     if response.denial is None:
         return []
-    if style == "legacy":  # the default: no Report needed (tests/test_headers_fast_path.py)
+    if style == "legacy":  # the default: no Report needed (tests/unit/test_headers_fast_path.py)
         return legacy_for_denial(recorded(scope), response.denial)
     denial_report = report(recorded(scope), response.denial)
     return [] if denial_report is None else render(denial_report, style, time.time())

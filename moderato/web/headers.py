@@ -120,7 +120,7 @@ def legacy_for_one(result: CheckResult) -> Optional[HeaderList]:
 
     The common response (one decorator, dependency or middleware admitted it)
     skips the intermediate Quota and Report objects; None outside that case,
-    for ``report`` and ``render`` to handle. tests/test_headers_fast_path.py
+    for ``report`` and ``render`` to handle. tests/unit/test_headers_fast_path.py
     holds the two to the same output.
     """
     if not result.allowed or result.bypassed or result.remaining is None:
@@ -141,7 +141,7 @@ def legacy_for_denial(decisions: Sequence[CheckResult], denial: RateLimitExceede
     """``render(report(decisions, denial), "legacy", now)``, without the Report.
 
     The legacy headers of a denial describe the denying policy alone, so the
-    other policies need not be gathered. tests/test_headers_fast_path.py holds
+    other policies need not be gathered. tests/unit/test_headers_fast_path.py holds
     the two to the same output.
     """
     # str(), as render() does: an application may raise its own RateLimitExceeded.

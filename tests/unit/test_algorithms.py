@@ -24,7 +24,7 @@ from moderato.backends.memory import MemoryBackend
 from moderato.plans import Plan
 from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 NOW_MS = 1_700_000_000_000
 

@@ -12,7 +12,7 @@ from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir, without_com
 
 
 def test_scripts_are_found_in_the_source_tree() -> None:
-    assert scripts_dir() == Path(__file__).resolve().parent.parent / "lua"
+    assert scripts_dir() == Path(__file__).resolve().parents[2] / "lua"
     # spliced into scripts, never run on their own (together.lua: into the composite
     # scripts.composite_script() assembles)
     included = ("prelude", "accrual", "bucket_state", "one_policy", "window_counter", "together")

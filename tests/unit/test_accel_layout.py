@@ -20,7 +20,7 @@ import pytest
 
 from moderato import _accel
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
 
 # memory://'s headers, each including the one before it (store_call.h maps them).
 STORE_HEADERS = (

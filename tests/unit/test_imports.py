@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
-PACKAGE = Path(__file__).resolve().parent.parent / "moderato"
+PACKAGE = Path(__file__).resolve().parents[2] / "moderato"
 
 DEFERRED_HOOKS = {
     ("moderato", "__getattr__", "moderato.integrations"),

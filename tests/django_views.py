@@ -126,6 +126,12 @@ class DefaultApi(APIView):
         return Response({"ok": True})
 
 
+@method_decorator(limit("2/minute"), name="get")
+class NarrowClassView(View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("narrow class")
+
+
 limited_sync = limit("5/hour")(ok)
 limited_items = limit("3/hour")(ok)
 
@@ -157,6 +163,10 @@ urlpatterns = [
     path("rate/", limit(lambda request: request.GET.get("rate", "2/hour"))(ok)),
     path("shared-sync/", limit("4/hour", scope="shared")(ok)),
     path("shared-async/", limit("4/hour", scope="shared")(ok_async)),
+    path("narrow/", limit("2/minute")(ok)),
+    path("narrow-async/", limit("2/minute")(ok_async)),
+    path("narrow-cbv/", NarrowClassView.as_view()),
+    path("twice/", limit("10/minute")(limit("4/minute")(ok))),
     path("stacked/", limit("3/hour", scope="outer")(limit("2/hour", scope="inner")(ok))),
     path("api/anon/", AnonApi.as_view()),
     path("api/user/", UserApi.as_view()),

@@ -121,12 +121,12 @@ def test_the_default_scope_is_the_method_and_the_matched_pattern() -> None:
     assert limiter.get_usage("127.0.0.1", "3/hour", scope="GET:/goods/<int:pk>/")["current"] == 1
 
 
-def test_stacked_limits_are_each_decided_on_their_own_counter() -> None:
+def test_stacked_limits_are_decided_as_one_each_on_its_own_counter() -> None:
     client = Client()
     assert statuses(client, "/stacked/", 4) == [200, 200, 429, 429]
     limiter = get_limiter()
-    # The outer limit counted all four requests, the inner one the three it saw.
-    assert limiter.get_usage("127.0.0.1", "3/hour", scope="outer")["current"] == 3
+    # The inner limit refused the last two: the outer one was not charged for them.
+    assert limiter.get_usage("127.0.0.1", "3/hour", scope="outer")["current"] == 2
     assert limiter.get_usage("127.0.0.1", "2/hour", scope="inner")["current"] == 2
 
 
@@ -370,6 +370,51 @@ def test_the_middleware_reports_a_views_denial_once() -> None:
             "0",
         )
         assert denied.json()["limit"] == 2
+
+
+def test_a_views_stacked_limits_with_a_common_window_count_apart() -> None:
+    client = Client()
+    assert statuses(client, "/twice/", 5) == [200] * 4 + [429]
+    limiter = get_limiter()
+    for rate, used in (("10/minute", 4), ("4/minute", 4)):
+        scope = f"GET:/twice/#{rate}"
+        assert limiter.get_usage("127.0.0.1", rate, scope=scope)["current"] == used
+
+
+def test_stacked_limits_that_would_share_a_counter_are_refused_at_import() -> None:
+    with pytest.raises(ImproperlyConfigured, match="would count in one counter"):
+        limit("4/minute", scope="x")(limit("10/minute", scope="x")(lambda request: None))
+
+
+def app_and_view_as_one(url: str, path: str) -> tuple[list[int], int, list[int]]:
+    """RATE 5/minute and the view's 2/minute: what the view answers to 4 requests, what
+    the app-wide limit counted, what another path then answers to 4."""
+    from asgiref.sync import async_to_sync
+
+    # sliding_log on Redis: no window boundary can fall inside the test.
+    settings = {"URL": url, "KEY_PREFIX": "djt", "RATE": "5/minute"}
+    if url != "memory://":
+        settings["DEFAULT_ALGORITHM"] = "sliding_log"
+    with override_settings(MIDDLEWARE=MIDDLEWARE, MODERATO=settings):
+        pin_clock()
+        if path.startswith("/narrow-async"):
+            narrow = async_to_sync(async_statuses)(path, 4)
+        else:
+            narrow = statuses(Client(), path, 4)
+        app_used = get_limiter().get_usage("127.0.0.1", "5/minute", scope="app")["current"]
+        others = statuses(Client(), "/plain/", 4)
+        moderato.django.close()
+    return narrow, app_used, others
+
+
+@pytest.mark.parametrize("path", ["/narrow/", "/narrow-async/", "/narrow-cbv/"])
+def test_the_app_wide_limit_is_not_charged_for_what_the_view_refuses(path: str) -> None:
+    assert app_and_view_as_one("memory://", path) == ([200, 200, 429, 429], 2, [200] * 3 + [429])
+
+
+@pytest.mark.parametrize("path", ["/narrow/", "/narrow-async/", "/narrow-cbv/"])
+def test_the_app_wide_limit_and_the_views_are_one_step_on_redis(redis_url: str, path: str) -> None:
+    assert app_and_view_as_one(redis_url, path) == ([200, 200, 429, 429], 2, [200] * 3 + [429])
 
 
 # -- identity: forwarded headers only from trusted proxies ---------------------------------

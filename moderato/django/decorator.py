@@ -14,14 +14,15 @@
 A request the limit refuses never reaches the view: it gets 429 (422 for a
 cost above capacity) or 503 (responses.py). An admitted response carries the
 quota headers (written by RateLimitMiddleware when it is installed, else
-here). Several ``limit()`` on one view are decided one after another, each
-on its own counter, the outermost first.
+here). Several ``limit()`` on one view, and RateLimitMiddleware's app-wide
+``RATE``, are decided as one (together.py): a request one of them refuses is
+charged by none.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from asgiref.sync import iscoroutinefunction
@@ -33,11 +34,9 @@ from .errors import ModeratoImproperlyConfigured
 from .limiters import get_settings
 from .responses import aanswer, add_quota_headers, answer
 from .rule import ALL, CostOption, LimitRule, RateOption, TenantOption
+from .together import LIMITS_ATTRIBUTE, Limit, adecide, check_stack, decide, decided, view_limits
 
 View = TypeVar("View", bound=Callable[..., Any])
-
-LIMITS_ATTRIBUTE = "moderato_limits"
-"""The LimitRules of a decorated view, outermost last (for introspection and tests)."""
 
 _ANSWERED_ERRORS = (RateLimitExceeded, BackendError, RateLimitCallbackError)
 
@@ -85,15 +84,21 @@ def limit(
         raise ModeratoImproperlyConfigured(f"limit({rate!r:.40}): {error}") from None
 
     def decorate(view: View) -> View:
+        stack: tuple[LimitRule, ...] = (*getattr(view, LIMITS_ATTRIBUTE, ()), rule)
+        try:
+            check_stack(stack)
+        except RateLimitConfigError as error:
+            raise ModeratoImproperlyConfigured(f"limit({rate!r:.40}): {error}") from None
         limited: Callable[..., Any]
         if iscoroutinefunction(view):
 
             async def limited(request: Any, *args: Any, **kwargs: Any) -> Any:
                 _check_request(view, request)
                 settings = get_settings()
-                if rule.applies(request):
+                limits = _undecided(rule, stack, request)
+                if limits:
                     try:
-                        await rule.adecide(request, settings)
+                        await adecide(request, settings, limits)
                     except _ANSWERED_ERRORS as error:
                         return await aanswer(request, error, settings)
                 response = await view(request, *args, **kwargs)
@@ -106,9 +111,10 @@ def limit(
             def limited(request: Any, *args: Any, **kwargs: Any) -> Any:
                 _check_request(view, request)
                 settings = get_settings()
-                if rule.applies(request):
+                limits = _undecided(rule, stack, request)
+                if limits:
                     try:
-                        rule.decide(request, settings)
+                        decide(request, settings, limits)
                     except _ANSWERED_ERRORS as error:
                         return answer(request, error, settings)
                 response = view(request, *args, **kwargs)
@@ -117,10 +123,23 @@ def limit(
                 return response
 
         functools.update_wrapper(limited, view)
-        setattr(limited, LIMITS_ATTRIBUTE, (*getattr(view, LIMITS_ATTRIBUTE, ()), rule))
+        setattr(limited, LIMITS_ATTRIBUTE, stack)
         return limited  # type: ignore[return-value]
 
     return decorate
+
+
+def _undecided(rule: LimitRule, stack: Sequence[LimitRule], request: Any) -> list[Limit]:
+    """What this decorator decides: nothing when its rule does not count the request or
+    was decided already (by RateLimitMiddleware, or an outer ``limit()``); else the
+    view's limits not decided yet (its own and those inside it), as one."""
+    if not rule.applies(request):
+        return []
+    done = decided(request)
+    if done is not None and id(rule) in done:
+        return []
+    limits = view_limits(stack, request)
+    return [limit for limit in limits if done is None or id(limit.rule) not in done]
 
 
 def _check_request(view: Callable[..., Any], request: object) -> None:

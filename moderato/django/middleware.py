@@ -18,10 +18,11 @@ reports. On the way out it writes the quota headers of every decision taken
 for the request: its own, the views' ``limit()``, the REST framework
 throttles': the most restrictive policy, as the ASGI middleware does.
 
-The app-wide limit and a view's limit are two decisions, each exact on its
-own counter: a request the view refuses has been counted by the app-wide
-limit. Place the middleware after AuthenticationMiddleware when ``KEY`` is
-``"user"`` or ``"user_or_ip"``.
+The app-wide limit and the ``limit()`` decorators of the view the URL
+resolves to are decided as one (together.py): admitted only if every one
+admits, each charged on its own counter, none charged when one refuses; the
+decorators then find the decision taken. Place the middleware after
+AuthenticationMiddleware when ``KEY`` is ``"user"`` or ``"user_or_ip"``.
 
 It serves sync and async stacks alike (Django picks): under ASGI it decides
 on the event loop with the asyncio limiter, under WSGI in the worker's
@@ -41,6 +42,7 @@ from .decisions import answered, mark_middleware
 from .limiters import get_settings
 from .responses import aanswer, add_quota_headers, answer
 from .rule import LimitRule
+from .together import Limit, adecide, decide, resolved_view_rules, view_limits
 
 APP_SCOPE = "app"
 """The bucket of the app-wide limit, shared by every path."""
@@ -68,7 +70,7 @@ class RateLimitMiddleware:
         rule = _app_rule(settings, request)
         if rule is not None:
             try:
-                rule.decide(request, settings, scope=APP_SCOPE)
+                decide(request, settings, _limits(rule, request))
             except _ANSWERED_ERRORS as error:
                 return answer(request, error, settings)
         response = self.get_response(request)
@@ -80,11 +82,16 @@ class RateLimitMiddleware:
         rule = _app_rule(settings, request)
         if rule is not None:
             try:
-                await rule.adecide(request, settings, scope=APP_SCOPE)
+                await adecide(request, settings, _limits(rule, request))
             except _ANSWERED_ERRORS as error:
                 return await aanswer(request, error, settings)
         response = await self.get_response(request)
         return _reported(request, response, settings)
+
+
+def _limits(rule: LimitRule, request: HttpRequest) -> list[Limit]:
+    """The app-wide limit and those of the view the request will reach, to decide as one."""
+    return [Limit(rule, APP_SCOPE), *view_limits(resolved_view_rules(request), request)]
 
 
 def _app_rule(settings: Settings, request: HttpRequest) -> Optional[LimitRule]:

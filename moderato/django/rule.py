@@ -197,6 +197,11 @@ def route_scope(request: HttpRequest) -> str:
     return f"{method}:view:{match.view_name}"
 
 
+def view_method(request: HttpRequest) -> str:
+    """The request's method as the limits count it (HEAD counts as GET)."""
+    return _method(request)
+
+
 def _method(request: HttpRequest) -> str:
     method = (request.method or "GET").upper()
     # Django answers HEAD with the GET view: one quota, not two.

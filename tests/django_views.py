@@ -117,6 +117,20 @@ class UnscopedApi(AnonApi):
     throttle_classes = (ScopedRateThrottle,)
 
 
+class WideThrottle(UserRateThrottle):
+    scope = "wide"
+    rate = "5/minute"
+
+
+class NarrowThrottle(UserRateThrottle):
+    scope = "narrow"
+    rate = "2/minute"
+
+
+class TwoThrottlesApi(AnonApi):
+    throttle_classes = (WideThrottle, NarrowThrottle)
+
+
 class DefaultApi(APIView):
     """DEFAULT_THROTTLE_CLASSES, as the settings are when the view runs."""
 
@@ -173,4 +187,5 @@ urlpatterns = [
     path("api/scoped/", ScopedApi.as_view()),
     path("api/unscoped/", UnscopedApi.as_view()),
     path("api/default/", DefaultApi.as_view()),
+    path("api/two/", TwoThrottlesApi.as_view()),
 ]

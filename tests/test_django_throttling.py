@@ -48,6 +48,14 @@ def codes(path: str, count: int, **extra: Any) -> list[int]:
     return [client.get(path, **extra).status_code for _ in range(count)]
 
 
+def test_two_throttles_of_a_view_are_decided_as_one() -> None:
+    # The narrow throttle refuses the last two: the wide one is not charged for them.
+    assert codes("/api/two/", 4) == [200, 200, 429, 429]
+    limiter = get_limiter()
+    assert limiter.get_usage("127.0.0.1", "5/minute", scope="drf:wide")["current"] == 2
+    assert limiter.get_usage("127.0.0.1", "2/minute", scope="drf:narrow")["current"] == 2
+
+
 def test_anon_throttle_limits_anonymous_clients_by_address_and_lets_users_through() -> None:
     assert codes("/api/anon/", 5) == [200, 200, 200, 429, 429]
     assert codes("/api/anon/", 1, REMOTE_ADDR="192.0.2.4") == [200]
@@ -79,8 +87,9 @@ def test_default_throttle_classes_from_drf_settings() -> None:
     with override_settings(REST_FRAMEWORK=drf):
         pin_clock()
         assert codes("/api/default/", 4) == [200, 200, 429, 429]
-        # Both throttles count every request, as DRF's check_throttles asks each.
-        assert get_limiter().get_usage("127.0.0.1", "10/minute", scope="drf:user")["current"] == 4
+        # Both throttles are decided as one: the user one is not charged for the
+        # requests the anon one refused.
+        assert get_limiter().get_usage("127.0.0.1", "10/minute", scope="drf:user")["current"] == 2
 
 
 def test_wait_drf_rates_and_missing_rates() -> None:

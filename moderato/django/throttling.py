@@ -15,7 +15,9 @@ view's ``throttle_scope``) take their rates from ``DEFAULT_THROTTLE_RATES``
 (or a ``rate`` attribute), identify anonymous clients by address
 (``MODERATO['TRUSTED_PROXIES']`` decides which forwarded hop is believed,
 where DRF's ``NUM_PROXIES`` would count hops) and users by primary key, and
-answer ``wait()`` with the seconds until the denied request would fit. DRF's
+answer ``wait()`` with the seconds until the denied request would fit.
+Several of them on one view are decided as one atomic step: a request one
+refuses is charged by none (the first to run decides for all). DRF's
 own classes read, decide and write in three steps on Django's cache, so
 concurrent workers can admit more than the rate; these decide in one atomic
 step in Redis.
@@ -39,6 +41,7 @@ from rest_framework.throttling import BaseThrottle
 
 from ..errors import BackendError, RateLimitCallbackError, RateLimitConfigError
 from ..results import CheckResult
+from ..together import Check
 from .decisions import record
 from .keys import client_address, user_identity
 from .limiters import get_limiter, get_settings
@@ -142,33 +145,78 @@ class RateThrottle(BaseThrottle):  # type: ignore[misc]
         return client_address(request, get_settings().proxy_rules)
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        if self.rate is None:
-            return True
-        identity = self.get_identity(request, view)
-        if identity is None:
+        check = self.check_of(request, view)
+        if check is None:
             return True
         try:
-            result = get_limiter().check_with_info(
-                identity,
-                drf_rate(self.rate),
-                cost=self.cost,
-                tenant_type=self.get_tenant(request, view),
-                scope=f"drf:{self.scope or type(self).__name__}",
-                algorithm=self.algorithm,
-            )
+            result = _decision(request, view, check)
         except (BackendError, RateLimitCallbackError) as error:
             raise RateLimitUnavailable() from error
         self.result = result
-        record(request, result)
         if not result.allowed and result.retry_after is None:
             raise RequestTooCostly()
         return result.allowed
+
+    def check_of(self, request: Any, view: Any) -> Optional[Check]:
+        """What this throttle asks of the limiter for this request; None: not throttled."""
+        if self.rate is None:
+            return None
+        identity = self.get_identity(request, view)
+        if identity is None:
+            return None
+        return Check(
+            identity,
+            drf_rate(self.rate),
+            f"drf:{self.scope or type(self).__name__}",
+            self.cost,
+            self.get_tenant(request, view),
+            self.algorithm,
+        )
 
     def wait(self) -> Optional[float]:
         """Seconds until the denied request would fit, from Redis's own clock (rounded up)."""
         if self.result is None or self.result.allowed or self.result.retry_after is None:
             return None
         return float(self.result.retry_after)
+
+
+def _decision(request: Any, view: Any, check: Check) -> CheckResult:
+    """This throttle's result: the first moderato throttle of the view to run decides
+    every one of them (``view.get_throttles()``) as one atomic step, so a request one
+    refuses is charged by none; the others then take their result, once each."""
+    target = getattr(request, "_request", request)
+    pending: Optional[dict[Check, CheckResult]] = target.__dict__.get(_THROTTLED)
+    if pending is not None and check in pending:
+        return pending.pop(check)
+    checks = [check]
+    get_throttles = getattr(view, "get_throttles", None)
+    for other in get_throttles() if get_throttles is not None else ():
+        if isinstance(other, RateThrottle):
+            other_check = other.check_of(request, view)
+            if other_check is not None and other_check not in checks:
+                checks.append(other_check)
+    limiter = get_limiter()
+    if len(checks) == 1:
+        identity, rate, scope, cost, tenant, algorithm, _ = check
+        results: tuple[Optional[CheckResult], ...] = (
+            limiter.check_with_info(
+                identity, rate, cost=cost, tenant_type=tenant, scope=scope, algorithm=algorithm
+            ),
+        )
+    else:
+        results = limiter._check_together(checks).results
+    decided: dict[Check, CheckResult] = {}
+    for each, each_result in zip(checks, results):
+        assert each_result is not None  # no check is left out here (shadow or not)
+        decided[each] = each_result
+        record(request, each_result)
+    result = decided.pop(check)
+    target.__dict__[_THROTTLED] = decided
+    return result
+
+
+_THROTTLED = "_moderato_throttled"
+"""On the request: the results the first throttle decided for the others, until taken."""
 
 
 def _user_or_address(throttle: RateThrottle, request: Any) -> str:
@@ -207,12 +255,12 @@ class ScopedRateThrottle(RateThrottle):
         # The rate depends on the view: found in allow_request, as DRF's own does.
         self.result = None
 
-    def allow_request(self, request: Any, view: Any) -> bool:
+    def check_of(self, request: Any, view: Any) -> Optional[Check]:
         self.scope = getattr(view, self.scope_attr, None)
         if not self.scope:
-            return True
+            return None
         self.rate = self.get_rate()
-        return super().allow_request(request, view)
+        return super().check_of(request, view)
 
     def get_identity(self, request: Any, view: Any) -> Optional[str]:
         return _user_or_address(self, request)

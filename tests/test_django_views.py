@@ -417,6 +417,16 @@ def test_the_app_wide_limit_and_the_views_are_one_step_on_redis(redis_url: str, 
     assert app_and_view_as_one(redis_url, path) == ([200, 200, 429, 429], 2, [200] * 3 + [429])
 
 
+def test_on_a_cluster_the_app_wide_limit_and_a_views_are_refused_before_any_call() -> None:
+    # Their keys lie in two hash slots; nothing listens on the seed: the refusal comes
+    # before a connection is tried.
+    settings = {"URL": "redis+cluster://127.0.0.1:1", "RATE": "5/minute"}
+    with override_settings(MIDDLEWARE=MIDDLEWARE, MODERATO=settings):
+        with pytest.raises(RateLimitConfigError, match="different Redis Cluster slots"):
+            Client().get("/narrow/")
+        moderato.django.close()
+
+
 # -- identity: forwarded headers only from trusted proxies ---------------------------------
 
 

@@ -38,6 +38,9 @@ from .together import Check, Together, TogetherCall, deciding_check, distinct_ke
 
 GLOBAL_SCOPE = "global"
 
+DecisionKeys = Callable[[Plan, Any, Optional[str], Any], list[bytes]]
+"""A backend's ``decision_keys``: a check's keys from its plan, identity, tenant and scope."""
+
 _Limiter = TypeVar("_Limiter", bound="LimiterCore")
 
 logger = logging.getLogger("moderato")
@@ -197,7 +200,7 @@ class LimiterCore:
     # -- several checks decided as one (together.py) ------------------------------------
 
     def _together_steps(
-        self, checks: Sequence[Check]
+        self, checks: Sequence[Check], decision_keys: DecisionKeys
     ) -> Generator[TogetherCall, tuple[bool, list[CheckResult]], Together]:
         """``_check_together``'s rules, as the atomic calls it makes: each call is
         yielded, its outcome (admitted, and each check's result) sent back, and the
@@ -209,14 +212,13 @@ class LimiterCore:
         others, among themselves, when those admitted the request, and never refuse
         it; when the others refused, they are not decided (their result is None).
         Fail-open bypasses every check of a call the backend could not decide, as
-        ``check_with_info`` bypasses one.
+        ``check_with_info`` bypasses one. ``decision_keys``: the backend's.
         """
         plans = [self._plans.get(check.rate, check.algorithm) for check in checks]
         costs = [
             check.cost if type(check.cost) is int and check.cost > 0 else validate_cost(check.cost)
             for check in checks
         ]
-        decision_keys = self._backend.decision_keys  # type: ignore[attr-defined]
         keys: list[list[bytes]] = [
             decision_keys(plan, check.key, check.tenant_type, check.scope)
             for plan, check in zip(plans, checks)

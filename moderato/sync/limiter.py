@@ -351,7 +351,7 @@ class RateLimiter(LimiterCore):
         """Decide several checks as one (together.py), as the asyncio limiter's
         ``_check_together`` does: admitted only if every one admits, and then every one
         is charged; when one refuses, none is (``LimiterCore._together_steps``)."""
-        steps = self._together_steps(checks)
+        steps = self._together_steps(checks, self._backend.decision_keys)
         try:
             call = next(steps)
             while True:

@@ -1,87 +1,258 @@
-"""The cost of one check through the public API, for before/after comparisons.
+"""The cost of one check through the public API, step by step.
 
-Times ``check_with_info`` on ``memory://`` (one identity, many keys) and on a
-private redis-server over a unix socket (sequential, so one round trip each,
-and 64 concurrent checks per batch). The figures are this process's CPU time
-per check (time.process_time, the least disturbed of several trials): on a
-shared machine wall time mostly measures the neighbours, and for Redis the
-client's CPU is what the limiter's code decides. Not a unit test: it prints.
+One awaited ``limiter.check_with_info(key, rate)`` on ``memory://`` and on a
+private redis-server (unix socket, sequential: one round trip per check),
+with the layers under it timed on their own, from the floor up:
 
-    python benchmarks/hot_path.py
+    noop_await        awaiting a coroutine that does nothing (the floor of any async API)
+    store_decide      the C store's decision alone (keys and arguments prebuilt)
+    store_result      the decision and the CheckResult built from its reply (C)
+    build_keys        the key bytes of one check (C)
+    decision_keys     the same through the backend (the argument checks around it)
+    check_now         memory://'s decision, keys prebuilt (arguments + decision + result)
+    decision          the limiter's _decision (keys, breaker, decision, result)
+    check_with_info   the public call, awaited
+    redis_evalsha     the client's EVALSHA of the same script, awaited (Redis floor)
+    redis_check       check_with_info over Redis, awaited
+
+Two measurements:
+
+* wall and CPU time per call (the least disturbed of several trials; the
+  machine may be shared, so the load average is printed beside them);
+* with ``--callgrind STEP COUNT``: the process runs every step's warm-up and
+  then STEP COUNT times, so that under ``valgrind --tool=callgrind`` the
+  instructions of one call are (total - total of a run with COUNT 0) / COUNT,
+  a figure the neighbours cannot disturb. ``--callgrind-all`` runs that for
+  every step and prints the table (slow: one valgrind run per step).
+
+    python benchmarks/hot_path.py                       # times
+    python benchmarks/hot_path.py --callgrind-all       # instructions per call
+    python benchmarks/hot_path.py --json out.json ...   # also write the raw figures
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from moderato import RateLimiter  # noqa: E402
+from moderato import RateLimiter, _accel  # noqa: E402
+from moderato.policy import SCALE  # noqa: E402
+from moderato.scripts import load_script  # noqa: E402
+
+RATE = "1000000/minute"
+KEY = "user-1"
+WARMUP = 3000
+CALLGRIND_WARMUP = 500  # the interpreter specialises after a few dozen calls
+
+Step = Callable[[], Awaitable[Any]]
 
 
-async def per_check_us(limiter: RateLimiter, count: int, trials: int, keys: int) -> float:
-    names = [f"user-{i}" for i in range(keys)]
-    for i in range(min(count, 5000)):
-        await limiter.check_with_info(names[i % keys], "1000000/minute")
-    best = []
-    for _ in range(trials):
-        started = time.process_time()
-        for i in range(count):
-            await limiter.check_with_info(names[i % keys], "1000000/minute")
-        best.append((time.process_time() - started) / count * 1e6)
-    return min(best)  # the least disturbed trial: the machine is shared
+async def _nothing() -> None:
+    return None
 
 
-async def batch_us(limiter: RateLimiter, batches: int, width: int) -> float:
-    async def one(i: int) -> None:
-        await limiter.check_with_info(f"user-{i}", "1000000/minute")
-
-    for _ in range(50):
-        await asyncio.gather(*(one(i) for i in range(width)))
-    best = []
-    for _ in range(5):
-        started = time.process_time()
-        for _ in range(batches):
-            await asyncio.gather(*(one(i) for i in range(width)))
-        best.append((time.process_time() - started) / (batches * width) * 1e6)
-    return min(best)
-
-
-async def main() -> None:
+async def build_steps(redis_socket: str | None) -> dict[str, Step]:
+    """Each step as a coroutine function doing one call of that layer."""
     memory = RateLimiter("memory://")
-    one_key = await per_check_us(memory, 100_000, 7, 1)
-    print(f"memory:// check_with_info, one key:   {one_key:.2f} us CPU")
-    many_keys = await per_check_us(memory, 100_000, 7, 10_000)
-    print(f"memory:// check_with_info, 10k keys:  {many_keys:.2f} us CPU")
-    with tempfile.TemporaryDirectory() as directory:
-        sock = os.path.join(directory, "redis.sock")
-        server = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", sock, "--save", ""],
-            stdout=subprocess.DEVNULL,
+    backend: Any = memory.backend
+    plan = memory.plan_for(RATE)
+    keys = backend.decision_keys(plan, KEY, None, "global")
+    args = (SCALE, 1, *plan.script_args)
+    store, name, shape = backend.store, plan.algorithm.name, plan.result_shape
+    keyspace = backend.keyspace
+    key_tag, windows_s = plan.algorithm.key_tag, plan.policy.windows_s
+
+    async def noop_await() -> None:
+        await _nothing()
+
+    async def store_decide() -> None:
+        store.decide(name, keys, args, None)
+
+    async def store_result() -> None:
+        _accel.check_result(store.decide(name, keys, args, None), shape)
+
+    async def build_keys() -> None:
+        _accel.build_keys(
+            keyspace.prefix, key_tag, "", "global", KEY, windows_s, keyspace.identity_secret
         )
+
+    async def decision_keys() -> None:
+        backend.decision_keys(plan, KEY, None, "global")
+
+    async def check_now() -> None:
+        backend.check_now(plan, keys, SCALE, True)
+
+    async def decision() -> None:
+        await memory._decision("decide", plan, KEY, None, "global", SCALE)
+
+    async def check_with_info() -> None:
+        await memory.check_with_info(KEY, RATE)
+
+    steps: dict[str, Step] = {
+        "noop_await": noop_await,
+        "store_decide": store_decide,
+        "store_result": store_result,
+        "build_keys": build_keys,
+        "decision_keys": decision_keys,
+        "check_now": check_now,
+        "decision": decision,
+        "check_with_info": check_with_info,
+    }
+    if redis_socket is not None:
+        remote = RateLimiter(f"unix://{redis_socket}", command_timeout_s=10)
+        await remote.connect()
+        client: Any = remote.backend.client  # type: ignore[attr-defined]
+        script = load_script(name)
+        remote_keys = remote.backend.decision_keys(plan, KEY, None, "global")
+
+        async def redis_evalsha() -> None:
+            await client.evalsha(script, remote_keys, args)
+
+        async def redis_check() -> None:
+            await remote.check_with_info(KEY, RATE)
+
+        steps["redis_evalsha"] = redis_evalsha
+        steps["redis_check"] = redis_check
+    return steps
+
+
+async def per_call_s(step: Step, count: int, trials: int) -> tuple[float, float]:
+    """The least disturbed trial's wall and CPU seconds per call."""
+    walls, cpus = [], []
+    for _ in range(trials):
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        for _ in range(count):
+            await step()
+        walls.append((time.perf_counter() - wall0) / count)
+        cpus.append((time.process_time() - cpu0) / count)
+    return min(walls), min(cpus)
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def start_redis(directory: str) -> tuple[subprocess.Popen[bytes], str]:
+    sock = os.path.join(directory, "redis.sock")
+    server = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", sock, "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)
+    return server, sock
+
+
+async def timed(redis_socket: str | None, count: int, trials: int) -> dict[str, Any]:
+    steps = await build_steps(redis_socket)
+    figures: dict[str, Any] = {"load_before": load()}
+    for name, step in steps.items():
+        for _ in range(WARMUP):
+            await step()
+        calls = count if not name.startswith("redis") else max(count // 10, 1000)
+        wall_s, cpu_s = await per_call_s(step, calls, trials)
+        figures[name] = {"wall_us": wall_s * 1e6, "cpu_us": cpu_s * 1e6, "calls": calls}
+        print(f"{name:16} wall {wall_s * 1e6:7.3f} us   cpu {cpu_s * 1e6:7.3f} us")
+    figures["load_after"] = load()
+    print(f"load average: {figures['load_before']} -> {figures['load_after']}")
+    return figures
+
+
+async def one_step(redis_socket: str | None, chosen: str, count: int) -> None:
+    """Every step's warm-up, then ``chosen`` ``count`` times (for callgrind)."""
+    steps = await build_steps(redis_socket)
+    for step in steps.values():
+        for _ in range(CALLGRIND_WARMUP):
+            await step()
+    if chosen != "none":
+        step = steps[chosen]
+        for _ in range(count):
+            await step()
+
+
+def callgrind_total(argv: list[str]) -> int:
+    with tempfile.TemporaryDirectory() as directory:
+        out = os.path.join(directory, "callgrind.out")
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        match = re.search(r"Collected : (\d+)", done.stderr)
+        assert match, done.stderr[-2000:]
+        return int(match.group(1))
+
+
+def callgrind_all(redis: bool, count: int, only: list[str] | None) -> dict[str, Any]:
+    script = [sys.executable, str(Path(__file__).resolve())]
+    extra = ["--no-redis"] if not redis else []
+    base = callgrind_total([*script, *extra, "--callgrind", "none", "0"])
+    names = only or [
+        "noop_await",
+        "store_decide",
+        "store_result",
+        "build_keys",
+        "decision_keys",
+        "check_now",
+        "decision",
+        "check_with_info",
+        *(["redis_evalsha", "redis_check"] if redis else []),
+    ]
+    figures: dict[str, Any] = {"baseline_instructions": base, "count": count}
+    for name in names:
+        total = callgrind_total([*script, *extra, "--callgrind", name, str(count)])
+        per_call = (total - base) / count
+        figures[name] = per_call
+        print(f"{name:16} {per_call:9.0f} instructions per call", flush=True)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-redis", action="store_true", help="memory:// steps only")
+    parser.add_argument("--count", type=int, default=100_000, help="calls per timed trial")
+    parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--callgrind", nargs=2, metavar=("STEP", "COUNT"))
+    parser.add_argument("--callgrind-all", action="store_true")
+    parser.add_argument("--callgrind-count", type=int, default=5_000)
+    parser.add_argument("--steps", help="comma-separated steps for --callgrind-all")
+    parser.add_argument("--json", help="write the figures here")
+    options = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as directory:
+        server = None
+        sock = None
+        if not options.no_redis and not options.callgrind_all:
+            server, sock = start_redis(directory)
         try:
-            for _ in range(100):
-                if os.path.exists(sock):
-                    break
-                time.sleep(0.05)
-            redis = RateLimiter(f"unix://{sock}", command_timeout_s=10)
-            await redis.connect()
-            sequential = await per_check_us(redis, 10_000, 5, 100)
-            print(f"unix:// check_with_info, sequential:  {sequential:.2f} us CPU")
-            batched = await batch_us(redis, 300, 64)
-            print(f"unix:// check_with_info, 64 at once: {batched:.2f} us CPU/check")
-            await redis.close()
+            if options.callgrind:
+                asyncio.run(one_step(sock, options.callgrind[0], int(options.callgrind[1])))
+                return
+            if options.callgrind_all:
+                only = options.steps.split(",") if options.steps else None
+                figures = callgrind_all(not options.no_redis, options.callgrind_count, only)
+            else:
+                figures = asyncio.run(timed(sock, options.count, options.trials))
         finally:
-            server.terminate()
-            server.wait()
+            if server is not None:
+                server.terminate()
+                server.wait()
+    figures["python"] = sys.version.split()[0]
+    if options.json:
+        Path(options.json).write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

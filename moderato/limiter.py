@@ -13,6 +13,7 @@ from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.denial_cache import with_denial_cache
 from .backends.replies import split_replies
 from .backends.schemes import make_backend
+from .breaker import CLOSED
 from .errors import BackendError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
@@ -21,7 +22,7 @@ from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
 from .limiter_core import LimiterCore, shadowed, tenant_alias, usage_of
 from .options import count_option, seconds_option
 from .plans import Plan
-from .policy import cost_scaled, validate_cost
+from .policy import SCALE, cost_scaled, validate_cost
 from .results import CheckResult
 from .specs import (
     CostSpec,
@@ -248,12 +249,16 @@ class RateLimiter(LimiterCore):
         """
         if tenant is not None:
             tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
-        plan = self._plans.get(rate, algorithm)
+        plans = self._plans
+        try:  # the commonest check's plan: the default algorithm's, by rate text alone
+            plan = plans.defaults[rate] if algorithm is None else plans.get(rate, algorithm)
+        except (KeyError, TypeError):  # a rate not seen yet, or not text (refused here)
+            plan = plans.get(rate, algorithm)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
         started_s = time.perf_counter() if self.metrics is not None else 0.0
         try:
-            charged_scaled = cost_scaled(cost)
+            charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
             result = await self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
         except BackendError as error:
             return self._undecided(plan, cost, error)  # raises, or bypasses under fail-open
@@ -407,7 +412,7 @@ class RateLimiter(LimiterCore):
         """
         keys = self._backend.decision_keys(plan, key, tenant_type, scope)  # the backend's keys
         breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
-        if not breaker.allow():
+        if breaker.state != CLOSED and not breaker.allow():  # closed: allow() says yes
             raise self._short_circuit(operation, breaker)
         try:
             check_now = self._check_now

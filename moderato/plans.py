@@ -14,7 +14,7 @@ from typing import Optional
 
 from .algorithms import Algorithm, ScriptArg, get_algorithm
 from .errors import RateLimitConfigError
-from .policy import Policy, policy_for
+from .policy import SCALE, Policy, policy_for
 from .results import CheckResult, PolicyState
 
 ResultShape = tuple[type, type, str, str, tuple[tuple[int, int], ...]]
@@ -29,7 +29,7 @@ MAX_PLANS = 4096
 class Plan:
     """A rate string and an algorithm, ready for the backend and for the result."""
 
-    __slots__ = ("algorithm", "policy", "result_shape", "script_args")
+    __slots__ = ("algorithm", "policy", "result_shape", "script_args", "script_name", "unit_args")
 
     def __init__(self, policy: Policy, algorithm: Algorithm) -> None:
         algorithm.check_exact_range(policy)
@@ -38,6 +38,10 @@ class Plan:
         self.script_args: tuple[ScriptArg, ...] = tuple(
             arg for rate in policy.rates for arg in algorithm.policy_args(rate)
         )
+        self.script_name = algorithm.name
+        # The whole argument list of the commonest call (cost 1, applied), built
+        # once: a check of another cost or a peek builds its own.
+        self.unit_args: tuple[ScriptArg, ...] = (SCALE, 1, *self.script_args)
         self.result_shape: ResultShape = (
             CheckResult,
             PolicyState,
@@ -53,6 +57,9 @@ class Plans:
     def __init__(self, default: Algorithm) -> None:
         self.default = default
         self._plans: dict[tuple[str, Optional[str]], Plan] = {}
+        self.defaults: dict[str, Plan] = {}
+        """The plans of the default algorithm by rate text alone: the commonest
+        check's lookup, without a tuple to build and hash (read without the lock)."""
         self._lock = threading.Lock()
 
     def get(self, rate: object, algorithm: object) -> Plan:
@@ -70,5 +77,8 @@ class Plans:
         with self._lock:
             if len(self._plans) >= MAX_PLANS:
                 self._plans = {}
+                self.defaults.clear()  # in place: limiters hold this very dict
             self._plans[rate, algorithm] = plan  # type: ignore[index]
+            if algorithm is None:
+                self.defaults[rate] = plan
         return plan

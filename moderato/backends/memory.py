@@ -23,6 +23,7 @@ from .. import _accel
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..errors import RateLimitConfigError
 from ..plans import Plan
+from ..policy import SCALE
 from ..results import CheckResult
 from .base import DirectDecisions, KeySpaceBound, Part
 from .replies import ALLOWED, DecisionReply, decoded, refusal
@@ -123,9 +124,18 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
     ) -> CheckResult:
         """One decision (or peek) on ``decision_keys``' keys, decoded."""
-        algorithm = plan.algorithm
-        args = (cost_scaled, 1 if apply else 0, *plan.script_args)
-        reply = self.decide_now(algorithm, keys, args)
+        if cost_scaled == SCALE and apply:
+            args = plan.unit_args  # built once per plan
+        else:
+            args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        clock = self.clock
+        # decide_now's work, inline: this is every check's path.
+        try:
+            reply: DecisionReply = self.store.decide(
+                plan.script_name, keys, args, None if clock is wall_clock_ms else clock()
+            )
+        except ValueError as error:
+            raise _store_error(plan.script_name, error) from None
         try:
             result: CheckResult = _accel.check_result(reply, plan.result_shape)
         except (TypeError, ValueError):

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional, Union
 
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
+from ..policy import SCALE
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
@@ -54,10 +55,12 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
     ) -> Awaitable[Any]:
-        algorithm = plan.algorithm
-        args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        if cost_scaled == SCALE and apply:
+            args = plan.unit_args  # built once per plan
+        else:
+            args = (cost_scaled, 1 if apply else 0, *plan.script_args)
         # The client's future itself, no coroutine around it: this is every check's path.
-        return self.client.evalsha(load_script(algorithm.name), keys, args)
+        return self.client.evalsha(load_script(plan.script_name), keys, args)
 
     def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
         return decoded(plan, reply)

@@ -6,11 +6,13 @@ algorithm, the key, the methods, a static cost against the capacity of the
 rate's smallest policy. Per-request values come from callbacks, which fail
 closed (callbacks.py).
 
-A request is decided by the blocking limiter when its view runs in a thread
-(sync views; any view under WSGI, where an async view's event loop lives for
-that one request and a connection made on it would serve nothing else), and
-by the asyncio limiter on the event loop of an ASGI server. Both share every
-quota (limiters.py). On ``memory://`` the blocking limiter's in-process store
+A rule gives the arguments of its check for one request (``arguments``, or
+``aarguments`` with its callbacks awaited); together.py decides a request's
+rules as one: by the blocking limiter when its view runs in a thread (sync
+views; any view under WSGI, where an async view's event loop lives for that
+one request and a connection made on it would serve nothing else), and by the
+asyncio limiter on the event loop of an ASGI server. Both share every quota
+(limiters.py). On ``memory://`` the blocking limiter's in-process store
 decides every view (its calls never wait), so that they share it too.
 """
 
@@ -19,21 +21,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
-from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
 from ..algorithms import DEFAULT_ALGORITHM, get_algorithm
-from ..errors import RateLimitConfigError, exceeded
+from ..errors import RateLimitConfigError
 from ..options import request_callback_option
 from ..plans import Plans
 from ..policy import validate_cost
-from ..results import CheckResult
 from .callbacks import RequestFunction, call_async, call_sync, unusable
 from .conf import Settings
-from .decisions import record
 from .keys import Identity, KeySource, key_source
-from .limiters import get_async_limiter, get_limiter
+from .limiters import get_limiter
 
 RateOption = Union[str, RequestFunction]
 CostOption = Union[int, str, RequestFunction]
@@ -95,21 +94,7 @@ class LimitRule:
         """False for a method this rule does not count (``methods=``)."""
         return self.methods is None or _method(request) in self.methods
 
-    # -- in a thread -----------------------------------------------------------------
-
-    def decide(
-        self, request: HttpRequest, settings: Settings, *, scope: Optional[str] = None
-    ) -> CheckResult:
-        """Decide and charge for ``request``, record the decision; raise on a denial.
-
-        RateLimitExceeded (429, or 422 for a cost above capacity),
-        RateLimitCallbackError, or BackendError when Redis cannot decide.
-        """
-        identity, rate, cost, tenant, where = self.arguments(request, settings, scope)
-        result = get_limiter().check_with_info(
-            identity, rate, cost=cost, tenant_type=tenant, scope=where, algorithm=self.algorithm
-        )
-        return _recorded(request, result)
+    # -- a request's arguments, in a thread ---------------------------------------------
 
     def arguments(
         self, request: HttpRequest, settings: Settings, scope: Optional[str] = None
@@ -127,26 +112,7 @@ class LimitRule:
             cost = _cost(call_sync("cost", cost, request))
         return identity, rate, cost, tenant, scope or self.scope or route_scope(request)
 
-    # -- on the event loop ---------------------------------------------------------
-
-    async def adecide(
-        self, request: HttpRequest, settings: Settings, *, scope: Optional[str] = None
-    ) -> CheckResult:
-        """``decide`` for an async view: its callbacks awaited, the check awaited on an ASGI
-        server's loop."""
-        identity, rate, cost, tenant, where = await self.aarguments(request, settings, scope)
-        if isinstance(request, ASGIRequest) and not settings.in_process:
-            result = await get_async_limiter().check_with_info(
-                identity, rate, cost=cost, tenant_type=tenant, scope=where, algorithm=self.algorithm
-            )
-        else:
-            # Under WSGI the loop is this request's alone: a connection made on it would
-            # die with it, so the blocking limiter's pool serves it. memory:// never
-            # waits, and its one store is the blocking limiter's: every view shares it.
-            result = get_limiter().check_with_info(
-                identity, rate, cost=cost, tenant_type=tenant, scope=where, algorithm=self.algorithm
-            )
-        return _recorded(request, result)
+    # -- the same, on the event loop ---------------------------------------------------
 
     async def aarguments(
         self, request: HttpRequest, settings: Settings, scope: Optional[str] = None
@@ -170,13 +136,6 @@ class LimitRule:
         except RateLimitConfigError as error:
             raise unusable("rate", f"returned an unusable rate: {error}") from None
         return rate  # type: ignore[return-value]
-
-
-def _recorded(request: HttpRequest, result: CheckResult) -> CheckResult:
-    record(request, result)
-    if not result.allowed:
-        raise exceeded(result)
-    return result
 
 
 def route_scope(request: HttpRequest) -> str:

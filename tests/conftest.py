@@ -3,8 +3,10 @@ cluster.py, lua_harness.py, reference_model.py...) are importable from every
 folder below it (pytest puts this conftest's folder on sys.path), and the
 fixtures that start servers do so only when a test asks for them.
 
-tests/unit/ needs no server; every other test needs redis-server, and the run
-stops with the install hint before any test when it is missing.
+The tests are in folders by what they need, each folder's conftest.py looking
+for it (a missing binary stops the run with its install hint, before any test):
+unit/ (no server), redis/, http/, cluster/ (Cluster and Sentinel), browser/
+(headless Chromium); the tests at this level need redis-server.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from decision_stores import BACKENDS, DecisionStore, MemoryHarness
 from lua_harness import LuaHarness, open_harness
 from redis_servers import RedisServer, redis_server_binary
 
-UNIT = Path(__file__).resolve().parent / "unit"
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Fail loudly and before any test runs: a missing binary must never turn into
-    # skipped tests. tests/unit/ alone needs no server.
-    if any(UNIT not in item.path.parents for item in items):
+    # The tests at this level (each algorithm's behaviour file, the differential test,
+    # packaging) run on redis-server; each folder below checks for what it needs in
+    # its own conftest.py, and tests/unit/ needs nothing. Fail loudly and before any
+    # test runs: a missing binary must never turn into skipped tests.
+    if any(item.path.parent == TESTS for item in items):
         redis_server_binary()
 
 

@@ -1,4 +1,4 @@
-"""The example project's settings with one bad MODERATO key (tests/test_django_servers.py)."""
+"""The example project's settings with one bad MODERATO key (tests/http/test_django_servers.py)."""
 
 from __future__ import annotations
 

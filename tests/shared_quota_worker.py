@@ -1,4 +1,4 @@
-"""One process of tests/test_sync_shared_quota.py: 50 threads (blocking limiter) or 50 tasks
+"""One process of tests/redis/test_sync_shared_quota.py: 50 threads (blocking limiter) or 50 tasks
 (asyncio limiter) checking one key at the same instant; prints how many were admitted.
 
     python shared_quota_worker.py sync|async URL PREFIX RATE ALGORITHM...

@@ -25,7 +25,7 @@ for minor in 9 10 11 12 13; do
   "$venv/bin/python" -m pip install -q --no-deps --force-reinstall --no-build-isolation "$root"
   # The pytest script (not `python -m pytest`) keeps the source tree off
   # sys.path, so the installed build is the one under test.
-  (cd "$root" && "$venv/bin/pytest" -q -p no:cacheprovider tests/unit/test_accel.py tests/test_accel_on_redis.py \
-    tests/test_tls.py)
+  (cd "$root" && "$venv/bin/pytest" -q -p no:cacheprovider tests/unit/test_accel.py tests/redis/test_accel_on_redis.py \
+    tests/redis/test_tls.py)
 done
 if [ "$found" -eq 0 ]; then echo "no Python 3.9-3.13 found" >&2; exit 1; fi

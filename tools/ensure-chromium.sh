@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure a headless-capable Chromium is installed: tests/test_demo_browser.py
+# Make sure a headless-capable Chromium is installed: tests/browser/test_demo_browser.py
 # drives the demo page in it (over the DevTools protocol, no driver needed).
 set -euo pipefail
 if [ -n "${MODERATO_CHROMIUM:-}" ] && [ -x "${MODERATO_CHROMIUM}" ]; then

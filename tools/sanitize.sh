@@ -59,7 +59,7 @@ if not accel.__file__.startswith(sys.argv[1]):
 # --capture=no: a sanitizer report goes to fd 2 just before the process dies,
 # which pytest would otherwise have redirected into a file nobody reads.
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no tests/unit/test_accel.py \
-  tests/test_accel_on_redis.py \
+  tests/redis/test_accel_on_redis.py \
   tests/unit/test_accel_results.py
 # memory:// (csrc/memory.c): every store method and every algorithm. The slow test
 # (1,000,000 identities) asserts RSS bounds, which ASan's allocator does not keep.

@@ -9,13 +9,13 @@ exact counts, and the parent keeps the very connection it had.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
-from collections.abc import Awaitable, Iterator
-from typing import Any, Callable, TypeVar
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import pytest
+from fork_helpers import in_child_of_loop as in_child
 from redis_servers import RedisServer
 
 from moderato import RateLimiter
@@ -24,7 +24,6 @@ from moderato.redis import RedisClient
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
 
-T = TypeVar("T")
 RATE = "10/hour"
 
 
@@ -36,35 +35,6 @@ def parent_loop() -> Iterator[asyncio.AbstractEventLoop]:
         yield loop
     finally:
         loop.close()
-
-
-def in_child(body: Callable[[], Awaitable[T]], *, close_inherited: asyncio.AbstractEventLoop) -> T:
-    """Fork; the child closes the inherited loop, runs ``body`` on a new loop and reports.
-
-    Returns what ``body`` returned in the child (over a pipe, as JSON); the
-    child's exception, if any, fails the test with its text.
-    """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(read_end)
-        outcome: dict[str, Any]
-        try:
-            close_inherited.close()
-            outcome = {"result": asyncio.run(body())}
-        except BaseException as error:  # reported to the parent, which fails the test
-            outcome = {"error": repr(error)}
-        with os.fdopen(write_end, "w") as report:
-            report.write(json.dumps(outcome))
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as report:
-        outcome = json.loads(report.read() or '{"error": "the child reported nothing"}')
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert "error" not in outcome, outcome["error"]
-    result: T = outcome["result"]
-    return result
 
 
 def client_of(limiter: RateLimiter) -> RedisClient:

@@ -21,8 +21,8 @@ from typing import Callable
 import httpx
 import pytest
 from cluster import call, report, script_calls
+from fork_helpers import in_child_of_loop as in_child
 from redis_servers import RedisServer, SentinelDeployment, SentinelServer, free_port
-from test_fork import in_child
 from uvicorn_helpers import app_processes
 
 from moderato import RateLimiter

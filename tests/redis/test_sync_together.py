@@ -1,6 +1,6 @@
 """Several checks decided as one by the blocking RateLimiter (moderato.sync), exactly.
 
-The asyncio limiter's together-step (tests/test_together.py) for threads: the
+The asyncio limiter's together-step (tests/redis/test_together.py) for threads: the
 same rules (limiter_core.py ``_together_steps``), the same composite script in
 Redis, the same in-process step on memory://. Each case runs on a real
 redis-server, through moderato's own blocking client and a user's redis.Redis,

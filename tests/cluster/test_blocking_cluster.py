@@ -1,7 +1,7 @@
 """The blocking Redis Cluster client and moderato.sync.RateLimiter on a real 3-primary +
 3-replica cluster.
 
-The asyncio client's rules (tests/test_cluster.py), followed from threads:
+The asyncio client's rules (tests/cluster/test_cluster.py), followed from threads:
 MOVED, ASK, TRYAGAIN, a cold script cache; exact admission on every shard,
 resets, and a slot migrating under threaded traffic.
 """

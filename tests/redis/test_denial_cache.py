@@ -27,7 +27,7 @@ from moderato.algorithms import ALGORITHMS
 from moderato.backends.denial_cache import DenialCache, DenialCachingBackend
 from moderato.results import CheckResult
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CACHED = {"denial_cache_size": 10_000}
 """The cache is opt-in: every limiter here that should remember denials asks for it."""

@@ -1,7 +1,7 @@
 """Bursts in the decision scripts and memory://: a bucket that holds burst_scaled while it
 refills capacity_scaled per window (docs/internals.md, "Bursts").
 
-The differential suites (tests/test_lua_differential.py, tests/test_memory_differential.py)
+The differential suites (tests/test_differential.py)
 hold the scripts, the store and the model to each other on generated burst policies; this
 file states the behaviour itself, in numbers, and every burst refusal word for word.
 """

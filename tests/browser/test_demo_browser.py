@@ -28,22 +28,17 @@ from typing import Any
 
 import httpx
 import pytest
+from chromium import INSTALL_HINT, find_chromium
 from example_helpers import ROOT
 from redis_servers import free_port
 from websockets.asyncio.client import ClientConnection, connect
 
 ARTIFACTS = ROOT / "test-artifacts"
 TIME_LIMIT_S = 30.0
-INSTALL_HINT = (
-    "headless Chromium is needed for the demo page test and was not found. Install it with "
-    "`sudo apt-get install -y --no-install-recommends chromium fonts-liberation` (Debian/Ubuntu), "
-    "run `make test` (tools/ensure-chromium.sh installs it), or set MODERATO_CHROMIUM to a "
-    "chromium or chrome binary."
-)
 
 
 def chromium_binary() -> str:
-    path = os.environ.get("MODERATO_CHROMIUM") or shutil.which("chromium")
+    path = find_chromium()
     if not path:
         pytest.fail(INSTALL_HINT, pytrace=False)
     return path

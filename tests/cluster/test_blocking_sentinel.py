@@ -1,7 +1,7 @@
 """The blocking Sentinel client and moderato.sync.RateLimiter on real processes: one primary,
 one replica, three sentinels.
 
-The asyncio client's rules (tests/test_sentinel.py), followed from threads.
+The asyncio client's rules (tests/cluster/test_sentinel.py), followed from threads.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from moderato.algorithms import ALGORITHMS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "django_app"
 TESTS = ROOT / "tests"
 BURST = 200

@@ -19,7 +19,7 @@ from redis_servers import RedisServer
 from moderato.algorithms import ALGORITHMS
 from moderato.sync import RateLimiter
 
-WORKER = Path(__file__).resolve().parent / "shared_quota_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "shared_quota_worker.py"
 RATE = "100/minute"
 
 

@@ -24,7 +24,7 @@ from redis_servers import RedisServer
 from moderato import BackendError, BackendUnavailableError, CheckResult, RateLimiter
 from moderato.algorithms import ALGORITHMS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LUA_DIR = ROOT / "lua"
 PREFIX = "aclapp"
 USER, PASSWORD = "limiter", "acl-test-secret"

@@ -921,7 +921,7 @@ def test_explicit_client_name_wins_over_the_url() -> None:
 
 def test_the_client_imports_nothing_of_the_limiter() -> None:
     """moderato/redis/ stands alone: its own errors, and of the package only the C helpers."""
-    package = Path(__file__).resolve().parent.parent / "moderato" / "redis"
+    package = Path(__file__).resolve().parents[2] / "moderato" / "redis"
     for path in sorted(package.glob("*.py")):
         for line in path.read_text().splitlines():
             if line.startswith(("from ..", "import moderato", "from moderato")):
@@ -930,7 +930,7 @@ def test_the_client_imports_nothing_of_the_limiter() -> None:
 
 def test_the_client_reads_no_private_asyncio_attribute() -> None:
     """Per-loop pools are found through get_running_loop(), not a loop's private state."""
-    package = Path(__file__).resolve().parent.parent / "moderato" / "redis"
+    package = Path(__file__).resolve().parents[2] / "moderato" / "redis"
     private = re.compile(r"\b(?:loop|asyncio|base_loop)\._[a-z]")
     for path in sorted(package.glob("*.py")):
         text = path.read_text()

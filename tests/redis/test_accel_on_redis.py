@@ -1,6 +1,6 @@
 """The C accelerator's bytes through a real redis-server: what encode_command and
 encode_evalsha write, Redis reads; what it answers, decode_decision reads; the SCAN
-patterns of key_pattern find exactly an identity's keys (tests/test_accel.py holds
+patterns of key_pattern find exactly an identity's keys (tests/unit/test_accel.py holds
 the same functions to their pure-Python references, with no server)."""
 
 from __future__ import annotations

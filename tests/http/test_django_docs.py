@@ -34,7 +34,7 @@ import moderato.django  # noqa: E402
 from moderato.django import UNSAFE, get_limiter, get_settings  # noqa: E402
 
 NOW_MS = 1_800_000_000_000
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 Namespace = dict[str, Any]
 
 

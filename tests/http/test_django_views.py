@@ -29,7 +29,7 @@ from moderato.django.conf import SETTINGS  # noqa: E402
 
 NOW_MS = 1_800_000_000_000  # a fixed memory:// clock: no window boundary inside a test
 BASE = {"URL": "memory://", "KEY_PREFIX": "dj"}
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def pin_clock() -> None:

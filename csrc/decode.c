@@ -254,7 +254,7 @@ decode_decision(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
 /* What a plan must be, for the TypeError naming what was wrong. */
 #define PLAN_SHAPE                                                                          \
     "(CheckResult class, PolicyState class, rate str, algorithm str, "                      \
-    "((limit, window_s), ...))"
+    "((limit, window_s[, refill]), ...))"
 
 static int
 plan_error(const char *what)
@@ -286,25 +286,28 @@ read_plan(const accel_state *state, PyObject *plan, int *policies)
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rates); i++) {
         PyObject *rate = PyTuple_GET_ITEM(rates, i);
-        if (!PyTuple_Check(rate) || PyTuple_GET_SIZE(rate) != 2 ||
+        if (!PyTuple_Check(rate) || PyTuple_GET_SIZE(rate) < 2 || PyTuple_GET_SIZE(rate) > 3 ||
             !PyLong_CheckExact(PyTuple_GET_ITEM(rate, 0)) ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(rate, 1))) {
-            return plan_error("every rate must be a (limit, window_s) pair of ints");
+            !PyLong_CheckExact(PyTuple_GET_ITEM(rate, 1)) ||
+            (PyTuple_GET_SIZE(rate) == 3 && !PyLong_CheckExact(PyTuple_GET_ITEM(rate, 2)))) {
+            return plan_error("every rate must be a (limit, window_s) pair or a (limit, "
+                              "window_s, refill) triple of ints");
         }
     }
     *policies = (int)PyTuple_GET_SIZE(rates);
     return 0;
 }
 
-/* One policy's public values, new references into out[0..4] in PolicyState's
+/* One policy's public values, new references into out[0..5] in PolicyState's
  * field order: limit, window_seconds, remaining in whole requests (rounded
- * down), retry_after in seconds (rounded up; None for never) and reset_at in
- * Unix seconds (None for none). */
+ * down), retry_after in seconds (rounded up; None for never), reset_at in
+ * Unix seconds (None for none) and refill (a burst's; None without one). */
 static int
 policy_values(PyObject *rate, const long long *policy, PyObject **out)
 {
     out[0] = Py_NewRef(PyTuple_GET_ITEM(rate, 0));
     out[1] = Py_NewRef(PyTuple_GET_ITEM(rate, 1));
+    out[5] = Py_NewRef(PyTuple_GET_SIZE(rate) == 3 ? PyTuple_GET_ITEM(rate, 2) : Py_None);
     out[2] = PyLong_FromLongLong(policy[REMAINING_SCALED] / ACCEL_SCALE);
     long long retry_ms = policy[RETRY_MS];
     out[3] = retry_ms < 0 ? Py_NewRef(Py_None)
@@ -366,11 +369,19 @@ decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(states);
         return NULL;
     }
-    /* In CheckResult's field order; bypassed and shadow_denied take their
-     * defaults, as every field after them would. */
-    PyObject *fields[] = {
-        PyBool_FromLong((long)values[0]), top[0], top[2], top[3], top[4], top[1],
-        Py_NewRef(PyTuple_GET_ITEM(plan, 2)), Py_NewRef(PyTuple_GET_ITEM(plan, 3)), states};
+    /* In CheckResult's field order; bypassed and shadow_denied are False. */
+    PyObject *fields[] = {PyBool_FromLong((long)values[0]),
+                          top[0],
+                          top[2],
+                          top[3],
+                          top[4],
+                          top[1],
+                          Py_NewRef(PyTuple_GET_ITEM(plan, 2)),
+                          Py_NewRef(PyTuple_GET_ITEM(plan, 3)),
+                          states,
+                          Py_NewRef(Py_False),
+                          Py_NewRef(Py_False),
+                          top[5]};
     return results_new(state->check_result_type, fields,
                        (int)(sizeof(fields) / sizeof(fields[0])));
 }

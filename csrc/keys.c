@@ -2,7 +2,13 @@
  * the Redis Cluster slot of a key.
  *
  *     <prefix>:<algorithm>:{<tenant>:<scope>:<identity>}:<window_s>
+ *     <prefix>:<algorithm>:{<tenant>:<scope>:<identity>}:<window_s>b<burst>
  *     <prefix>:??:{<tenant>:<scope>:<identity>}:*
+ *
+ * A policy with a burst keeps its own keys: "b" and the burst after the
+ * window, so it never shares state with the policy of the same rate without
+ * one (nor with another burst), and a SCAN of one window's keys
+ * ("...:<window_s>" and "...:<window_s>:*") reaches neither.
  *
  * Tenant, scope and identity are each encoded on their own: safe bytes are
  * kept and the others percent-encoded, or, past 64 bytes, the whole
@@ -32,13 +38,14 @@
 #define KEYS_HASHED_BYTES (1 + 2 * KEYS_DIGEST_SHOWN_BYTES)
 #define KEYS_MAX_COMPONENT_BYTES KEYS_MAX_KEPT_BYTES
 #define KEYS_MAX_WINDOW_DIGITS ((int)sizeof(ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S)) - 1)
+#define KEYS_MAX_BURST_DIGITS ((int)sizeof(ACCEL_TEXT(ACCEL_MAX_LIMIT)) - 1)
 
 /* "{" tenant ":" scope ":" identity "}" */
 #define KEYS_MAX_TAG_BYTES (1 + 3 * KEYS_MAX_COMPONENT_BYTES + 2 + 1)
-/* prefix ":" algorithm ":" tag ":" window_s */
+/* prefix ":" algorithm ":" tag ":" window_s ["b" burst] */
 #define KEYS_MAX_BYTES                                                              \
     (KEYS_MAX_PREFIX_BYTES + 1 + KEYS_MAX_ALGORITHM_BYTES + 1 + KEYS_MAX_TAG_BYTES + 1 + \
-     KEYS_MAX_WINDOW_DIGITS)
+     KEYS_MAX_WINDOW_DIGITS + 1 + KEYS_MAX_BURST_DIGITS)
 /* prefix ":??:" tag ":*" */
 #define KEYS_MAX_PATTERN_BYTES (KEYS_MAX_PREFIX_BYTES + 4 + KEYS_MAX_TAG_BYTES + 2)
 
@@ -177,11 +184,12 @@ parse_windows(PyObject *windows, long long windows_s_out[ACCEL_MAX_POLICIES])
 }
 
 /* The secret argument, given after `positional` others or by keyword, as
- * bytes to check or NULL for none; a TypeError for a call with the wrong
+ * bytes to check or NULL for none, and (when burst is not NULL) the
+ * keyword-only burst, NULL for none; a TypeError for a call with the wrong
  * arguments. */
 static int
 find_secret(const char *function, Py_ssize_t positional, PyObject *const *args,
-            Py_ssize_t nargs, PyObject *kwnames, PyObject **secret)
+            Py_ssize_t nargs, PyObject *kwnames, PyObject **secret, PyObject **burst)
 {
     if (accel_check_arity(function, NULL, positional, positional + 1, nargs) < 0) {
         return -1;
@@ -190,6 +198,10 @@ find_secret(const char *function, Py_ssize_t positional, PyObject *const *args,
     Py_ssize_t keyword_count = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < keyword_count; i++) {
         PyObject *keyword = PyTuple_GET_ITEM(kwnames, i);
+        if (burst != NULL && PyUnicode_CompareWithASCIIString(keyword, "burst") == 0) {
+            *burst = args[nargs + i] == Py_None ? NULL : args[nargs + i];
+            continue;
+        }
         if (PyUnicode_CompareWithASCIIString(keyword, "secret") != 0) {
             PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", function,
                          keyword);
@@ -323,7 +335,8 @@ write_bytes(char *out, const unsigned char *data, Py_ssize_t size)
 static char *
 write_decimal(char *out, long long value)
 {
-    char reversed[KEYS_MAX_WINDOW_DIGITS];
+    char reversed[KEYS_MAX_BURST_DIGITS > KEYS_MAX_WINDOW_DIGITS ? KEYS_MAX_BURST_DIGITS
+                                                                 : KEYS_MAX_WINDOW_DIGITS];
     int length = 0;
     do {
         reversed[length++] = (char)('0' + value % 10);
@@ -335,11 +348,13 @@ write_decimal(char *out, long long value)
     return out;
 }
 
-/* The keys of one check: a shared head, then each policy's window. */
+/* The keys of one check: a shared head, then each policy's window (and
+ * the burst, if any). */
 typedef struct {
     char *key;  /* the head, with room for a window's digits after it */
     char *tail; /* where a window's digits go */
     const long long *windows_s;
+    long long burst; /* 0: none */
 } window_keys;
 
 static PyObject *
@@ -347,18 +362,51 @@ window_key(void *context, Py_ssize_t i)
 {
     window_keys *keys = context;
     char *end = write_decimal(keys->tail, keys->windows_s[i]);
+    if (keys->burst > 0) {
+        *end++ = 'b';
+        end = write_decimal(end, keys->burst);
+    }
     return PyBytes_FromStringAndSize(keys->key, end - keys->key);
 }
 
+/* build_keys' burst: None (0) or an int 1..ACCEL_MAX_LIMIT. */
+static int
+parse_burst(PyObject *burst, long long *value)
+{
+    *value = 0;
+    if (burst == NULL) {
+        return 0;
+    }
+    if (!PyLong_Check(burst) || PyBool_Check(burst)) {
+        PyErr_Format(PyExc_TypeError, "build_keys() burst must be int or None, not %.100s",
+                     Py_TYPE(burst)->tp_name);
+        return -1;
+    }
+    int overflow;
+    *value = PyLong_AsLongLongAndOverflow(burst, &overflow);
+    if (overflow || *value < 1 || *value > ACCEL_MAX_LIMIT) {
+        PyObject *quoted = accel_quote(burst);
+        if (quoted != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "build_keys() burst must be 1.." ACCEL_TEXT(ACCEL_MAX_LIMIT) ", got %U",
+                         quoted);
+            Py_DECREF(quoted);
+        }
+        return -1;
+    }
+    return 0;
+}
+
 /* What build_keys and key_pattern check first (arguments are checked in
- * order, so the first bad one is reported): the call's arguments and secret
- * (find_secret), then the prefix, args[0]. The prefix's bytes, or NULL. */
+ * order, so the first bad one is reported): the call's arguments, secret and
+ * burst (find_secret; burst NULL where none is taken), then the prefix,
+ * args[0]. The prefix's bytes, or NULL. */
 static const unsigned char *
 secret_and_prefix(const char *function, Py_ssize_t positional, PyObject *const *args,
-                  Py_ssize_t nargs, PyObject *kwnames, PyObject **secret,
+                  Py_ssize_t nargs, PyObject *kwnames, PyObject **secret, PyObject **burst,
                   Py_ssize_t *prefix_size)
 {
-    if (find_secret(function, positional, args, nargs, kwnames, secret) < 0) {
+    if (find_secret(function, positional, args, nargs, kwnames, secret, burst) < 0) {
         return NULL;
     }
     return token_bytes(function, "prefix", args[0], KEYS_MAX_PREFIX_BYTES, is_prefix_byte,
@@ -373,11 +421,12 @@ keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
     long long windows_s[ACCEL_MAX_POLICIES];
     char key[KEYS_MAX_BYTES];
     Py_ssize_t prefix_size, algorithm_size;
-    PyObject *secret;
+    PyObject *secret, *burst = NULL;
+    long long burst_value;
     keys_tag tag;
 
     const unsigned char *prefix =
-        secret_and_prefix(function, 6, args, nargs, kwnames, &secret, &prefix_size);
+        secret_and_prefix(function, 6, args, nargs, kwnames, &secret, &burst, &prefix_size);
     if (prefix == NULL) {
         return NULL;
     }
@@ -388,7 +437,8 @@ keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     Py_ssize_t window_count = parse_windows(args[5], windows_s);
-    if (window_count < 0 || (secret != NULL && check_secret(function, secret) < 0)) {
+    if (window_count < 0 || (secret != NULL && check_secret(function, secret) < 0) ||
+        parse_burst(burst, &burst_value) < 0) {
         return NULL;
     }
 
@@ -399,9 +449,9 @@ keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
     *out++ = ':';
     out = write_tag(out, &tag, secret);
     *out++ = ':';
-    assert(out - key <= KEYS_MAX_BYTES - KEYS_MAX_WINDOW_DIGITS);
+    assert(out - key <= KEYS_MAX_BYTES - KEYS_MAX_WINDOW_DIGITS - 1 - KEYS_MAX_BURST_DIGITS);
 
-    window_keys keys = {key, out, windows_s};
+    window_keys keys = {key, out, windows_s, burst_value};
     return accel_build_sequence(0, window_count, window_key, &keys);
 }
 
@@ -416,7 +466,7 @@ keys_pattern(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     keys_tag tag;
 
     const unsigned char *prefix =
-        secret_and_prefix(function, 4, args, nargs, kwnames, &secret, &prefix_size);
+        secret_and_prefix(function, 4, args, nargs, kwnames, &secret, NULL, &prefix_size);
     if (prefix == NULL || parse_tag(function, args + 1, secret, &tag) < 0 ||
         (secret != NULL && check_secret(function, secret) < 0)) {
         return NULL;

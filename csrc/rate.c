@@ -332,9 +332,10 @@ parse_policy(rate_parser *parser, rate_policy *policy)
         if (at_word(parser, "burst")) {
             /* throttled-py's suffix: say why rather than only where. */
             return rate_error(parser, 1,
-                              PyUnicode_FromFormat("'burst' at offset %zd is not supported: a "
-                                                   "policy's capacity is its count (cap bursts "
-                                                   "with a second, shorter policy)",
+                              PyUnicode_FromFormat("'burst' at offset %zd is not part of a rate: "
+                                                   "give it beside the rate, burst=<n> (the "
+                                                   "token bucket, GCRA and leaky bucket take "
+                                                   "one)",
                                                    parser->pos));
         }
         return expected_error(parser, "';', ',', '|' or the end after the unit");

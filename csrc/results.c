@@ -10,6 +10,7 @@
  * pass takes its default, none can be left missing.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "results.h"
 
@@ -17,7 +18,7 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *values[CHECK_RESULT_FIELDS]; /* PolicyState uses the first 5 */
+    PyObject *values[CHECK_RESULT_FIELDS]; /* PolicyState uses the first 6 */
 } record_object;
 
 typedef struct {
@@ -28,24 +29,28 @@ typedef struct {
 } record_layout;
 
 static const char *const policy_state_fields[POLICY_STATE_FIELDS] = {
-    "limit", "window_seconds", "remaining", "retry_after", "reset_at"};
+    "limit", "window_seconds", "remaining", "retry_after", "reset_at", "refill"};
 
 static const char *const check_result_fields[CHECK_RESULT_FIELDS] = {
-    "allowed", "limit",     "remaining", "retry_after", "reset_at",     "window_seconds",
-    "rate",    "algorithm", "policies",  "bypassed",    "shadow_denied"};
+    "allowed",   "limit",    "remaining", "retry_after",   "reset_at", "window_seconds",
+    "rate",      "algorithm", "policies", "bypassed", "shadow_denied", "refill"};
 
-static const record_layout policy_state_layout = {"PolicyState", POLICY_STATE_FIELDS,
-                                                  POLICY_STATE_FIELDS, policy_state_fields};
+static const record_layout policy_state_layout = {"PolicyState", POLICY_STATE_FIELDS, 5,
+                                                  policy_state_fields};
 static const record_layout check_result_layout = {"CheckResult", CHECK_RESULT_FIELDS, 8,
                                                   check_result_fields};
 
-/* The default of field i (i >= required): CheckResult's policies=(),
- * bypassed=False, shadow_denied=False. A new reference. */
+/* The default of field i (i >= required): PolicyState's refill=None;
+ * CheckResult's policies=(), bypassed=False, shadow_denied=False,
+ * refill=None. A new reference. */
 static PyObject *
 default_value(const record_layout *layout, int i)
 {
     if (layout == &check_result_layout && i == 8) {
         return PyTuple_New(0);
+    }
+    if (strcmp(layout->fields[i], "refill") == 0) {
+        return Py_NewRef(Py_None);
     }
     return Py_NewRef(Py_False);
 }
@@ -339,7 +344,8 @@ static PyGetSetDef check_result_getset[] = {
 
 static PyMemberDef policy_state_members[POLICY_STATE_FIELDS + 1] = {
     FIELD(0, "limit",
-          "The policy's limit, in requests per window."),
+          "The most the policy admits at once: its limit in requests per window, or "
+             "its burst."),
     FIELD(1, "window_seconds",
           "The policy's window, in seconds."),
     FIELD(2, "remaining",
@@ -350,6 +356,9 @@ static PyMemberDef policy_state_members[POLICY_STATE_FIELDS + 1] = {
              "will."),
     FIELD(4, "reset_at",
           "Unix time from the backend's clock; None for a permanent denial or a bypass."),
+    FIELD(5, "refill",
+          "With a burst: the requests the bucket regains per window (limit is the "
+             "burst); None without one (limit per window)."),
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -376,18 +385,21 @@ static PyMemberDef check_result_members[CHECK_RESULT_FIELDS + 1] = {
           "True when the backend could not decide and fail-open let the request through."),
     FIELD(10, "shadow_denied",
           "True when the limit denied the request but shadow mode let it through."),
+    FIELD(11, "refill",
+          "The deciding policy's refill per window with a burst; None without one."),
     {NULL, 0, 0, 0, NULL},
 };
 
 PyDoc_STRVAR(policy_state_doc,
-"PolicyState(limit, window_seconds, remaining, retry_after, reset_at)\n"
+"PolicyState(limit, window_seconds, remaining, retry_after, reset_at, refill=None)\n"
 "--\n"
 "\n"
 "One policy's view of a decision (several policies can be decided at once).");
 
 PyDoc_STRVAR(check_result_doc,
 "CheckResult(allowed, limit, remaining, retry_after, reset_at, window_seconds,\n"
-"            rate, algorithm, policies=(), bypassed=False, shadow_denied=False)\n"
+"            rate, algorithm, policies=(), bypassed=False, shadow_denied=False,\n"
+"            refill=None)\n"
 "--\n"
 "\n"
 "The outcome of one check.\n"

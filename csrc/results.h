@@ -7,8 +7,8 @@
 
 #include "compat.h"
 
-#define POLICY_STATE_FIELDS 5
-#define CHECK_RESULT_FIELDS 11
+#define POLICY_STATE_FIELDS 6
+#define CHECK_RESULT_FIELDS 12
 
 /* The module state of moderato._accel. */
 typedef struct {

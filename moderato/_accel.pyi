@@ -33,6 +33,8 @@ def build_keys(
     windows_s: Sequence[int],
     /,
     secret: Optional[bytes] = None,
+    *,
+    burst: Optional[int] = None,
 ) -> list[bytes]: ...
 def key_pattern(
     prefix: _Text,
@@ -58,6 +60,7 @@ class PolicyState:
     remaining: Optional[int]
     retry_after: Optional[int]
     reset_at: Optional[float]
+    refill: Optional[int] = None
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -72,13 +75,14 @@ class CheckResult:
     policies: tuple[PolicyState, ...] = ()
     bypassed: bool = False
     shadow_denied: bool = False
+    refill: Optional[int] = None
     @property
     def permanent(self) -> bool: ...
     @property
     def status_code(self) -> int: ...
 
 def check_result(
-    reply: object, plan: tuple[type, type, str, str, tuple[tuple[int, int], ...]], /
+    reply: object, plan: tuple[type, type, str, str, tuple[tuple[int, ...], ...]], /
 ) -> CheckResult: ...
 
 MEMORY_ALGORITHMS: tuple[str, ...]

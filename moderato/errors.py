@@ -79,6 +79,7 @@ class RateLimitExceeded(ModeratoError):
         reset_at: Optional[float],
         window_seconds: int,
         rate: str,
+        refill: Optional[int] = None,
     ) -> None:
         self.limit = limit
         self.remaining = remaining
@@ -86,6 +87,8 @@ class RateLimitExceeded(ModeratoError):
         self.reset_at = reset_at
         self.window_seconds = window_seconds
         self.rate = rate
+        self.refill = refill
+        """With a burst (``limit``): the requests refilled per window; None without one."""
         self.permanent = retry_after is None
         self.status_code = 422 if self.permanent else 429
         if self.permanent:
@@ -104,6 +107,7 @@ def exceeded(result: CheckResult) -> RateLimitExceeded:
         reset_at=result.reset_at,
         window_seconds=result.window_seconds,
         rate=result.rate,
+        refill=result.refill,
     )
 
 

@@ -64,7 +64,8 @@ class KeySpace:
         tenant_type: object,
         scope: object,
     ) -> list[bytes]:
-        """One key per policy window of ``policy``, for this identity, tenant and scope."""
+        """One key per policy window of ``policy``, for this identity, tenant and scope
+        (a policy with a burst has keys of its own: ``...:<window_s>b<burst>``)."""
         # The common call (no tenant, str scope and key) skips the checks that
         # only exist to name a wrong type in the error.
         tenant = "" if tenant_type is None else tenant_part(tenant_type)
@@ -73,9 +74,21 @@ class KeySpace:
         if type(key) is not str:
             key = identity_part(key)
         try:
-            keys: list[bytes] = _accel.build_keys(
-                self.prefix, key_tag, tenant, scope, key, policy.windows_s, self.identity_secret
-            )
+            if policy.burst is None:
+                keys: list[bytes] = _accel.build_keys(
+                    self.prefix, key_tag, tenant, scope, key, policy.windows_s, self.identity_secret
+                )
+            else:
+                keys = _accel.build_keys(
+                    self.prefix,
+                    key_tag,
+                    tenant,
+                    scope,
+                    key,
+                    policy.windows_s,
+                    self.identity_secret,
+                    burst=policy.burst,
+                )
         except (TypeError, ValueError) as error:
             raise KeyPartError(str(error)) from None
         return keys
@@ -105,9 +118,11 @@ class KeySpace:
         *,
         key_tag: Optional[str],
         windows_s: Optional[tuple[int, ...]],
+        burst: Optional[int] = None,
     ) -> list[bytes]:
         """The SCAN patterns of a reset: this identity's keys in ``scope`` (None: every
-        scope), of one algorithm tag (None: every one) and of some windows (None: all).
+        scope), of one algorithm tag (None: every one) and of some windows (None: all),
+        those of a burst (None: those without one).
 
         One scope's patterns share a hash tag: on a cluster, one node holds them all.
         """
@@ -122,6 +137,7 @@ class KeySpace:
             every_scope=scope is None,
             key_tag=key_tag,
             windows_s=windows_s,
+            burst=burst,
         )
 
 
@@ -132,6 +148,7 @@ def narrowed(
     every_scope: bool,
     key_tag: Optional[str],
     windows_s: Optional[tuple[int, ...]],
+    burst: Optional[int] = None,
 ) -> list[bytes]:
     """A reset's SCAN globs, spliced into ``_accel.key_pattern``'s one.
 
@@ -150,8 +167,12 @@ def narrowed(
     if windows_s is None:
         return [pattern]
     stem = pattern[:-1]  # without the final "*": "...}:"
-    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:...").
-    return [stem + b"%d" % window_s + tail for window_s in windows_s for tail in (b"", b":*")]
+    # The base key "...}:<window_s>" and every key derived from it ("...:<window_s>:..."),
+    # or a burst's: "...}:<window_s>b<burst>" and its derived keys.
+    ending = b"" if burst is None else b"b%d" % burst
+    return [
+        stem + b"%d" % window_s + ending + tail for window_s in windows_s for tail in (b"", b":*")
+    ]
 
 
 def tenant_part(tenant_type: object) -> str:

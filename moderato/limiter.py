@@ -208,11 +208,14 @@ class RateLimiter(LimiterCore):
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> bool:
         """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
 
         Returns True when admitted (also for a fail-open bypass or a shadow denial).
-        ``tenant`` is an alias of ``tenant_type`` (the rules' name for it).
+        ``tenant`` is an alias of ``tenant_type`` (the rules' name for it). ``burst``
+        (token_bucket, gcra, leaky_bucket; a rate of one policy): the bucket holds
+        ``burst`` requests and refills ``rate``'s limit per window.
         """
         if tenant is not None:
             tenant_type = tenant_alias("check()", tenant_type, tenant)
@@ -224,6 +227,7 @@ class RateLimiter(LimiterCore):
             scope=scope,
             algorithm=algorithm,
             shadow=shadow,
+            burst=burst,
         )
         if not result.allowed:
             raise exceeded(result)
@@ -240,20 +244,25 @@ class RateLimiter(LimiterCore):
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> CheckResult:
         """Decide and charge; always returns a CheckResult, denied or not.
 
         ``shadow`` (default: the limiter's setting) turns a denial into an
         admission that is logged and counted as ``shadow_denied``. ``tenant``
-        is an alias of ``tenant_type``.
+        is an alias of ``tenant_type``. ``burst``: as ``check``'s (the result's
+        ``limit`` is then the burst, its ``refill`` the rate's limit).
         """
         if tenant is not None:
             tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
         plans = self._plans
         try:  # the commonest check's plan: the default algorithm's, by rate text alone
-            plan = plans.defaults[rate] if algorithm is None else plans.get(rate, algorithm)
+            if algorithm is None and burst is None:
+                plan = plans.defaults[rate]
+            else:
+                plan = plans.get(rate, algorithm, burst)
         except (KeyError, TypeError):  # a rate not seen yet, or not text (refused here)
-            plan = plans.get(rate, algorithm)
+            plan = plans.get(rate, algorithm, burst)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
         started_s = time.perf_counter() if self.metrics is not None else 0.0
@@ -277,16 +286,18 @@ class RateLimiter(LimiterCore):
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> dict[str, Any]:
         """A read-only snapshot (not a reservation) of the identity's quota.
 
         ``current`` and ``remaining`` are whole requests of the most
         restrictive policy; ``policies`` lists every policy of ``rate``.
-        ``tenant`` is an alias of ``tenant_type``.
+        ``tenant`` is an alias of ``tenant_type``; ``burst`` as ``check``'s (the
+        snapshot's ``limit`` is then the burst, its ``refill`` the rate's limit).
         """
         if tenant is not None:
             tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
-        plan = self._plans.get(rate, algorithm)
+        plan = self._plans.get(rate, algorithm, burst)
         result = await self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
         return usage_of(result)
 
@@ -299,6 +310,7 @@ class RateLimiter(LimiterCore):
         scope: Optional[str] = None,
         algorithm: Optional[str] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> int:
         """Forget the identity's usage; returns the number of keys deleted.
 
@@ -306,7 +318,8 @@ class RateLimiter(LimiterCore):
         every route, whatever the rate and algorithm. ``tenant_type`` (alias
         ``tenant``) selects one tenant's keys; without it only the keys checked
         without a tenant are reset. ``rate`` and ``algorithm`` narrow the reset
-        to those policies' windows and that algorithm.
+        to those policies' windows and that algorithm; ``burst`` (with ``rate``)
+        to that rate's burst, whose keys are its own.
 
         With both ``rate`` and ``scope`` the keys are known exactly and deleted
         in one script call. Otherwise they are found with SCAN, which walks the
@@ -315,7 +328,7 @@ class RateLimiter(LimiterCore):
         """
         if tenant is not None:
             tenant_type = tenant_alias("reset()", tenant_type, tenant)
-        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm)
+        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm, burst)
         if targets.keys:
             call = self._backend.reset(targets.keys, targets.windows_s)
         else:

@@ -31,7 +31,7 @@ from .habits import HABITS, refuse_habits
 from .keys import Identity, KeyPartError, KeySpace
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
-from .plans import Plan, Plans
+from .plans import Plan, Plans, burst_policy
 from .policy import policy_for, validate_cost
 from .results import CheckResult, PolicyState
 from .together import Check, Together, TogetherCall, deciding_check, distinct_keys, one_slot
@@ -134,10 +134,12 @@ class LimiterCore:
         self._keyspace = KeySpace(key_prefix, identity_secret, self._default_algorithm.key_tag)
         self._plans = Plans(self._default_algorithm)
 
-    def plan_for(self, rate: object, algorithm: Optional[str] = None) -> Plan:
-        """``rate`` and ``algorithm`` (default: the limiter's) worked out for checks, once;
-        RateLimitConfigError for a bad rate, algorithm or pair."""
-        return self._plans.get(rate, algorithm)
+    def plan_for(
+        self, rate: object, algorithm: Optional[str] = None, burst: Optional[int] = None
+    ) -> Plan:
+        """``rate`` and ``algorithm`` (default: the limiter's), and a burst if any, worked
+        out for checks, once; RateLimitConfigError for a bad rate, algorithm, burst or pair."""
+        return self._plans.get(rate, algorithm, burst)
 
     def _bound(self, backend: Any) -> None:
         """``backend`` builds its keys from this limiter's KeySpace from now on."""
@@ -180,8 +182,11 @@ class LimiterCore:
         if self.metrics is not None:
             self.metrics.fail_open.labels(algorithm.name).inc()
             self.metrics.checks.labels(algorithm.name, "bypassed").inc()
+        # Each policy's limit and window as a decision states them (a burst's: the burst,
+        # and the refill beside it).
         unknown = tuple(
-            PolicyState(rate.limit, rate.window_s, None, None, None) for rate in policy.rates
+            PolicyState(limits[0], limits[1], None, None, None, (*limits, None)[2])
+            for limits in plan.result_shape[4]
         )
         tightest = min(unknown, key=lambda state: state.limit)
         return CheckResult(
@@ -195,6 +200,7 @@ class LimiterCore:
             algorithm=algorithm.name,
             policies=unknown,
             bypassed=True,
+            refill=tightest.refill,
         )
 
     # -- several checks decided as one (together.py) ------------------------------------
@@ -214,7 +220,7 @@ class LimiterCore:
         Fail-open bypasses every check of a call the backend could not decide, as
         ``check_with_info`` bypasses one. ``decision_keys``: the backend's.
         """
-        plans = [self._plans.get(check.rate, check.algorithm) for check in checks]
+        plans = [self._plans.get(check.rate, check.algorithm, check.burst) for check in checks]
         costs = [
             check.cost if type(check.cost) is int and check.cost > 0 else validate_cost(check.cost)
             for check in checks
@@ -354,13 +360,24 @@ class LimiterCore:
         tenant_type: Optional[str],
         scope: Optional[str],
         algorithm: Optional[str],
+        burst: Optional[int] = None,
     ) -> ResetTargets:
         """The keys a reset deletes (a rate and a scope: known exactly), else its SCAN
-        patterns (every scope means every primary of a cluster)."""
+        patterns (every scope means every primary of a cluster). With a burst, those of
+        the rate with that burst, which are its own."""
         keyspace = self._keyspace
-        if rate is not None and scope is not None:
-            policy = policy_for(rate)
-            chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
+        chosen = [self._algorithm(algorithm)] if algorithm else list(ALGORITHMS.values())
+        policy = None if rate is None else policy_for(rate)
+        if burst is not None:
+            if policy is None:
+                raise RateLimitConfigError(
+                    "reset() got burst= without rate=: a burst's keys are those of one rate "
+                    "with that burst; pass both (or neither, to reset every rate)"
+                )
+            if not algorithm:  # the algorithms that keep a burst's state
+                chosen = [each for each in chosen if each.burst_bound_s]
+            policy = burst_policy(policy, chosen[0], burst)
+        if policy is not None and scope is not None:
             keys = keyspace.reset_keys(
                 [each.key_tag for each in chosen], policy, key, tenant_type, scope
             )
@@ -370,7 +387,8 @@ class LimiterCore:
             tenant_type,
             scope,
             key_tag=self._algorithm(algorithm).key_tag if algorithm else None,
-            windows_s=policy_for(rate).windows_s if rate is not None else None,
+            windows_s=policy.windows_s if policy is not None else None,
+            burst=policy.burst if policy is not None else None,
         )
         # One scope's patterns share a hash tag, so one node's breaker answers for
         # them; every scope means every primary, which the limiter-wide one does.

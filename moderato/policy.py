@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Optional
 
 from . import _accel
 from .errors import RateLimitConfigError
@@ -50,17 +51,45 @@ class Rate:
 
 @dataclass(frozen=True)
 class Policy:
-    """A parsed rate string: one or more rates decided together, atomically."""
+    """A parsed rate string: one or more rates decided together, atomically; or one rate
+    with a burst (``with_burst``): a bucket that holds ``burst`` requests and refills the
+    rate's limit per window."""
 
     text: str
     rates: tuple[Rate, ...]
+    burst: Optional[int] = None
+    """What the bucket holds, apart from the one rate's limit; None: the limit."""
     # Derived once here: every check reads them.
     windows_s: tuple[int, ...] = field(init=False, compare=False, repr=False)
     smallest_limit: int = field(init=False, compare=False, repr=False)
+    """The most the tightest policy admits at once (its limit, or the burst): a cost
+    above it can never fit."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "windows_s", tuple(rate.window_s for rate in self.rates))
-        object.__setattr__(self, "smallest_limit", min(rate.limit for rate in self.rates))
+        smallest = min(rate.limit for rate in self.rates) if self.burst is None else self.burst
+        object.__setattr__(self, "smallest_limit", smallest)
+
+    @property
+    def described(self) -> str:
+        """How messages name it: ``'10/second'``, or ``'10/second' with burst 50``."""
+        return f"'{self.text}'" if self.burst is None else f"'{self.text}' with burst {self.burst}"
+
+    def with_burst(self, burst: object) -> Policy:
+        """This one-rate policy holding ``burst`` requests, refilled at its rate; itself
+        when the burst is its limit (the same policy). RateLimitConfigError for a burst
+        that is not an int 1..MAX_LIMIT, or a rate of several policies."""
+        burst = validate_burst(burst)
+        if len(self.rates) != 1:
+            raise RateLimitConfigError(
+                f"burst= applies to a rate of one policy, got '{self.text}' "
+                f"({len(self.rates)} policies): give the bursting rate its own limit "
+                "beside the others (several limits of one request are decided together, "
+                "atomically), e.g. limit('10/second', burst=50) and limit('1000/hour')"
+            )
+        if burst == self.rates[0].limit:
+            return self
+        return Policy(text=self.text, rates=self.rates, burst=burst)
 
 
 def parse_rate(text: str) -> tuple[Rate, ...]:
@@ -85,6 +114,19 @@ def policy_for(text: str) -> Policy:
     except ValueError as exc:
         raise RateLimitConfigError(str(exc)) from None
     return Policy(text=text, rates=rates)
+
+
+def validate_burst(burst: object) -> int:
+    """A burst is an int 1..MAX_LIMIT; bools, floats and everything else are configuration
+    errors."""
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise RateLimitConfigError(
+            f"burst must be a positive integer (the most requests admitted at once), "
+            f"got {type(burst).__name__} {burst!r:.80}"
+        )
+    if not 1 <= burst <= MAX_LIMIT:
+        raise RateLimitConfigError(f"burst must be 1..{MAX_LIMIT}, got {burst}")
+    return burst
 
 
 def validate_cost(cost: object) -> int:

@@ -27,6 +27,7 @@ _POLICY_STATE_FIELDS: list[Any] = [
     ("remaining", Optional[int]),
     ("retry_after", Optional[int]),
     ("reset_at", Optional[float]),
+    ("refill", Optional[int], field(default=None)),
 ]
 _CHECK_RESULT_FIELDS: list[Any] = [
     ("allowed", bool),
@@ -40,6 +41,7 @@ _CHECK_RESULT_FIELDS: list[Any] = [
     ("policies", tuple, field(default=())),
     ("bypassed", bool, field(default=False)),
     ("shadow_denied", bool, field(default=False)),
+    ("refill", Optional[int], field(default=None)),
 ]
 
 

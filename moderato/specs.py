@@ -73,6 +73,9 @@ class MessageOptions(TypedDict, total=False):
     tenant: Optional[TenantSpec]
     shadow: Optional[bool]
     """None follows the limiter; True observes without denying; False always enforces."""
+    burst: Optional[int]
+    """token_bucket, gcra, leaky_bucket, a rate of one policy: the bucket holds ``burst``
+    requests and refills the rate's limit per window. Default: the limit."""
 
 
 class RuleOptions(MessageOptions, total=False):

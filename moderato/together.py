@@ -39,6 +39,7 @@ class Check(NamedTuple):
     tenant_type: Optional[str] = None
     algorithm: Optional[str] = None
     shadow: Optional[bool] = None
+    burst: Optional[int] = None
 
 
 class Together(NamedTuple):
@@ -72,7 +73,7 @@ class Member(NamedTuple):
 
 
 class CallPart(NamedTuple):
-    """One script call's worth of checks (one algorithm, one cost)."""
+    """One script call's worth of checks (one algorithm, one cost, with bursts or without)."""
 
     algorithm: Algorithm
     cost_scaled: int
@@ -85,11 +86,12 @@ def call_parts(
     plans: Sequence[Plan], keys: Sequence[list[bytes]], costs_scaled: Sequence[int]
 ) -> list[CallPart]:
     """The checks grouped into script calls: same algorithm and cost side by side, in the
-    order first seen, at most MAX_POLICIES_PER_CALL policies per call."""
+    order first seen, at most MAX_POLICIES_PER_CALL policies per call. Checks with a burst
+    and checks without one go to different calls (a burst adds a field per policy)."""
     parts: list[CallPart] = []
-    open_parts: dict[tuple[str, int], CallPart] = {}
+    open_parts: dict[tuple[str, int, bool], CallPart] = {}
     for index, (plan, check_keys, cost_scaled) in enumerate(zip(plans, keys, costs_scaled)):
-        group = (plan.algorithm.name, cost_scaled)
+        group = (plan.algorithm.name, cost_scaled, plan.policy.burst is None)
         part = open_parts.get(group)
         if part is None or len(part.keys) + len(check_keys) > MAX_POLICIES_PER_CALL:
             part = CallPart(plan.algorithm, cost_scaled, [], [cost_scaled, 1], [])

@@ -154,6 +154,8 @@ def build_keys(
     windows_s: Sequence[int],
     /,
     secret: bytes | None = None,
+    *,
+    burst: int | None = None,
 ) -> list[bytes]:
     prefix_bytes = _token(prefix, "prefix", 128, _PREFIX_BYTES)
     algorithm_bytes = _token(algorithm, "algorithm", 16, _ALGORITHM_BYTES)
@@ -169,8 +171,15 @@ def build_keys(
             raise ValueError("windows_s items must be 1..311040000")
     if secret is not None:
         _check_secret(secret)
+    ending = b""
+    if burst is not None:
+        if not _is_int(burst):
+            raise TypeError("burst must be int or None")
+        if not 1 <= burst <= MAX_LIMIT:
+            raise ValueError("burst must be 1..9007199254")
+        ending = b"b%d" % burst
     base = b"%s:%s:%s:" % (prefix_bytes, algorithm_bytes, _tag(parts, secret))
-    return [base + b"%d" % window_s for window_s in windows_s]
+    return [base + b"%d" % window_s + ending for window_s in windows_s]
 
 
 def key_pattern(
@@ -285,19 +294,25 @@ def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
         raise TypeError("plan items 2 and 3 must be str")
     if not (isinstance(rates, tuple) and 1 <= len(rates) <= MAX_POLICIES):
         raise TypeError("plan item 4 must be a tuple of 1 to 16 rates")
-    for pair in rates:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and all(type(n) is int for n in pair)):
-            raise TypeError("every rate must be a (limit, window_s) pair of ints")
+    for each in rates:
+        if not (
+            isinstance(each, tuple) and len(each) in (2, 3) and all(type(n) is int for n in each)
+        ):
+            raise TypeError(
+                "every rate must be a (limit, window_s) pair or a (limit, window_s, refill) "
+                "triple of ints"
+            )
     allowed, deciding, replies = decode_decision(reply, len(rates))
     states = tuple(
         state_cls(
-            limit,
-            window_s,
+            each[0],
+            each[1],
             remaining_scaled // 1000,
             None if retry_ms < 0 else -(-retry_ms // 1000),
             None if reset_ms < 0 else reset_ms / 1000,
+            each[2] if len(each) == 3 else None,
         )
-        for (limit, window_s), (remaining_scaled, retry_ms, reset_ms) in zip(rates, replies)
+        for each, (remaining_scaled, retry_ms, reset_ms) in zip(rates, replies)
     )
     top = states[deciding]
     return check_cls(
@@ -310,6 +325,7 @@ def check_result(reply: list[int], plan: tuple[Any, ...], /) -> Any:
         rate,
         algorithm,
         states,
+        refill=top.refill,
     )
 
 

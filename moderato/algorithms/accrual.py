@@ -5,6 +5,9 @@ from __future__ import annotations
 from .. import _accel
 from ..policy import MAX_LIMIT, SCALE
 
+BUCKET_BURST_BOUND_S: int = _accel.MAX_LONG_WINDOW_S
+"""A bucket's burst refills within ten 360-day years (the longest window), in whole windows."""
+
 MAX_SAFE_INTEGER: int = _accel.MAX_SAFE_INTEGER
 """2**53: every integer up to here is exact in a Lua number."""
 

@@ -51,6 +51,10 @@ class Algorithm:
     """A policy's script arguments, after cost_scaled and apply."""
     max_limit: MaxLimit = any_limit
     """The exact range: the largest limit decided exactly for a window."""
+    burst_bound_s: int = 0
+    """0: it takes no burst (its capacity is its limit). Else it takes one
+    (a bucket holding more, or less, than the limit it refills per window),
+    refilled within this many seconds counted in whole windows."""
 
     def check_exact_range(self, policy: Policy) -> None:
         """Refuse a policy whose (limit, window) lies outside this algorithm's exact range."""
@@ -70,6 +74,23 @@ class Algorithm:
                 f"rate '{policy.text}': the largest limit {self.name} decides exactly over "
                 f"a window of {rate.window_s} seconds is {largest}, got {rate.limit}; lower the "
                 "limit, shorten the window or choose another algorithm"
+            )
+
+    def check_burst(self, policy: Policy) -> None:
+        """Refuse a burst that does not refill within burst_bound_s in whole windows
+        (docs/internals.md, "Bursts"); a burst of an algorithm that takes none is
+        refused by the plan, which knows the ones that do."""
+        if policy.burst is None:
+            return
+        rate = policy.rates[0]
+        largest = min(MAX_LIMIT, self.burst_bound_s // rate.window_s * rate.limit)
+        if policy.burst > largest:
+            raise RateLimitConfigError(
+                f"rate {policy.described}: {self.name} refills a burst within "
+                f"{self.burst_bound_s} seconds counted in whole windows (ceil(burst / "
+                f"limit) windows of {rate.window_s} s), so the largest burst of "
+                f"'{policy.text}' is {largest}, got {policy.burst}; lower the burst or "
+                "raise the rate"
             )
 
     def longest_window_s(self, limit: int) -> int:

@@ -16,5 +16,10 @@ def gcra_max_limit(window_s: int) -> int:
 
 
 ALGORITHM = Algorithm(
-    name="gcra", key_tag="gc", state_suffixes=(":gcra",), max_limit=gcra_max_limit
+    name="gcra",
+    key_tag="gc",
+    state_suffixes=(":gcra",),
+    max_limit=gcra_max_limit,
+    # A burst's tolerance, burst * window / limit, stays within GCRA's longest window.
+    burst_bound_s=GCRA_MAX_WINDOW_S,
 )

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
-from .accrual import accrual_max_limit
+from .accrual import BUCKET_BURST_BOUND_S, accrual_max_limit
 from .base import Algorithm
 
 ALGORITHM = Algorithm(
-    name="leaky_bucket", key_tag="lb", state_suffixes=(":leaky",), max_limit=accrual_max_limit
+    name="leaky_bucket",
+    key_tag="lb",
+    state_suffixes=(":leaky",),
+    max_limit=accrual_max_limit,
+    burst_bound_s=BUCKET_BURST_BOUND_S,
 )

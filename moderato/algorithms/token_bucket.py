@@ -4,7 +4,7 @@ csrc/store_token_bucket.c)."""
 from __future__ import annotations
 
 from ..policy import Rate
-from .accrual import accrual_max_limit
+from .accrual import BUCKET_BURST_BOUND_S, accrual_max_limit
 from .base import Algorithm, ScriptArg
 
 
@@ -20,4 +20,5 @@ ALGORITHM = Algorithm(
     state_suffixes=(":bucket:v2", ":bucket"),
     policy_args=policy_args,
     max_limit=accrual_max_limit,
+    burst_bound_s=BUCKET_BURST_BOUND_S,
 )

@@ -197,7 +197,7 @@ def _decision(request: Any, view: Any, check: Check) -> CheckResult:
                 checks.append(other_check)
     limiter = get_limiter()
     if len(checks) == 1:
-        identity, rate, scope, cost, tenant, algorithm, _ = check
+        identity, rate, scope, cost, tenant, algorithm = check[:6]
         results: tuple[Optional[CheckResult], ...] = (
             limiter.check_with_info(
                 identity, rate, cost=cost, tenant_type=tenant, scope=scope, algorithm=algorithm

@@ -142,7 +142,7 @@ async def adecide(request: HttpRequest, settings: Settings, limits: Sequence[Lim
     if isinstance(request, ASGIRequest) and not settings.in_process:
         limiter = get_async_limiter()
         if len(checks) == 1:
-            key, rate, scope, cost, tenant, algorithm, _ = checks[0]
+            key, rate, scope, cost, tenant, algorithm = checks[0][:6]
             result = await limiter.check_with_info(
                 key, rate, cost=cost, tenant_type=tenant, scope=scope, algorithm=algorithm
             )
@@ -156,7 +156,7 @@ async def adecide(request: HttpRequest, settings: Settings, limits: Sequence[Lim
 
 def _decided_by(limiter: BlockingRateLimiter, checks: list[Check]) -> Together:
     if len(checks) == 1:  # the one-check path
-        key, rate, scope, cost, tenant, algorithm, _ = checks[0]
+        key, rate, scope, cost, tenant, algorithm = checks[0][:6]
         result = limiter.check_with_info(
             key, rate, cost=cost, tenant_type=tenant, scope=scope, algorithm=algorithm
         )

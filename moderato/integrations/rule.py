@@ -30,7 +30,8 @@ from ..errors import (
     exceeded,
 )
 from ..habits import refuse_unknown
-from ..policy import validate_cost
+from ..plans import check_burst_algorithm
+from ..policy import validate_burst, validate_cost
 from ..results import CheckResult
 from ..specs import RULE_OPTIONS, CostSpec, ExemptWhen, KeySpec, RateSpec, TenantSpec, check_specs
 from .callbacks import call_callback, callback_raised, callback_returned_unusable
@@ -76,6 +77,7 @@ class LimitRule:
         shadow: Optional[bool] = None,
         exempt_when: Optional[ExemptWhen] = None,
         endpoint: Optional[Callable[..., Any]] = None,
+        burst: Optional[int] = None,
     ) -> None:
         self.limiter = limiter
         self.endpoint = endpoint
@@ -90,6 +92,8 @@ class LimitRule:
         self.shadow = shadow
         """None follows the limiter; True observes without denying; False always enforces."""
         self.exempt_when = exempt_when
+        self.burst = burst
+        """What the bucket holds, apart from the rate's limit; None: the limit."""
         self._validate()
 
     def _validate(self) -> None:
@@ -99,10 +103,17 @@ class LimitRule:
             raise RateLimitConfigError(
                 f"scope must be a string or None, got {type(self.scope).__name__}"
             )
-        # Parses the rate and checks it against the algorithm's exact range.
+        # Parses the rate and checks it against the algorithm's exact range (and the burst).
         plan = (
-            self.limiter.plan_for(self.rate, self.algorithm) if isinstance(self.rate, str) else None
+            self.limiter.plan_for(self.rate, self.algorithm, self.burst)
+            if isinstance(self.rate, str)
+            else None
         )
+        if plan is None and self.burst is not None:
+            # A rate given per request: the burst is checked with it, each time; its
+            # algorithm and type now.
+            check_burst_algorithm(get_algorithm(self.algorithm or self.limiter.default_algorithm))
+            validate_burst(self.burst)
         cost = check_specs(
             rate=self.rate,
             key=self.key,
@@ -113,7 +124,7 @@ class LimitRule:
         if cost is not None and plan is not None and cost > plan.policy.smallest_limit:
             capacity = plan.policy.smallest_limit
             raise RateLimitConfigError(
-                f"cost {cost} exceeds capacity {capacity} of policy '{self.rate}'; "
+                f"cost {cost} exceeds capacity {capacity} of policy {plan.policy.described}; "
                 "such a request could never be admitted"
             )
 
@@ -225,6 +236,7 @@ class LimitRule:
             scope=scope,
             algorithm=self.algorithm,
             shadow=self.shadow,
+            burst=self.burst,
         )
 
     def _specs(self) -> tuple[KeySpec, Optional[TenantSpec], CostSpec]:
@@ -249,7 +261,7 @@ class LimitRule:
             return self.rate
         rate = await call_callback("rate", self.rate, request)
         try:
-            self.limiter.plan_for(rate, self.algorithm)
+            self.limiter.plan_for(rate, self.algorithm, self.burst)
         except RateLimitConfigError as error:
             raise callback_returned_unusable("rate", str(error)) from error
         return rate

@@ -184,10 +184,10 @@ async def decide(
     if checks:
         limiter: RateLimiter = decided_limits[0].rule.limiter
         if len(checks) == 1:  # the one-check path (and its denial cache)
-            key, rate, scope, cost, tenant, algorithm, shadow = checks[0]
+            key, rate, scope, cost, tenant, algorithm, shadow, burst = checks[0]
             result = await limiter.check_with_info(
                 key, rate, cost=cost, tenant_type=tenant, scope=scope, algorithm=algorithm,
-                shadow=shadow,
+                shadow=shadow, burst=burst,
             )  # fmt: skip
             together = Together(result.allowed, (result,), 0)
         else:
@@ -225,7 +225,7 @@ async def _check_of(
     if arguments is None:
         arguments = await rule._arguments(connection, bucket)
     key, rate, cost, tenant, bucket_name = arguments
-    return Check(key, rate, bucket_name, cost, tenant, rule.algorithm, rule.shadow)
+    return Check(key, rate, bucket_name, cost, tenant, rule.algorithm, rule.shadow, rule.burst)
 
 
 def _resolve(scope: Scope, mounts: list[tuple[Any, Scope]]) -> Any:

@@ -38,6 +38,7 @@ def limit(
     scope: Optional[str],
     algorithm: Optional[str],
     shadow: Optional[bool],
+    burst: Optional[int] = None,
 ) -> Callable[[F], F]:
     """The decorator of ``RateLimiter.limit()`` (its docstring tells the options)."""
     key = limiter.key if key is None else key
@@ -46,10 +47,11 @@ def limit(
     check_spec_types(key, tenant, cost, "the decorated function's arguments")
     if scope is not None and not isinstance(scope, str):
         raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")
-    plan = limiter.plan_for(rate, algorithm)  # a bad rate or algorithm: refused now
+    plan = limiter.plan_for(rate, algorithm, burst)  # a bad rate, algorithm, burst: now
     if cost is not None and not callable(cost) and cost > plan.policy.smallest_limit:
         raise RateLimitConfigError(
-            f"cost {cost} exceeds capacity {plan.policy.smallest_limit} of policy '{rate}'"
+            f"cost {cost} exceeds capacity {plan.policy.smallest_limit} of policy "
+            f"{plan.policy.described}"
         )
     identity_of = _caller("key", key if key is not None else ALL_CALLS, _identity)
     tenant_of = _caller("tenant", tenant, _tenant)
@@ -73,6 +75,7 @@ def limit(
                 scope=where,
                 algorithm=algorithm,
                 shadow=shadow,
+                burst=burst,
             )
             return function(*args, **kwargs)
 

@@ -178,11 +178,14 @@ class RateLimiter(LimiterCore):
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> bool:
         """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
 
         Returns True when admitted (also for a fail-open bypass or a shadow denial).
-        ``tenant`` is an alias of ``tenant_type``.
+        ``tenant`` is an alias of ``tenant_type``. ``burst`` (token_bucket, gcra,
+        leaky_bucket; a rate of one policy): the bucket holds ``burst`` requests and
+        refills ``rate``'s limit per window.
         """
         if tenant is not None:
             tenant_type = tenant_alias("check()", tenant_type, tenant)
@@ -194,6 +197,7 @@ class RateLimiter(LimiterCore):
             scope=scope,
             algorithm=algorithm,
             shadow=shadow,
+            burst=burst,
         )
         if not result.allowed:
             raise exceeded(result)
@@ -210,16 +214,18 @@ class RateLimiter(LimiterCore):
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> CheckResult:
         """Decide and charge; always returns a CheckResult, denied or not.
 
         ``shadow`` (default: the limiter's setting) turns a denial into an
         admission that is logged and counted as ``shadow_denied``. ``tenant``
-        is an alias of ``tenant_type``.
+        is an alias of ``tenant_type``. ``burst``: as ``check``'s (the result's
+        ``limit`` is then the burst, its ``refill`` the rate's limit).
         """
         if tenant is not None:
             tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
-        plan = self._plans.get(rate, algorithm)
+        plan = self._plans.get(rate, algorithm, burst)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
         started_s = time.perf_counter() if self.metrics is not None else 0.0
@@ -242,12 +248,13 @@ class RateLimiter(LimiterCore):
         scope: str = GLOBAL_SCOPE,
         algorithm: Optional[str] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> dict[str, Any]:
         """A read-only snapshot (not a reservation) of the identity's quota; as the
         asyncio limiter's ``get_usage()``."""
         if tenant is not None:
             tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
-        plan = self._plans.get(rate, algorithm)
+        plan = self._plans.get(rate, algorithm, burst)
         return usage_of(self._decision("usage", plan, key, tenant_type, scope, 0, apply=False))
 
     def reset(
@@ -259,16 +266,18 @@ class RateLimiter(LimiterCore):
         scope: Optional[str] = None,
         algorithm: Optional[str] = None,
         tenant: Optional[str] = None,
+        burst: Optional[int] = None,
     ) -> int:
         """Forget the identity's usage; returns the number of keys deleted.
 
         As the asyncio limiter's ``reset()``: ``scope=None`` means every scope;
         with both ``rate`` and ``scope`` the keys are known exactly (one script
-        call), otherwise they are found with SCAN (an admin action).
+        call), otherwise they are found with SCAN (an admin action); ``burst``
+        (with ``rate``) narrows it to that rate's burst, whose keys are its own.
         """
         if tenant is not None:
             tenant_type = tenant_alias("reset()", tenant_type, tenant)
-        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm)
+        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm, burst)
         backend = self._backend
         if targets.keys:
             deleted = self._guarded(
@@ -296,6 +305,7 @@ class RateLimiter(LimiterCore):
         scope: Optional[str] = None,
         algorithm: Optional[str] = None,
         shadow: Optional[bool] = None,
+        burst: Optional[int] = None,
     ) -> Callable[[F], F]:
         """Decorate a plain function: every call is checked first, and a denied one raises
         RateLimitExceeded instead of running.
@@ -303,9 +313,10 @@ class RateLimiter(LimiterCore):
         ``key``, ``tenant`` and ``cost`` are values or callables taking the
         function's own arguments (default: the limiter's, else one quota for
         every call, no tenant, a cost of 1); ``scope`` defaults to the
-        function's module and qualified name. Configuration errors (a bad
-        rate, algorithm or static cost) raise RateLimitConfigError here; a
-        callback that raises fails the call with RateLimitCallbackError.
+        function's module and qualified name; ``burst`` as ``check``'s.
+        Configuration errors (a bad rate, algorithm, burst or static cost)
+        raise RateLimitConfigError here; a callback that raises fails the call
+        with RateLimitCallbackError.
         """
         from .decorator import limit
 
@@ -318,6 +329,7 @@ class RateLimiter(LimiterCore):
             scope=scope,
             algorithm=algorithm,
             shadow=shadow,
+            burst=burst,
         )
 
     # -- internals ---------------------------------------------------------------

@@ -9,6 +9,13 @@ Two vocabularies:
   ``RateLimit-Policy: "100-per-60s";q=100;w=60`` and
   ``RateLimit: "100-per-60s";r=42;t=17`` (``t``: seconds until reset, rounded up).
 
+A policy with a burst (a bucket holding more, or fewer, requests than the
+limit it refills per window) states its capacity and its refill: the limit
+(``X-RateLimit-Limit``, ``q``) is the burst, the most a client can spend at
+once and what ``X-RateLimit-Remaining`` counts down from; ``w`` is the time a
+full refill takes, in whole seconds rounded up (``q / w`` never overstates
+the refill); the name says both: ``"10-per-1s-burst-50";q=50;w=5``.
+
 A request may be decided by several policies (``"10/second;1000/day"``,
 stacked decorators, an app-wide middleware). The quota headers describe the
 most restrictive one: on a denial the policy that denied, otherwise the one
@@ -50,13 +57,26 @@ class Quota:
     """One policy's state as the headers report it."""
 
     limit: int
+    """The most the policy admits at once: its limit, or its burst."""
     window_seconds: int
     remaining: Optional[int]
     reset_at: Optional[float]
+    refill: Optional[int] = None
+    """With a burst: the requests refilled per window; None: the limit."""
 
     @property
     def name(self) -> str:
-        return f"{self.limit}-per-{self.window_seconds}s"
+        if self.refill is None:
+            return f"{self.limit}-per-{self.window_seconds}s"
+        return f"{self.refill}-per-{self.window_seconds}s-burst-{self.limit}"
+
+    @property
+    def refill_seconds(self) -> int:
+        """The IETF ``w``: the window, or with a burst the whole seconds a full refill
+        takes (rounded up)."""
+        if self.refill is None:
+            return self.window_seconds
+        return -(-self.limit * self.window_seconds // self.refill)
 
 
 @dataclass(frozen=True)
@@ -71,14 +91,16 @@ class Report:
 
 
 def _top(result: CheckResult) -> Quota:
-    return Quota(result.limit, result.window_seconds, result.remaining, result.reset_at)
+    return Quota(
+        result.limit, result.window_seconds, result.remaining, result.reset_at, result.refill
+    )
 
 
 def _policies(result: CheckResult) -> list[Quota]:
     if not result.policies:
         return [_top(result)]
     return [
-        Quota(state.limit, state.window_seconds, state.remaining, state.reset_at)
+        Quota(state.limit, state.window_seconds, state.remaining, state.reset_at, state.refill)
         for state in result.policies
     ]
 
@@ -98,7 +120,13 @@ def report(
     quota_known = not any(d.bypassed or d.remaining is None for d in decisions)
     retry_after_s: Optional[int]
     if denial is not None:
-        chosen = Quota(denial.limit, denial.window_seconds, denial.remaining, denial.reset_at)
+        chosen = Quota(
+            denial.limit,
+            denial.window_seconds,
+            denial.remaining,
+            denial.reset_at,
+            denial.refill,
+        )
         retry_after_s = denial.retry_after
         if chosen not in policies:
             policies.append(chosen)
@@ -184,7 +212,7 @@ def _legacy(chosen: Quota) -> HeaderList:
 
 def _ietf(report: Report, now_s: float) -> HeaderList:
     policy = ", ".join(
-        f'"{quota.name}";q={quota.limit};w={quota.window_seconds}'
+        f'"{quota.name}";q={quota.limit};w={quota.refill_seconds}'
         for quota in _unique_names(report.policies)
     )
     chosen = report.chosen

@@ -104,7 +104,7 @@ def test_signatures_are_documented() -> None:
     assert accel.parse_rate.__text_signature__ == "($module, text, /)"
     assert accel.build_keys.__text_signature__ == (
         "($module, prefix, algorithm, tenant, scope, identity, windows_s, /,\n"
-        "           secret=None)"
+        "           secret=None, *, burst=None)"
     )
     assert accel.key_pattern.__text_signature__ == (
         "($module, prefix, tenant, scope, identity, /, secret=None)"
@@ -286,10 +286,10 @@ def test_parse_rate_message_names_input_reason_and_grammar() -> None:
         ),
         (
             "100/s burst 200",
-            "'burst' at offset 6 is not supported: a policy's capacity is its count (cap bursts"
-            " with a second, shorter policy)",
+            "'burst' at offset 6 is not part of a rate: give it beside the rate, burst=<n> (the"
+            " token bucket, GCRA and leaky bucket take one)",
         ),
-        ("1/day bursting", "'burst' at offset 6 is not supported"),
+        ("1/day bursting", "'burst' at offset 6 is not part of a rate"),
         ("1/day x", "expected ';', ',', '|' or the end after the unit at offset 6, found 'x'"),
         ("1\u0660/minute", "non-ASCII character '\u0660' at offset 1"),
     ],
@@ -372,6 +372,36 @@ def test_build_keys_hmac_matches_hmac_module(secret_size: int, identity_size: in
     identity = b"\xab" * identity_size
     [key] = accel.build_keys("p", "fw", "", "", identity, [1], secret=secret)
     assert key == b"p:fw:{::%s}:1" % hmac_part(secret, identity)
+
+
+def test_build_keys_burst_ends_every_key(impl: Any) -> None:
+    """A burst policy's keys are its own: 'b' and the burst after the window."""
+    keys = impl.build_keys("p", "tb", "t", "s", "id", (1, 60), burst=50)
+    assert keys == [b"p:tb:{t:s:id}:1b50", b"p:tb:{t:s:id}:60b50"]
+    assert impl.build_keys("p", "tb", "t", "s", "id", [1], SECRET, burst=None) == (
+        impl.build_keys("p", "tb", "t", "s", "id", [1], SECRET)
+    )
+    [largest] = impl.build_keys("p", "tb", "", "", "", [311_040_000], burst=9_007_199_254)
+    assert largest == b"p:tb:{::}:311040000b9007199254"
+
+
+@pytest.mark.parametrize(
+    ("burst", "error"),
+    [(0, ValueError), (-1, ValueError), (9_007_199_255, ValueError), (2**64, ValueError),
+     (True, TypeError), (5.0, TypeError), ("5", TypeError)],
+)  # fmt: skip
+def test_build_keys_rejects_bad_bursts(impl: Any, burst: object, error: type) -> None:
+    with pytest.raises(error):
+        impl.build_keys("p", "tb", "", "", "", [1], burst=burst)
+
+
+def test_build_keys_burst_messages() -> None:
+    with pytest.raises(TypeError, match=r"^build_keys\(\) burst must be int or None, not bool$"):
+        accel.build_keys("p", "tb", "", "", "", [1], burst=True)
+    with pytest.raises(ValueError, match=r"^build_keys\(\) burst must be 1\.\.9007199254, got 0$"):
+        accel.build_keys("p", "tb", "", "", "", [1], burst=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'burst'"):
+        accel.key_pattern("p", "", "", "", burst=5)  # type: ignore[call-arg]
 
 
 def test_build_keys_secret_replaces_every_identity(impl: Any) -> None:
@@ -859,6 +889,8 @@ def test_decode_decision_messages() -> None:
 
 ONE_RATE = (CheckResult, PolicyState, "10/second", "fixed_window", ((10, 1),))
 TWO_RATES = (CheckResult, PolicyState, "10/second;100/minute", "gcra", ((10, 1), (100, 60)))
+# "10/second" with a burst of 50: the limit is what the bucket holds, refilled 10 per second.
+BURST = (CheckResult, PolicyState, "10/second", "token_bucket", ((50, 1, 10),))
 
 
 def states(*fields: tuple[Any, ...]) -> tuple[PolicyState, ...]:
@@ -897,6 +929,14 @@ def states(*fields: tuple[Any, ...]) -> tuple[PolicyState, ...]:
             ONE_RATE,
             CheckResult(True, 10, 2**53 // 1000, 0, 2**53 / 1000, 1, "10/second",
                         "fixed_window", states((10, 1, 2**53 // 1000, 0, 2**53 / 1000))),
+        ),
+        # A burst: its refill beside the limit, on the policy and on top.
+        (
+            [1, 0, 49000, 0, NOW_MS + 100],
+            BURST,
+            CheckResult(True, 50, 49, 0, (NOW_MS + 100) / 1000, 1, "10/second",
+                        "token_bucket", states((50, 1, 49, 0, (NOW_MS + 100) / 1000, 10)),
+                        refill=10),
         ),
     ],
 )  # fmt: skip
@@ -960,7 +1000,10 @@ BAD_PLANS = [
     (CheckResult, PolicyState, "r", "a", ()),
     (CheckResult, PolicyState, "r", "a", ((1, 1),) * 17),
     (CheckResult, PolicyState, "r", "a", [(1, 1)]),
-    (CheckResult, PolicyState, "r", "a", ((1, 1, 1),)),
+    (CheckResult, PolicyState, "r", "a", ((1, 1, 1, 1),)),
+    (CheckResult, PolicyState, "r", "a", ((1, 1, None),)),
+    (CheckResult, PolicyState, "r", "a", ((1, 1, 1.0),)),
+    (CheckResult, PolicyState, "r", "a", ((1,),)),
     (CheckResult, PolicyState, "r", "a", ((1.0, 1),)),
     (CheckResult, PolicyState, "r", "a", ((1, True),)),
     (CheckResult, PolicyState, "r", "a", ([1, 1],)),
@@ -1241,7 +1284,11 @@ def result_plans(draw: st.DrawFn, policies: object) -> object:
     """A plan for this many policies; now and then a broken one."""
     count = policies if isinstance(policies, int) and 1 <= policies <= 16 else 1
     limit = st.integers(1, 9_007_199_254)
-    rates = tuple((draw(limit), draw(st.integers(1, 86_400))) for _ in range(count))
+    rates: tuple[tuple[int, ...], ...] = tuple(
+        (draw(limit), draw(st.integers(1, 86_400))) for _ in range(count)
+    )
+    if draw(st.booleans()):  # a burst's: (burst, window_s, refill)
+        rates = tuple((*rate, draw(limit)) for rate in rates)
     plan = (CheckResult, PolicyState, draw(st.text(max_size=20)), draw(st.text(max_size=12)), rates)
     if draw(st.integers(0, 5)) == 0:
         return draw(st.sampled_from(BAD_PLANS))

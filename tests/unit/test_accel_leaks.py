@@ -64,6 +64,13 @@ CASES: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
     ("build_keys-secret-type", _accel.build_keys, ("p", "fw", "", "", "", [1], "s"), {}),
     ("build_keys-arity", _accel.build_keys, ("p", "fw"), {"secret": SECRET}),
     (
+        "build_keys-burst",
+        _accel.build_keys,
+        ("p", "tb", "", "", text("id"), [1, 60]),
+        {"burst": 50},
+    ),
+    ("build_keys-burst-range", _accel.build_keys, ("p", "tb", "", "", "", [1]), {"burst": 2**70}),
+    (
         "key_pattern",
         _accel.key_pattern,
         (text("app:rl"), text("t"), b"s*", text("x" * 100)),
@@ -127,6 +134,12 @@ CASES: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [
         {},
     ),
     ("check_result-plan", _accel.check_result, ([1, 0, 1, 0, 1], (*RESULT_CLASSES, "r")), {}),
+    (
+        "check_result-burst",
+        _accel.check_result,
+        ([1, 0, 49000, 0, NOW_MS], (*RESULT_CLASSES, text("r"), "a", ((50, 1, 2**70),))),
+        {},
+    ),
     ("PolicyState", PolicyState, (10, 1, text("x"), None, 1.5), {}),
     (
         "CheckResult",

@@ -109,7 +109,7 @@ def test_a_message_limit_names_its_own_options() -> None:
         limiter.message_limit("5/minute", exempt_when=lambda r: False)  # type: ignore[call-arg]
     assert str(refused.value) == (
         "message_limit() got an unexpected keyword argument exempt_when=; its options are "
-        "algorithm, cost, key, scope, shadow, tenant"
+        "algorithm, burst, cost, key, scope, shadow, tenant"
     )
 
 
@@ -119,18 +119,18 @@ def test_a_message_limit_names_its_own_options() -> None:
         (
             lambda limiter: limiter.limit("5/minute", tennant="gold"),
             "limit() got an unexpected keyword argument tennant= (did you mean tenant=?); "
-            "its options are algorithm, cost, exempt_when, key, scope, shadow, tenant",
+            "its options are algorithm, burst, cost, exempt_when, key, scope, shadow, tenant",
         ),
         (
             lambda limiter: limiter.dependency("5/minute", algoritm="gcra"),
             "dependency() got an unexpected keyword argument algoritm= (did you mean "
-            "algorithm=?); its options are algorithm, cost, exempt_when, key, scope, "
+            "algorithm=?); its options are algorithm, burst, cost, exempt_when, key, scope, "
             "shadow, tenant",
         ),
         (
             lambda limiter: install(FastAPI(), limiter, rate="5/minute", exempt_path=["/"]),
             "install() got an unexpected keyword argument exempt_path= (did you mean "
-            "exempt_paths=?); its options are algorithm, api_key_header, cost, costs, "
+            "exempt_paths=?); its options are algorithm, api_key_header, burst, cost, costs, "
             "exempt, exempt_paths, exempt_when, headers, key, proxy_header, rate, "
             "require_backend, scope, shadow, tenant, trusted_proxies, websockets",
         ),

@@ -182,5 +182,5 @@ def test_the_specs_and_the_core_load_without_starlette() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(
-        "['algorithm', 'cost', 'exempt_when', 'key', 'scope', 'shadow', 'tenant'] 3 "
+        "['algorithm', 'burst', 'cost', 'exempt_when', 'key', 'scope', 'shadow', 'tenant'] 3 "
     )

@@ -42,7 +42,7 @@ THROTTLED_UNITS = (
 )
 ISSUE = "moderato issue 14: strings limits/slowapi and throttled-py users write"
 
-BURST = "'burst' at offset {} is not supported: a policy's capacity is its count"
+BURST = "'burst' at offset {} is not part of a rate: give it beside the rate, burst=<n>"
 
 Pairs = tuple[tuple[int, int], ...]
 
@@ -197,7 +197,7 @@ def test_throttled_own_parser_agrees(text: str, pairs: Pairs) -> None:
 
 
 @pytest.mark.skipif(throttled_parser is None, reason="throttled-py is not installed")
-def test_throttled_reads_burst_as_extra_capacity_which_moderato_refuses() -> None:
+def test_throttled_reads_burst_as_extra_capacity_which_moderato_takes_as_burst() -> None:
     quotas = throttled_parser.parse("100/s burst 200")  # type: ignore[union-attr]
     assert [(quota.get_limit(), quota.get_period_sec(), quota.burst) for quota in quotas] == [
         (100, 1, 200)

@@ -68,7 +68,7 @@ def demo_server(redis_url: str, tmp_path: Path) -> Iterator[str]:
     )  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # a loaded machine starts the app slowly
         while True:
             try:
                 if httpx.get(f"{base_url}/api/status", timeout=1).status_code == 200:
@@ -119,7 +119,7 @@ def browser() -> Iterator[str]:
     try:
         # Port 0: Chromium picks a free port and writes it to this file.
         port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # a loaded machine starts Chromium slowly
         while not (port_file.exists() and port_file.read_text().strip()):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"chromium ({binary}) did not open its DevTools port")

@@ -52,6 +52,9 @@ class CircuitBreaker:
         self._lock = threading.Lock()  # one limiter may serve several event loops
         self.state = CLOSED
         self._failures = 0
+        # Closed with no failure counted: success() has nothing to do, so every
+        # check's path may skip calling it (kept in step by success, failure, _set).
+        self.settled = True
         self._opened_at = 0.0
         self._probing = False
 
@@ -78,11 +81,13 @@ class CircuitBreaker:
             self._probing = False
             if self.state != CLOSED:
                 self._set(CLOSED)
+            self.settled = True
 
     def failure(self) -> None:
         with self._lock:
             self._failures += 1
             self._probing = False
+            self.settled = False
             if self.state == HALF_OPEN or (
                 self.state == CLOSED and self._failures >= self.failure_threshold
             ):
@@ -103,6 +108,7 @@ class CircuitBreaker:
 
     def _set(self, state: str) -> None:
         previous, self.state = self.state, state
+        self.settled = state == CLOSED and self._failures == 0
         if state == OPEN:
             logger.warning(
                 "moderato: %s opened after %d consecutive failures; checks fail fast for %.2f s",

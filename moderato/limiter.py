@@ -449,7 +449,8 @@ class RateLimiter(LimiterCore):
         except BaseException as error:
             self._failed(operation, error, breaker)
             raise
-        self._succeeded(operation, breaker)
+        if not breaker.settled or self.failure_log.active or self.metrics is not None:
+            self._succeeded(operation, breaker)  # else it would change nothing
         return result
 
     # -- HTTP integration (moderato.integrations) ---------------------------------

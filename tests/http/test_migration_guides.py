@@ -23,10 +23,15 @@ from http_helpers import client
 from uvicorn_helpers import running
 from websockets.exceptions import InvalidStatus
 
-from moderato import RateLimiter
+from moderato import RateLimiter, RateLimitExceeded
 from moderato.backends.memory import MemoryBackend
+from moderato.sync import RateLimiter as BlockingRateLimiter
 
-GUIDES = ("migrating-from-slowapi.md", "migrating-from-fastapi-limiter.md")
+GUIDES = (
+    "migrating-from-slowapi.md",
+    "migrating-from-fastapi-limiter.md",
+    "migrating-from-throttled-py.md",
+)
 FROZEN_MS = 1_800_000_000_000  # the frozen clock: no window rolls over mid-test
 
 Namespace = dict[str, Any]
@@ -40,7 +45,8 @@ def run(code: str) -> Namespace:
         namespace,
     )
     for value in namespace.values():
-        if isinstance(value, RateLimiter) and isinstance(value.backend, MemoryBackend):
+        limiters = (RateLimiter, BlockingRateLimiter)
+        if isinstance(value, limiters) and isinstance(value.backend, MemoryBackend):
             value.backend.clock = lambda: FROZEN_MS
     return namespace
 
@@ -220,6 +226,53 @@ async def limiter_websocket(ns: Namespace) -> None:
     }
 
 
+async def limiter_burst(ns: Namespace) -> None:
+    app = ns["app"]
+    async with client(app) as http:
+        responses = [await http.get("/search") for _ in range(12)]
+    assert [r.status_code for r in responses] == [200] * 10 + [429] * 2
+    assert responses[0].headers["x-ratelimit-limit"] == "10"
+    assert responses[0].headers["x-ratelimit-remaining"] == "9"
+    # The clock moves on 600 ms: one more, refilled at 100 per minute.
+    limiter = ns["limiter"]
+    limiter.backend.clock = lambda: FROZEN_MS + 600
+    assert await statuses(app, "/search", 2) == [200, 429]
+    usage = await limiter.get_usage(
+        "127.0.0.1", "100/minute", algorithm="token_bucket", burst=10, scope="GET:/search"
+    )
+    assert (usage["limit"], usage["remaining"]) == (10, 0)
+
+
+# -- throttled-py ------------------------------------------------------------------------
+
+
+async def throttled_quota(ns: Namespace) -> None:
+    handle = ns["handle"]
+    replies = [handle("1") for _ in range(60)]
+    assert replies == ["ok"] * 50 + ["limited, retry in 1 s"] * 10
+    result = ns["limiter"].check_with_info("user:1", "10/second", burst=50)
+    assert (result.limit, result.refill, result.remaining) == (50, 10, 0)
+    assert handle("2") == "ok"  # another user, another bucket
+
+
+async def throttled_decorator(ns: Namespace) -> None:
+    report = ns["report"]
+    outcomes = []
+    for _ in range(6):
+        try:
+            outcomes.append(report())
+        except RateLimitExceeded as refused:
+            outcomes.append(f"refused, retry in {refused.retry_after} s")
+    # 4 at once, then one every 30 s (2 per minute).
+    assert outcomes == ["done"] * 4 + ["refused, retry in 30 s"] * 2
+
+
+async def throttled_asyncio(ns: Namespace) -> None:
+    handle = ns["handle"]
+    admitted = [await handle("1") for _ in range(25)]
+    assert admitted == [True] * 20 + [False] * 5
+
+
 EXERCISERS: dict[str, dict[str, Exerciser]] = {
     "migrating-from-slowapi.md": {
         "setup": slowapi_setup,
@@ -241,9 +294,15 @@ EXERCISERS: dict[str, dict[str, Exerciser]] = {
         "decorator": limiter_decorator,
         "multiple-dependencies": limiter_multiple_dependencies,
         "multiple": limiter_multiple,
+        "burst": limiter_burst,
         "identifier": limiter_identifier,
         "callback": limiter_callback,
         "websocket": limiter_websocket,
+    },
+    "migrating-from-throttled-py.md": {
+        "quota": throttled_quota,
+        "decorator": throttled_decorator,
+        "asyncio": throttled_asyncio,
     },
 }
 

@@ -43,6 +43,8 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from .dashboard.recorder import DecisionRecorder
+
 
 class RateLimiter(LimiterCore):
     """Decides whether a request may proceed, atomically, on Redis's clock.
@@ -164,6 +166,9 @@ class RateLimiter(LimiterCore):
             self._check_now = cast(SynchronousBackend, self._backend).check_now
         else:
             self._remote = cast(AsyncBackend, self._backend)
+        self.recorder: Optional[DecisionRecorder] = None
+        """Told every check's outcome when set (the operator's dashboard attaches one,
+        moderato.dashboard); None, the default, keeps the check path free of it."""
 
     @property
     def backend(self) -> Backend:
@@ -265,16 +270,22 @@ class RateLimiter(LimiterCore):
             plan = plans.get(rate, algorithm, burst)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
-        started_s = time.perf_counter() if self.metrics is not None else 0.0
+        timed = self.metrics is not None or self.recorder is not None
+        started_s = time.perf_counter() if timed else 0.0
         try:
             charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
             result = await self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
         except BackendError as error:
+            if self.recorder is not None:
+                return self._recorded_undecided(plan, cost, scope, error)
             return self._undecided(plan, cost, error)  # raises, or bypasses under fail-open
         if not result.allowed and (self.shadow if shadow is None else shadow):
             result = shadowed(result, scope)
         if self.metrics is not None:
             self._observe(plan, result, started_s)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.decided(plan, key, scope, result, started_s)
         return result
 
     async def get_usage(
@@ -362,7 +373,41 @@ class RateLimiter(LimiterCore):
         self._succeeded(operation, breaker)
         return result
 
+    def _recorded_undecided(
+        self, plan: Plan, cost: int, scope: object, error: BackendError
+    ) -> CheckResult:
+        """``_undecided``, its outcome (a bypass, or the error raised) told to the recorder."""
+        recorder = self.recorder
+        assert recorder is not None
+        try:
+            bypass = self._undecided(plan, cost, error)
+        except BackendError:
+            recorder.failed(plan, scope, error, False)
+            raise
+        recorder.failed(plan, scope, error, True)
+        return bypass
+
     async def _check_together(self, checks: Sequence[Check]) -> Together:
+        """``_decide_together``, each check's outcome told to the recorder if one is attached."""
+        recorder = self.recorder
+        if recorder is None:
+            return await self._decide_together(checks)
+        started_s = time.perf_counter()
+        try:
+            together = await self._decide_together(checks)
+        except BackendError as error:
+            for check in checks:
+                recorder.failed(
+                    self._plans.get(check.rate, check.algorithm), check.scope, error, False
+                )
+            raise
+        for check, result in zip(checks, together.results):
+            if result is not None:  # None: a shadow check left undecided
+                plan = self._plans.get(check.rate, check.algorithm)
+                recorder.decided(plan, check.key, check.scope, result, started_s)
+        return together
+
+    async def _decide_together(self, checks: Sequence[Check]) -> Together:
         """Decide several checks as one (together.py): admitted only if every one admits,
         and then every one is charged; when one refuses, none is (the rules:
         ``LimiterCore._together_steps``)."""

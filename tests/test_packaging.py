@@ -130,6 +130,7 @@ def test_sdist_carries_everything_the_build_needs_and_nothing_else(built: Built)
         "lua/*.lua",
         "moderato/py.typed",
         "moderato/_accel.pyi",
+        "moderato/dashboard/page.html",
     ) | {
         "README.md",
         "LICENSE",
@@ -159,6 +160,7 @@ def test_wheel_carries_the_extension_scripts_types_and_license(built: Built) -> 
     assert {f"moderato/lua/{name}.lua" for name in (*SCRIPT_NAMES, "prelude")} <= shipped
     assert {name for name in built.wheel_names if name.endswith(".lua")} == shipped
     assert {"moderato/py.typed", "moderato/_accel.pyi"} <= built.wheel_names
+    assert "moderato/dashboard/page.html" in built.wheel_names  # the dashboard's one page
     # every module, in every subpackage pyproject.toml lists
     assert tree_files("moderato/**/*.py") <= built.wheel_names
     assert f"moderato-{moderato.__version__}.dist-info/licenses/LICENSE" in built.wheel_names
@@ -191,12 +193,14 @@ def test_extras_mean_what_they_say(built: Built) -> None:
     assert requirements["starlette"] == {"starlette"}  # no FastAPI for Starlette users
     assert requirements["fastapi"] == {"fastapi", "starlette"}
     assert requirements["metrics"] == {"prometheus_client"}
+    assert requirements["dashboard"] == {"starlette"}
     assert requirements["all"] == {"moderato[fastapi,metrics]"}
     extras = set(built.wheel_metadata.get_all("Provides-Extra") or [])
     assert {
         "starlette",
         "fastapi",
         "metrics",
+        "dashboard",
         "all",
         "test",
         "dev",

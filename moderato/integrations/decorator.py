@@ -37,6 +37,7 @@ from ..errors import RateLimitConfigError
 from ..specs import F, RateSpec, RuleOptions
 from . import stack
 from .combinations import check_combination
+from .declared import declare
 from .order import remember
 from .request_limits import RULE_ATTRIBUTE, RULES_ATTRIBUTE, stacked
 from .rule import LimitRule, check_options
@@ -72,6 +73,7 @@ def limit(limiter: RateLimiter, rate: RateSpec, **options: Unpack[RuleOptions]) 
         check_combination(stacked([*inner, rule]))
         endpoint_rule = copy.copy(rule)
         endpoint_rule.endpoint = func
+        declare(endpoint_rule)
         wrapper = _wrap(func, endpoint_rule)
         remember(func, wrapper, rule.rate)  # routing ``func`` itself is then a mistake
         setattr(wrapper, RULES_ATTRIBUTE, (*inner, endpoint_rule))

@@ -19,6 +19,7 @@ from starlette.requests import HTTPConnection
 from ..results import CheckResult
 from ..specs import RateLimitDependency, RateSpec, RuleOptions
 from . import stack
+from .declared import declare
 from .request_limits import RULE_ATTRIBUTE
 from .rule import LimitRule, check_options
 
@@ -35,6 +36,7 @@ def dependency(
     check_options("dependency()", options)
     rule = LimitRule(limiter, rate, **options)
     rule.origin = "limiter.dependency"
+    declare(rule)
 
     # HTTPConnection, not Request: FastAPI fills it on websocket routes too.
     async def rate_limit(request: HTTPConnection) -> Optional[CheckResult]:

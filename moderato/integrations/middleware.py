@@ -40,6 +40,8 @@ from ..web.responses import error_response
 from . import stack
 from .callbacks import call_callback, callback_returned_unusable
 from .decisions import claim_headers, mark_middleware, recorded
+from .declared import declare
+from .exempt_apps import exempt_mount_paths
 from .identity import ClientIdentity
 from .order import log_misplaced
 from .request_limits import Limit
@@ -153,9 +155,12 @@ class RateLimitMiddleware:
         }
         for rule in (self.rule, *self.path_rules.values()):
             rule.origin = "RateLimitMiddleware"
+            declare(rule)
         self._inner: Optional[list[RateLimitMiddleware]] = None
         """The RateLimitMiddlewares inside this one, found at the first request."""
         self.exempt_paths = ExemptPaths(exempt_paths)
+        self.mounts_checked = False
+        """Whether the exempt applications mounted below (the dashboard) were looked for."""
         self.routes_checked = False
         self.exempt = tuple(exempt)
         for predicate in self.exempt:
@@ -176,7 +181,7 @@ class RateLimitMiddleware:
             self.routes_checked = True
             log_misplaced(scope.get("app"))
         path = route_path(scope)
-        if self.exempt_paths.match(path):
+        if self._exempt_path(path):
             await serve(self.app, scope, receive, send, self.headers)
             return
         mark_middleware(scope)
@@ -195,7 +200,7 @@ class RateLimitMiddleware:
 
     async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Limit a websocket handshake; a refused one never reaches the application."""
-        if not self.exempt_paths.match(route_path(scope)):
+        if not self._exempt_path(route_path(scope)):
             # No receive, no send: callbacks read the handshake's headers, nothing else.
             connection = WebSocket(scope, _no_receive, _no_send)
             try:
@@ -233,10 +238,18 @@ class RateLimitMiddleware:
         if scope["type"] == "websocket" and not self.websockets:
             return None
         path = route_path(scope)
-        if self.exempt_paths.match(path):
+        if self._exempt_path(path):
             return None
         rule = self.path_rules.get(normalize(path), self.rule) if self.path_rules else self.rule
         return Limit(rule, self.bucket_scope)
+
+    def _exempt_path(self, path: str) -> bool:
+        if not self.mounts_checked:  # once: where exempt applications are mounted below
+            self.mounts_checked = True
+            mounts = exempt_mount_paths(self.app)
+            if mounts:
+                self.exempt_paths = self.exempt_paths.with_mounts(mounts)
+        return self.exempt_paths.match(path)
 
     async def _exempt(self, request: HTTPConnection) -> bool:
         for predicate in self.exempt:

@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket
 
 from ..results import CheckResult
 from ..specs import MESSAGE_OPTIONS, MessageOptions, RateSpec
+from .declared import declare
 from .rule import LimitRule, check_options
 from .scope import WEBSOCKET_METHOD, route_scope
 
@@ -41,6 +42,8 @@ class MessageLimit:
     ) -> None:
         check_options("message_limit()", options, MESSAGE_OPTIONS)
         self.rule = LimitRule(limiter, rate, **options)
+        self.rule.origin = "limiter.message_limit"
+        declare(self.rule)
 
     async def check(self, websocket: WebSocket) -> CheckResult:
         """Charge one message for this socket's identity; the decision, admitted or denied."""

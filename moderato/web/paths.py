@@ -81,6 +81,14 @@ class ExemptPaths:
     def __bool__(self) -> bool:
         return bool(self.exact or self.prefixes)
 
+    def with_mounts(self, mount_paths: Iterable[str]) -> ExemptPaths:
+        """These exempt paths and everything at or below each of ``mount_paths``."""
+        extended = ExemptPaths(())
+        mounts = [normalize(path) for path in mount_paths]
+        extended.exact = self.exact | frozenset(mounts)
+        extended.prefixes = (*self.prefixes, *(path.rstrip("/") + "/" for path in mounts))
+        return extended
+
     def match(self, path: str) -> bool:
         return normalize(path) in self.exact or path.startswith(self.prefixes)
 

@@ -1,0 +1,294 @@
+"""Every process's figures in Redis: each publishes its own, the dashboard reads them all.
+
+With a Redis backend, every process with a recorder publishes once a second,
+in ONE script call (publish.lua): its snapshot as a small hash that expires
+``ttl_s`` after its last publication (so a stopped process drops out within
+that time), its entry in the index of live processes, and what it decided
+since its previous publication, added into per-minute hashes that every
+process shares (``<second>:<outcome>`` -> count), kept for the dashboard's 15
+minutes. A dashboard in any process reads the index, every live process's
+hash and the series: what it shows is the whole fleet's.
+
+Keys (one hash tag, so on a Redis Cluster they all live on one node)::
+
+    <prefix>:dashboard:{<prefix>}:processes          sorted set: id -> expiry (ms)
+    <prefix>:dashboard:{<prefix>}:process:<id>       hash: the snapshot's fields
+    <prefix>:dashboard:{<prefix>}:series:<minute>    hash: "<second>:<outcome>" -> count
+
+The third part is never two characters, so no rate-limit key and no reset
+pattern (``<prefix>:??:{...}``) can meet them.
+
+Publishing goes to the backend's client directly, not through the limiter:
+its failures never reach the circuit breaker or the failure log that guard
+the checks; a publication that fails is retried with the next one (its
+series increments kept until they are sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from ..scripts import Script, without_comments
+from .recorder import OUTCOME_COUNT, DecisionRecorder
+from .snapshot import ProcessView, backend_secrets, process_snapshot, read_snapshot
+
+if TYPE_CHECKING:
+    from ..limiter import RateLimiter
+
+logger = logging.getLogger("moderato.dashboard")
+
+PUBLISH_INTERVAL_S = 1.0
+PROCESS_TTL_S = 5.0
+SERIES_BUCKET_S = 60
+SERIES_TTL_S = 900 + 2 * SERIES_BUCKET_S
+
+
+PUBLISH_LUA = b"""
+-- One process's dashboard figures, published in one call (moderato/dashboard/fleet.py).
+--
+-- KEYS[1]     the process's hash (replaced whole, expires after ttl_ms)
+-- KEYS[2]     the sorted set of live processes: id -> the time its hash expires
+-- KEYS[3...]  the series hashes touched (one per minute): "<second>:<outcome>" -> count
+--
+-- ARGV: ttl_ms, process id, series_ttl_ms, the number of hash fields N,
+-- then N field/value pairs, then for each series key: its number of
+-- increments M, then M field/amount pairs.
+--
+-- Every key shares one hash tag, so on a cluster the call runs on one node.
+
+local ttl_ms = tonumber(ARGV[1])
+local process_id = ARGV[2]
+local series_ttl_ms = tonumber(ARGV[3])
+local field_count = tonumber(ARGV[4])
+if not ttl_ms or not series_ttl_ms or not field_count or ttl_ms < 1 or series_ttl_ms < 1 then
+  return redis.error_reply('MODERATO_ARG dashboard publish: bad arguments')
+end
+
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+
+redis.call('DEL', KEYS[1])
+if field_count > 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + 2 * field_count))
+end
+redis.call('PEXPIRE', KEYS[1], ttl_ms)
+
+-- The index lists who published recently; entries of stopped processes fall out.
+redis.call('ZADD', KEYS[2], now_ms + ttl_ms, process_id)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+redis.call('PEXPIRE', KEYS[2], ttl_ms)
+
+local at = 5 + 2 * field_count
+for index = 3, #KEYS do
+  local increments = tonumber(ARGV[at])
+  at = at + 1
+  for _ = 1, increments do
+    redis.call('HINCRBY', KEYS[index], ARGV[at], ARGV[at + 1])
+    at = at + 2
+  end
+  redis.call('PEXPIRE', KEYS[index], series_ttl_ms)
+end
+return now_ms
+"""
+
+
+def _script(name: str, lua: bytes) -> Script:
+    source = without_comments(lua)
+    return Script(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
+
+
+PUBLISH_SCRIPT = _script("dashboard_publish", PUBLISH_LUA)
+
+
+class FleetKeys:
+    """The dashboard's keys under one key prefix (see the module docstring)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.base = f"{prefix}:dashboard:{{{prefix}}}"
+        self.index = f"{self.base}:processes"
+
+    def process(self, process_id: str) -> str:
+        return f"{self.base}:process:{process_id}"
+
+    def series(self, minute: int) -> str:
+        return f"{self.base}:series:{minute}"
+
+
+def remote_client(limiter: RateLimiter) -> Any:
+    """The backend's Redis client, or None for a backend in this process (memory://)."""
+    if limiter.backend.synchronous:
+        return None
+    return getattr(limiter.backend, "client", None)
+
+
+class Publisher:
+    """Publishes one recorder's figures once a second from a task of its own.
+
+    The task starts on the event loop of the first check (or dashboard
+    request) that finds it not running, and again on another loop if that
+    one has closed.
+    """
+
+    def __init__(
+        self,
+        recorder: DecisionRecorder,
+        limiter: RateLimiter,
+        client: Any,
+        *,
+        interval_s: float = PUBLISH_INTERVAL_S,
+        ttl_s: float = PROCESS_TTL_S,
+    ) -> None:
+        self.recorder = recorder
+        self.limiter = limiter
+        self.client = client
+        self.keys = FleetKeys(limiter.key_prefix)
+        self.interval_s = interval_s
+        self.ttl_ms = int(ttl_s * 1000)
+        self.publications = 0
+        """Publications sent and answered (for tests and the benchmark)."""
+        self._secrets = backend_secrets(limiter)
+        self._task: Optional[asyncio.Task[None]] = None
+        self._sent_second = recorder.current_second
+        self._sent_counts = recorder.counts_at(self._sent_second)
+        self._failing = False
+        self._process_id = recorder.process_id
+
+    def ensure_running(self) -> None:
+        """Start the publishing task on the running loop unless it already runs."""
+        task = self._task
+        if task is not None and not task.done() and not task.get_loop().is_closed():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._task = loop.create_task(self._run(), name="moderato-dashboard-publisher")
+
+    def stop(self) -> None:
+        if self._task is not None and not self._task.get_loop().is_closed():
+            self._task.cancel()
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            started_s = time.monotonic()
+            await self.publish_once()
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started_s)))
+
+    async def publish_once(self) -> bool:
+        """Send one publication; False (logged once per outage) when Redis did not take it."""
+        recorder = self.recorder
+        if recorder.process_id != self._process_id:  # forked: a new process, counted afresh
+            self._process_id = recorder.process_id
+            self._sent_second = recorder.current_second
+            self._sent_counts = [0] * OUTCOME_COUNT
+        fields = process_snapshot(recorder, self.limiter, time.time(), self._secrets)
+        increments, sent_second, sent_counts = self._increments()
+        keys: list[Union[str, bytes]] = [
+            self.keys.process(recorder.process_id),
+            self.keys.index,
+        ]
+        arguments: list[Union[str, int]] = [
+            self.ttl_ms,
+            recorder.process_id,
+            SERIES_TTL_S * 1000,
+            len(fields),
+        ]
+        for name, value in fields.items():
+            arguments += [name, value]
+        for minute, pairs in sorted(increments.items()):
+            keys.append(self.keys.series(minute))
+            arguments.append(len(pairs))
+            for pair in pairs:
+                arguments += pair
+        try:
+            await self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
+        except Exception as error:  # the client's own errors: Redis did not take it
+            if not self._failing:
+                self._failing = True
+                logger.warning("moderato dashboard: publishing to Redis failed: %s", error)
+            return False
+        if self._failing:
+            self._failing = False
+            logger.warning("moderato dashboard: publishing to Redis works again")
+        self._sent_second, self._sent_counts = sent_second, sent_counts
+        self.publications += 1
+        return True
+
+    def _increments(self) -> tuple[dict[int, list[tuple[str, int]]], int, list[int]]:
+        """What was decided since the last publication, by minute; and the new watermark."""
+        recorder = self.recorder
+        current = recorder.current_second
+        first = max(self._sent_second, current - recorder.history_s + 1)
+        by_minute: dict[int, list[tuple[str, int]]] = {}
+        counts = self._sent_counts
+        for second in range(first, current + 1):
+            counts = recorder.counts_at(second)
+            already = self._sent_counts if second == self._sent_second else None
+            for outcome, count in enumerate(counts):
+                delta = count - (already[outcome] if already is not None else 0)
+                if delta > 0:
+                    by_minute.setdefault(second // SERIES_BUCKET_S, []).append(
+                        (f"{second}:{outcome}", delta)
+                    )
+        return by_minute, current, list(counts)
+
+
+class FleetReading:
+    """What the dashboard read from Redis: the live processes and the fleet's series."""
+
+    def __init__(self, processes: list[ProcessView], series: dict[int, list[int]]) -> None:
+        self.processes = processes
+        self.series = series
+        """Decisions by outcome per wall-clock second."""
+
+
+async def read_fleet(client: Any, keys: FleetKeys, now_s: float, window_s: int) -> FleetReading:
+    """Every live process's snapshot and the series of the last ``window_s`` seconds."""
+    members = await client.execute("ZRANGE", keys.index, 0, -1)
+    ids = [_text(member) for member in members or ()]
+    last_minute = int(now_s) // SERIES_BUCKET_S
+    minutes = (
+        range(last_minute - window_s // SERIES_BUCKET_S - 1, last_minute + 1)
+        if window_s
+        else range(0)
+    )
+    replies = await asyncio.gather(
+        *(client.execute("HGETALL", keys.process(process_id)) for process_id in ids),
+        *(client.execute("HGETALL", keys.series(minute)) for minute in minutes),
+    )
+    processes = []
+    for reply in replies[: len(ids)]:
+        view = read_snapshot(_as_mapping(reply))
+        if view is not None:
+            processes.append(view)
+    series: dict[int, list[int]] = {}
+    for reply in replies[len(ids) :]:
+        for name, value in _as_mapping(reply).items():
+            second_text, _, outcome_text = name.partition(":")
+            try:
+                second, outcome, count = int(second_text), int(outcome_text), int(value)
+            except ValueError:
+                continue
+            if 0 <= outcome < OUTCOME_COUNT:
+                series.setdefault(second, [0] * OUTCOME_COUNT)[outcome] += count
+    return FleetReading(processes, series)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _as_mapping(reply: Any) -> dict[str, str]:
+    """HGETALL's reply as a dict of text: a flat list (RESP2) or a dict (redis-py)."""
+    if isinstance(reply, Mapping):
+        return {_text(name): _text(value) for name, value in reply.items()}
+    if isinstance(reply, Sequence) and not isinstance(reply, (bytes, str)):
+        items = list(reply)
+        return {_text(items[i]): _text(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+    return {}

@@ -1,0 +1,272 @@
+"""What one process has decided, counted as it happens, for the dashboard.
+
+The limiter calls ``decided`` or ``failed`` once per check when a recorder is
+attached (``limiter.recorder``, set by the Dashboard); with none attached the
+check path does not call anything. Each call is O(1) and allocates nothing
+for an identity already counted on a limit already seen: a handful of
+integer increments, two dict lookups, and for a denial one more in the heavy
+hitters. What it keeps is bounded whatever the traffic:
+
+- decisions per second by outcome over the last ``history_s`` seconds (a ring);
+- decisions by outcome per limit (rate, algorithm, scope), up to
+  ``max_limit_rows`` limits, the rest counted in one row for "other scopes";
+- the most-denied identities (HeavyHitters, ``top_capacity`` counters), over
+  the current and the previous ``hitters_epoch_s``;
+- check latency (LatencyHistogram), over the current and previous ``latency_epoch_s``;
+- the last ``max_errors`` backend errors (repeats of one message counted in place).
+
+Counts are exact for checks decided on one event loop (a uvicorn worker).
+A limiter shared by several threads' loops may, rarely, lose an increment
+when two threads count at the same instant: the counters take no lock.
+
+Time: the decision's own end, read from ``time.perf_counter`` (the latency
+needs it anyway) and placed on the wall clock by an offset measured once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
+from .sketches import HeavyHitters, LatencyHistogram
+
+if TYPE_CHECKING:
+    from ..plans import Plan
+    from ..results import CheckResult
+
+OUTCOMES = ("allowed", "denied", "permanent", "bypassed", "error", "shadow_denied")
+"""What a check can end in, in the order every count list uses."""
+ALLOWED, DENIED, PERMANENT, BYPASSED, ERROR, SHADOW_DENIED = range(len(OUTCOMES))
+OUTCOME_COUNT = len(OUTCOMES)
+
+OTHER_SCOPES = "(other scopes)"
+"""The scope of the row that counts limits seen after ``max_limit_rows`` were."""
+
+LimitKey = tuple[str, str, str]
+"""A limit as the dashboard names it: (rate, algorithm, scope)."""
+
+
+class DecisionRecorder:
+    """Counts one process's decisions; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        history_s: int = 900,
+        top_capacity: int = 64,
+        max_limit_rows: int = 512,
+        max_errors: int = 10,
+        hitters_epoch_s: int = 300,
+        latency_epoch_s: int = 60,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.history_s = history_s
+        self.max_limit_rows = max_limit_rows
+        self.hitters_epoch_s = hitters_epoch_s
+        self.latency_epoch_s = latency_epoch_s
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._top_capacity = top_capacity
+        self._max_errors = max_errors
+        self.on_second: Optional[Callable[[], None]] = None
+        """Called (from the check path) when a decision opens a new second: the
+        publisher makes sure it runs, without a timer of its own in the check path."""
+        self._start()
+        _recorders.add(self)
+
+    def _start(self) -> None:
+        """Everything counted from zero, under a new process id (also after a fork)."""
+        self.process_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.pid = os.getpid()
+        self.started_s = self._wall_clock()
+        self._offset_s = self.started_s - self._clock()
+        # One second back: the first decision opens a second, which starts the publisher.
+        self._second = int(self._clock() + self._offset_s) - 1
+        self._ring = [0] * (self.history_s * OUTCOME_COUNT)
+        self._slot = (self._second % self.history_s) * OUTCOME_COUNT
+        self.totals = [0] * OUTCOME_COUNT
+        """Every decision since the start, by outcome (added up when a second closes)."""
+        self._limits: dict[Plan, dict[object, list[int]]] = {}
+        self._limit_names: dict[int, LimitKey] = {}
+        self._limit_rows = 0
+        self._other_scopes: dict[Plan, list[int]] = {}
+        self.hitters = HeavyHitters(self._top_capacity)
+        self.previous_hitters = HeavyHitters(self._top_capacity)
+        self.latency = LatencyHistogram()
+        self.previous_latency = LatencyHistogram()
+        self._hitters_epoch = self._second // self.hitters_epoch_s
+        self._latency_epoch = self._second // self.latency_epoch_s
+        self.errors: deque[list[Any]] = deque(maxlen=self._max_errors)
+
+    # -- the check path ------------------------------------------------------------
+
+    def decided(
+        self, plan: Plan, key: object, scope: object, result: CheckResult, started_s: float
+    ) -> None:
+        """A check the backend decided (``started_s``: ``time.perf_counter()`` before it)."""
+        now_s = self._clock()
+        second = int(now_s + self._offset_s)
+        if second != self._second:
+            self._advance(second)
+        if result.allowed:
+            if result.shadow_denied:
+                outcome = SHADOW_DENIED
+            else:  # a bypass of several checks decided as one comes here, not to failed()
+                outcome = BYPASSED if result.bypassed else ALLOWED
+        else:
+            outcome = PERMANENT if result.retry_after is None else DENIED
+            self.hitters.add(key)  # type: ignore[arg-type]  # a check's key is str or bytes
+        self._ring[self._slot + outcome] += 1
+        rows = self._limits.get(plan)
+        counts = rows.get(scope) if rows is not None else None
+        if counts is None:
+            counts = self._new_row(plan, scope)
+        counts[outcome] += 1
+        self.latency.add(now_s - started_s)
+
+    def failed(self, plan: Plan, scope: object, error: BaseException, bypassed: bool) -> None:
+        """A check the backend could not decide: let through (fail-open) or raised."""
+        second = int(self._clock() + self._offset_s)
+        if second != self._second:
+            self._advance(second)
+        outcome = BYPASSED if bypassed else ERROR
+        self._ring[self._slot + outcome] += 1
+        rows = self._limits.get(plan)
+        counts = rows.get(scope) if rows is not None else None
+        if counts is None:
+            counts = self._new_row(plan, scope)
+        counts[outcome] += 1
+        self._note_error(error)
+
+    # -- off the check path ---------------------------------------------------------
+
+    def _new_row(self, plan: Plan, scope: object) -> list[int]:
+        """The counts of a limit seen for the first time (or of the overflow row)."""
+        rows = self._limits.setdefault(plan, {})
+        if self._limit_rows >= self.max_limit_rows or type(scope) is not str:
+            counts = self._other_scopes.get(plan)
+            if counts is None:
+                counts = self._other_scopes[plan] = [0] * OUTCOME_COUNT
+            return counts
+        counts = rows[scope] = [0] * OUTCOME_COUNT
+        self._limit_rows += 1
+        return counts
+
+    def _advance(self, second: int) -> None:
+        """A decision in a new second: close the seconds since the last one."""
+        current = self._second
+        if second < current:
+            return  # another thread's decision, a moment late: counted in this second
+        ring, width = self._ring, OUTCOME_COUNT
+        totals = self.totals
+        closed = ring[self._slot : self._slot + width]
+        for outcome in range(width):
+            totals[outcome] += closed[outcome]
+        for skipped in range(current + 1, min(second, current + self.history_s) + 1):
+            start = (skipped % self.history_s) * width
+            ring[start : start + width] = [0] * width
+        self._second = second
+        self._slot = (second % self.history_s) * width
+        if second // self.hitters_epoch_s != self._hitters_epoch:
+            self._hitters_epoch = second // self.hitters_epoch_s
+            self.previous_hitters, self.hitters = self.hitters, self.previous_hitters
+            self.hitters.clear()
+        if second // self.latency_epoch_s != self._latency_epoch:
+            self._latency_epoch = second // self.latency_epoch_s
+            self.previous_latency, self.latency = self.latency, self.previous_latency
+            self.latency.clear()
+        if self.on_second is not None:
+            self.on_second()
+
+    def _note_error(self, error: BaseException) -> None:
+        kind, message = type(error).__name__, str(error)
+        now_s = self._wall_clock()
+        errors = self.errors
+        if errors and errors[-1][1] == kind and errors[-1][2] == message:
+            errors[-1][0] = now_s
+            errors[-1][3] += 1
+        else:
+            errors.append([now_s, kind, message, 1])
+
+    # -- reading ----------------------------------------------------------------
+
+    @property
+    def current_second(self) -> int:
+        """The wall-clock second the recorder counts in now (the last decision's)."""
+        return self._second
+
+    def now_second(self) -> int:
+        """The wall-clock second it is (by the recorder's clock)."""
+        return int(self._clock() + self._offset_s)
+
+    def counts_at(self, second: int) -> list[int]:
+        """The decisions of one second by outcome (zeros outside the ring's reach)."""
+        if second > self._second or second <= self._second - self.history_s:
+            return [0] * OUTCOME_COUNT
+        start = (second % self.history_s) * OUTCOME_COUNT
+        return self._ring[start : start + OUTCOME_COUNT]
+
+    def series(self, last_second: int, length_s: int) -> list[list[int]]:
+        """Per outcome, the decisions of each second up to ``last_second``, oldest first."""
+        columns: list[list[int]] = [[] for _ in OUTCOMES]
+        for second in range(last_second - length_s + 1, last_second + 1):
+            for outcome, count in enumerate(self.counts_at(second)):
+                columns[outcome].append(count)
+        return columns
+
+    def all_totals(self) -> list[int]:
+        """Every decision since the start, the current second's included."""
+        current = self._ring[self._slot : self._slot + OUTCOME_COUNT]
+        return [total + now for total, now in zip(self.totals, current)]
+
+    def limit_rows(self) -> list[tuple[LimitKey, list[int]]]:
+        """((rate, algorithm, scope), counts by outcome) of every limit seen."""
+        found: list[tuple[LimitKey, list[int]]] = []
+        for plan, rows in list(self._limits.items()):
+            rate, algorithm = plan.policy.text, plan.algorithm.name
+            for scope, counts in list(rows.items()):
+                found.append(((rate, algorithm, str(scope)), list(counts)))
+            other = self._other_scopes.get(plan)
+            if other is not None:
+                found.append(((rate, algorithm, OTHER_SCOPES), list(other)))
+        return found
+
+    def top_denied(self) -> dict[Union[str, bytes], int]:
+        """Denials per identity over the current and previous epochs (heavy hitters)."""
+        merged = dict(self.previous_hitters.counts)
+        for item, count in self.hitters.counts.items():
+            merged[item] = merged.get(item, 0) + count
+        return merged
+
+    def denial_error_bound(self) -> int:
+        return self.previous_hitters.error_bound() + self.hitters.error_bound()
+
+    def latency_buckets(self) -> dict[int, int]:
+        """Check latency over the current and previous epochs, non-empty buckets by index."""
+        merged = self.previous_latency.sparse()
+        for index, count in self.latency.sparse().items():
+            merged[index] = merged.get(index, 0) + count
+        return merged
+
+    def after_fork_in_child(self) -> None:
+        self._start()
+
+
+_recorders: weakref.WeakSet[DecisionRecorder] = weakref.WeakSet()
+
+
+def _in_child() -> None:
+    # A forked worker is a process of its own: it starts counting from zero
+    # under its own id, rather than report its parent's decisions as its own.
+    for recorder in list(_recorders):
+        recorder.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)

@@ -1,0 +1,142 @@
+"""moderato/dashboard/recorder.py: what the limiter tells it, counted exactly and bounded."""
+
+from __future__ import annotations
+
+import pytest
+from redis_servers import RedisServer
+
+from moderato import RateLimiter
+from moderato.dashboard.recorder import OTHER_SCOPES, OUTCOMES, DecisionRecorder
+from moderato.errors import BackendError
+
+
+class Clock:
+    """perf_counter and time.time for a recorder, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.25
+
+    def perf(self) -> float:
+        return self.now_s
+
+    def wall(self) -> float:
+        return self.now_s + 1_700_000_000.0
+
+
+def counts(**by_outcome: int) -> list[int]:
+    return [by_outcome.get(outcome, 0) for outcome in OUTCOMES]
+
+
+def recorder_on(limiter: RateLimiter, clock: Clock, **options: int) -> DecisionRecorder:
+    recorder = DecisionRecorder(clock=clock.perf, wall_clock=clock.wall, **options)
+    limiter.recorder = recorder
+    return recorder
+
+
+async def test_every_outcome_is_counted_per_second_per_limit_and_per_identity() -> None:
+    limiter = RateLimiter("memory://", key_prefix="recorder", shadow=False)
+    clock = Clock()
+    recorder = recorder_on(limiter, clock)
+    start = recorder.now_second()
+    for _ in range(5):
+        await limiter.check_with_info("alice", "3/minute", scope="a")
+    await limiter.check_with_info("bob", "3/minute", scope="a", cost=4)  # permanent
+    clock.now_s += 1.0
+    for _ in range(4):
+        await limiter.check_with_info("carol", "2/minute", scope="b", shadow=True)
+    await limiter.check_with_info("dave", "2/minute", scope="b", algorithm="token_bucket")
+
+    assert recorder.counts_at(start) == counts(allowed=3, denied=2, permanent=1)
+    assert recorder.counts_at(start + 1) == counts(allowed=3, shadow_denied=2)
+    assert recorder.all_totals() == counts(allowed=6, denied=2, permanent=1, shadow_denied=2)
+    rows = dict(recorder.limit_rows())
+    assert rows == {
+        ("3/minute", "fixed_window", "a"): counts(allowed=3, denied=2, permanent=1),
+        ("2/minute", "fixed_window", "b"): counts(allowed=2, shadow_denied=2),
+        ("2/minute", "token_bucket", "b"): counts(allowed=1),
+    }
+    # Denials only; a shadow denial lets the request through and is not a limited identity.
+    assert recorder.top_denied() == {"alice": 2, "bob": 1}
+    assert sum(recorder.latency_buckets().values()) == 11
+    series = recorder.series(start + 1, 3)
+    assert series[OUTCOMES.index("allowed")] == [0, 3, 3]
+
+
+async def test_no_recorder_means_nothing_is_called() -> None:
+    limiter = RateLimiter("memory://", key_prefix="recorder-off")
+    assert limiter.recorder is None
+    assert (await limiter.check_with_info("x", "1/minute")).allowed
+
+
+async def test_bypasses_and_errors_are_counted_with_their_last_messages() -> None:
+    server = RedisServer().start()
+    url = server.url.replace("redis://", "redis://:hunter2@")
+    server.close()  # nothing answers there now
+    clock = Clock()
+    open_limiter = RateLimiter(url, fail_open=True, breaker_failures=1000, connect_timeout_s=0.2)
+    closed_limiter = RateLimiter(url, breaker_failures=1000, connect_timeout_s=0.2)
+    open_recorder = recorder_on(open_limiter, clock)
+    closed_recorder = recorder_on(closed_limiter, clock)
+    for _ in range(3):
+        assert (await open_limiter.check_with_info("x", "5/minute")).bypassed
+        with pytest.raises(BackendError):
+            await closed_limiter.check_with_info("x", "5/minute")
+    # A cost no quota holds is never bypassed: an error even under fail-open.
+    with pytest.raises(BackendError):
+        await open_limiter.check_with_info("x", "5/minute", cost=6)
+    assert open_recorder.all_totals() == counts(bypassed=3, error=1)
+    assert closed_recorder.all_totals() == counts(error=3)
+    errors = list(open_recorder.errors)
+    assert sum(error[3] for error in errors) == 4
+    assert {error[1] for error in errors} <= {"BackendUnavailableError", "BackendError"}
+    assert open_recorder.top_denied() == {}
+    await open_limiter.close()
+    await closed_limiter.close()
+
+
+async def test_the_tables_stay_bounded_whatever_the_traffic() -> None:
+    limiter = RateLimiter("memory://", key_prefix="recorder-bounds")
+    clock = Clock()
+    recorder = recorder_on(limiter, clock, max_limit_rows=4, top_capacity=8, history_s=60)
+    for n in range(50):
+        await limiter.check_with_info(f"client-{n}", "1/minute", scope=f"scope-{n % 10}")
+        await limiter.check_with_info(f"client-{n}", "1/minute", scope=f"scope-{n % 10}")
+        clock.now_s += 7.0
+    rows = dict(recorder.limit_rows())
+    assert len(rows) == 5  # four scopes, then the overflow row
+    assert rows[("1/minute", "fixed_window", OTHER_SCOPES)] == counts(allowed=30, denied=30)
+    assert sum(sum(row) for row in rows.values()) == 100
+    assert len(recorder.top_denied()) <= 16  # two epochs of eight counters
+    assert len(recorder._ring) == 60 * len(OUTCOMES)
+    assert recorder.all_totals() == counts(allowed=50, denied=50)
+    # Seconds older than the ring's span read as zero; so does the future.
+    assert recorder.counts_at(recorder.current_second - 60) == counts()
+    assert recorder.counts_at(recorder.current_second + 1) == counts()
+
+
+async def test_epochs_turn_over_the_heavy_hitters_and_the_latency() -> None:
+    limiter = RateLimiter("memory://", key_prefix="recorder-epochs")
+    clock = Clock()
+    recorder = recorder_on(limiter, clock, hitters_epoch_s=10, latency_epoch_s=10)
+    for _ in range(3):
+        await limiter.check_with_info("old", "1/minute")
+    clock.now_s += 10.0
+    await limiter.check_with_info("new", "1/minute")
+    await limiter.check_with_info("new", "1/minute")
+    assert recorder.top_denied() == {"old": 2, "new": 1}  # previous epoch and this one
+    assert sum(recorder.latency_buckets().values()) == 5
+    clock.now_s += 10.0
+    await limiter.check_with_info("new", "1/minute")
+    assert recorder.top_denied() == {"new": 2}
+    assert sum(recorder.latency_buckets().values()) == 3
+
+
+async def test_a_forked_child_counts_afresh_under_its_own_id() -> None:
+    limiter = RateLimiter("memory://", key_prefix="recorder-fork")
+    recorder = recorder_on(limiter, Clock())
+    await limiter.check_with_info("x", "1/minute")
+    parent_id = recorder.process_id
+    recorder.after_fork_in_child()  # what os.register_at_fork runs in a child
+    assert recorder.process_id != parent_id
+    assert recorder.all_totals() == counts()
+    assert recorder.limit_rows() == []

@@ -1,0 +1,160 @@
+"""moderato/dashboard/fleet.py on real servers: each process's one publication a second,
+merged by any dashboard, on a single Redis, a Redis Cluster and through Sentinel; memory://
+shows its own process and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from cluster import RedisCluster
+from redis_servers import RedisServer, SentinelDeployment
+
+from moderato import RateLimiter, _accel
+from moderato.dashboard.app import attach
+from moderato.dashboard.fleet import (
+    PROCESS_TTL_S,
+    PUBLISH_SCRIPT,
+    FleetKeys,
+    read_fleet,
+    remote_client,
+)
+from moderato.dashboard.snapshot import merge
+from moderato.scripts import load_script
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisCluster]:
+    servers = RedisCluster().start()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture(scope="module")
+def sentinel() -> Iterator[SentinelDeployment]:
+    servers = SentinelDeployment(service="dashboard")
+    try:
+        servers.wait_until_watched()
+        yield servers
+    finally:
+        servers.close()
+
+
+async def two_processes_decide_and_publish(url: str, prefix: str) -> None:
+    """Two limiters stand for two processes (each has its own recorder and process id)."""
+    first = RateLimiter(url, key_prefix=prefix)
+    second = RateLimiter(url, key_prefix=prefix)
+    first_recorder, first_publisher = attach(first)
+    second_recorder, second_publisher = attach(second)
+    assert first_publisher is not None and second_publisher is not None
+    assert first_recorder.process_id != second_recorder.process_id
+    for _ in range(7):
+        await first.check_with_info("flood", "5/minute", scope="api")
+    for identity in ("a", "b", "c"):
+        await second.check_with_info(identity, "5/minute", scope="api")
+    await second.check_with_info("flood", "5/minute", scope="api")  # shared quota: denied
+    for publisher in (first_publisher, second_publisher):
+        publisher.stop()
+        assert await publisher.publish_once()
+
+    reading = await read_fleet(remote_client(first), FleetKeys(prefix), time.time(), 900)
+    assert len(reading.processes) == 2
+    totals = [sum(column) for column in zip(*reading.series.values())]
+    assert totals == [8, 3, 0, 0, 0, 0]  # allowed, denied: every decision of both
+    merged = merge(reading.processes)
+    assert merged.limits == {("5/minute", "fixed_window", "api"): [8, 3, 0, 0, 0, 0]}
+    assert merged.top[0] == ("flood", 3)
+    assert sum(merged.latency.values()) == 11
+    for limiter in (first, second):
+        await limiter.close()
+
+
+async def test_the_fleet_on_one_redis(redis_url: str) -> None:
+    await two_processes_decide_and_publish(redis_url, "fleet-single")
+
+
+async def test_the_fleet_on_a_redis_cluster(cluster: RedisCluster) -> None:
+    await two_processes_decide_and_publish(cluster.url, "fleet-cluster")
+    # Every key of the dashboard shares one hash tag: one call, one node.
+    keys = FleetKeys("fleet-cluster")
+    slots = {_accel.key_slot(key) for key in (keys.index, keys.process("x"), keys.series(1))}
+    assert len(slots) == 1
+
+
+async def test_the_fleet_through_sentinel(sentinel: SentinelDeployment) -> None:
+    await two_processes_decide_and_publish(sentinel.url, "fleet-sentinel")
+
+
+async def test_memory_backend_publishes_nothing_and_has_no_client() -> None:
+    limiter = RateLimiter("memory://", key_prefix="fleet-memory")
+    recorder, publisher = attach(limiter)
+    assert publisher is None and remote_client(limiter) is None
+    assert limiter.recorder is recorder
+    assert attach(limiter) == (recorder, publisher)  # one recorder per limiter
+
+
+async def monitor(port: int, lines: list[bytes]) -> None:
+    """Collect what MONITOR shows: every command the server runs, who sent it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"MONITOR\r\n")
+    try:
+        assert await reader.readline() == b"+OK\r\n"
+        while True:
+            lines.append(await reader.readline())
+    finally:
+        writer.close()
+
+
+_SENT = re.compile(rb'^\+[\d.]+ \[\d+ (lua|[\d.]+:\d+)\] "([A-Za-z|]+)"(?: "([0-9a-f]{40})")?')
+
+
+async def test_a_process_publishes_once_a_second_and_drops_out_when_it_stops(
+    own_redis_server: RedisServer,
+) -> None:
+    limiter = RateLimiter(own_redis_server.url, key_prefix="fleet-rate")
+    recorder, publisher = attach(limiter)
+    assert publisher is not None
+    lines: list[bytes] = []
+    watching = asyncio.create_task(monitor(own_redis_server.port, lines))
+    await asyncio.sleep(0.2)
+    started_s = time.monotonic()
+    await limiter.check_with_info("x", "100/second")  # starts the publisher
+    for _ in range(300):  # busy for a few seconds: publishing stays at one call a second
+        await limiter.check_with_info("x", "100/second")
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(1.2)
+    elapsed_s = time.monotonic() - started_s
+    publisher.stop()
+    await asyncio.sleep(0.2)
+    watching.cancel()
+    sent: Counter[tuple[bytes, bytes]] = Counter()
+    for line in lines:
+        match = _SENT.match(line)
+        assert match is not None, line
+        if match.group(1) != b"lua":  # what a client sent, not what a script called
+            sent[match.group(2).upper(), match.group(3) or b""] += 1
+    check_sha = load_script("fixed_window").sha.encode()
+    publish_sha = PUBLISH_SCRIPT.sha.encode()
+    # The first call of each script is answered NOSCRIPT, loaded, and sent again; the
+    # connections' greeting is one PING each (two connections, one idle: one greeting).
+    pings = sent.pop((b"PING", b""), 0)
+    assert 1 <= pings <= limiter.connections_per_loop
+    assert sent == {
+        (b"EVALSHA", check_sha): 301 + 1,
+        (b"EVALSHA", publish_sha): publisher.publications + 1,
+        (b"SCRIPT", b""): 2,
+    }
+    assert 1 <= publisher.publications <= elapsed_s + 1
+    keys = FleetKeys("fleet-rate")
+    client = remote_client(limiter)
+    reading = await read_fleet(client, keys, time.time(), 0)
+    assert [view.meta["id"] for view in reading.processes] == [recorder.process_id]
+    await asyncio.sleep(PROCESS_TTL_S + 0.5)  # stopped: its hash expires, it drops out
+    assert (await read_fleet(client, keys, time.time(), 0)).processes == []
+    await limiter.close()

@@ -103,7 +103,8 @@ $(DEMO_VENV)/.installed: pyproject.toml setup.py moderato/_version.py $(wildcard
 demo-env: $(DEMO_VENV)/.installed
 
 # The algorithm comparison (examples/algorithms_demo.py, the table), then the demo
-# app and its live page on http://127.0.0.1:8000/ (DEMO_PORT). Backend: MODERATO_REDIS_URL,
+# app and its live page on http://127.0.0.1:8000/ (DEMO_PORT; the operator's dashboard at
+# /ratelimits/, open to anyone on this loopback address). Backend: MODERATO_REDIS_URL,
 # else the Redis on localhost:6379 if one answers, else memory://.
 demo: demo-env
 	$(DEMO_PY) examples/algorithms_demo.py --no-chart

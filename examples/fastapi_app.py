@@ -21,7 +21,12 @@ Open http://127.0.0.1:8000/ for the live page. What the app shows:
   which every other limited ``/api`` route is also under;
 - ``GET /api/usage`` and ``POST /api/reset``: the caller's quotas, read and cleared;
 - ``GET /api/status`` (health: ``redis_connected``) and ``GET /metrics``
-  (Prometheus), both exempt from limits.
+  (Prometheus), both exempt from limits;
+- ``/ratelimits/``: the operator's dashboard (moderato.dashboard): live decisions,
+  every limit above, the most-limited clients, the backend's health, and one
+  client's usage with a reset. Open to anyone who can reach the app
+  (``allow_anonymous=True``): ``make demo`` serves on 127.0.0.1 only. A real app
+  passes ``auth=`` instead (docs/dashboard.md).
 
 Clients are told apart by the ``X-API-Key`` header when they send one, else
 by their address; no proxy header is believed. That suits a demo whose page
@@ -43,6 +48,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from moderato import BackendError, RateLimiter, install
 from moderato.algorithms import ALGORITHMS
+from moderato.dashboard import Dashboard
 from moderato.integrations import ClientIdentity
 
 try:  # `uvicorn examples.fastapi_app:app`, from the repository's root
@@ -59,6 +65,7 @@ EXPORT_RATE, EXPORT_COST = "20/minute", 5
 SEARCH_RATE, SEARCH_SCOPE = "10/minute", "search"
 ITEMS_RATE = "3/second;30/minute"
 APP_RATE, APP_SCOPE = "300/minute", "app"
+DASHBOARD_PATH = "/ratelimits"
 UNLIMITED_PATHS = ["/", "/favicon.ico", "/api/status", "/api/routes", "/api/usage", "/metrics"]
 
 IDENTITY = ClientIdentity(api_key_header="X-API-Key")
@@ -249,6 +256,8 @@ def create_app(redis_url: Optional[str] = None) -> FastAPI:
     async def page() -> HTMLResponse:
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
+    # The operator's view of all of the above; its own requests are never limited.
+    app.mount(DASHBOARD_PATH, Dashboard(limiter, allow_anonymous=True, title="moderato demo"))
     return app
 
 

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,24 @@ async def test_demo_app_wide_limit_guards_every_api_route(demo: Any) -> None:
     assert [r.status_code for r in exempt] == [200] * 5
     assert all("x-ratelimit-limit" not in r.headers for r in exempt)
     assert other.status_code == 200 and quota(other) == (300, 299)
+
+
+async def test_demo_mounts_the_dashboard_and_never_limits_it(demo: Any) -> None:
+    await clear_of_boundary(60, margin_s=3.0)
+    async with client(demo) as http:
+        pings = [await http.get("/api/ping") for _ in range(301)]
+        page = await http.get("/ratelimits/")
+        summaries = [await http.get("/ratelimits/api/summary") for _ in range(3)]
+    assert [r.status_code for r in pings] == [200] * 300 + [429]
+    assert page.status_code == 200 and 'id="chart"' in page.text
+    assert [r.status_code for r in summaries] == [200] * 3
+    summary = summaries[-1].json()
+    kinds = Counter(row["kind"] for row in summary["limits"])
+    assert kinds == {"@limiter.limit": len(ALGORITHMS) + 3, "limiter.dependency": 1,
+                     "RateLimitMiddleware": 1}  # fmt: skip
+    app_wide = next(row for row in summary["limits"] if row["kind"] == "RateLimitMiddleware")
+    assert app_wide["scope"] == "app" and app_wide["decisions"] == 301
+    assert summary["processes"]["count"] == 1
 
 
 async def test_demo_usage_and_reset(demo: Any) -> None:

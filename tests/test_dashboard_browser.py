@@ -47,12 +47,18 @@ def fleet(redis_url: str, tmp_path: Path) -> Iterator[list[str]]:
         for index in range(PROCESSES):
             log = (tmp_path / f"worker-{index}.log").open("w")
             logs.append(log)
+            command = [sys.executable, str(ROOT / "tests" / "dashboard_worker.py"), redis_url]
+            environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, str(ROOT / "tests" / "dashboard_worker.py"), redis_url],
-                    cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
-                    start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                )  # fmt: skip
+                    command,
+                    cwd=ROOT,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    start_new_session=True,
+                    env=environment,
+                )
             )
         urls = []
         for process in processes:
@@ -97,12 +103,12 @@ async def send_load(urls: list[str]) -> Counter[tuple[str, str]]:
     return counted
 
 
-async def click(page: DevTools, element_id: str) -> None:
+async def click(tab: DevTools, element_id: str) -> None:
     """A real mouse click, on the element scrolled into view first (the page is long)."""
-    await page.evaluate(
+    await tab.evaluate(
         f"document.getElementById({element_id!r}).scrollIntoView({{block: 'center'}})"
     )
-    await page.click(element_id)
+    await tab.click(element_id)
 
 
 def page_totals() -> str:
@@ -112,8 +118,8 @@ def page_totals() -> str:
     )
 
 
-async def screenshot(page: DevTools, name: str) -> Image.Image:
-    shot = await page.call("Page.captureScreenshot", format="png")
+async def screenshot(tab: DevTools, name: str) -> Image.Image:
+    shot = await tab.call("Page.captureScreenshot", format="png")
     data = base64.b64decode(shot["data"])
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / name).write_bytes(data)
@@ -132,7 +138,8 @@ def chart_pixels(image: Image.Image, box: list[float], rgb: tuple[int, int, int]
 
 
 async def test_three_processes_one_dashboard_exact_totals_top_identity_and_reset(
-    fleet: list[str], page: DevTools
+    fleet: list[str],
+    page: DevTools,  # noqa: F811 - the fixture, imported from test_demo_browser
 ) -> None:
     counted = await send_load(fleet)
     sent = sum(counted.values())

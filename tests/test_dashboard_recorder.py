@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from redis_servers import RedisServer
 
 from moderato import RateLimiter
 from moderato.dashboard.recorder import OTHER_SCOPES, OUTCOMES, DecisionRecorder
+from moderato.dashboard.sketches import bucket_of
 from moderato.errors import BackendError
+from moderato.results import CheckResult
 
 
 class Clock:
@@ -140,3 +144,16 @@ async def test_a_forked_child_counts_afresh_under_its_own_id() -> None:
     assert recorder.process_id != parent_id
     assert recorder.all_totals() == counts()
     assert recorder.limit_rows() == []
+
+
+def test_the_inlined_latency_bucket_is_the_histograms() -> None:
+    limiter = RateLimiter("memory://", key_prefix="recorder-latency")
+    clock = Clock()
+    recorder = recorder_on(limiter, clock)
+    plan = limiter._plans.get("1/minute", None)
+    result = CheckResult(True, 1, 0, 0, None, 60, "1/minute", "fixed_window")
+    durations = [0.0, 1e-9, 3e-6, 0.00042, 0.0042, 0.25, 1.0, 63.9, 1e4]
+    for elapsed in durations:
+        recorder.decided(plan, "k", "global", result, clock.now_s - elapsed)
+    expected = Counter(bucket_of(elapsed) for elapsed in durations)
+    assert recorder.latency_buckets() == dict(expected)

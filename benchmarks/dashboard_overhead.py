@@ -4,7 +4,7 @@ The same FastAPI app (benchmarks/apps/moderato_decorator.py: ``@limiter.limit``
 on ``/allowed``, every request admitted, and on ``/limited``, every request
 denied after the first) without and with ``moderato.dashboard.Dashboard``
 mounted (benchmarks/apps/moderato_decorator_dashboard.py), against a private
-redis-server. Three figures:
+redis-server. Four figures:
 
 1. end to end: requests/s under ``wrk -t 1 -c 32``, one uvicorn process per
    variant, the two alternated run by run (which goes first alternates too),
@@ -15,10 +15,17 @@ redis-server. Three figures:
    connections busy; benchmarks/app_cpu.py's driver), the least of its trials:
    steadier than requests/s on a shared machine, and what the dashboard adds
    to each request (its publisher's work included);
-3. Redis: the commands each server process sent besides its checks, per
-   second of its life: the publication script runs ZREMRANGEBYSCORE once per
-   call and nothing else does, so INFO commandstats counts publications; and
-   every EVALSHA beyond the checks the load generator's requests made.
+3. instructions per request: the same driver under valgrind's callgrind,
+   one process per variant and path: exact, whatever else the machine runs.
+   The publisher is left stopped here (under callgrind a request takes ~50
+   times longer, and its once-a-second publication would be charged to 50
+   times fewer requests than at full speed): this is the check path's own
+   cost, and the publication's is figure 4;
+4. Redis and the publisher: the commands each server process sent besides
+   its checks, per second of its life (the publication script runs
+   ZREMRANGEBYSCORE once per call and nothing else does, so INFO
+   commandstats counts publications), and the CPU one publication costs,
+   timed in process for a recorder holding 20 limits and 64 identities.
 
     python benchmarks/dashboard_overhead.py [--pairs 10] [--seconds 3]
 
@@ -29,9 +36,11 @@ run's figures, the machine's load average before and after) and prints a summary
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.app_cpu import Driver, run  # noqa: E402
+from benchmarks.app_cpu import Driver, instructions, run  # noqa: E402
 from benchmarks.performance import (  # noqa: E402
     git_commit,
     http_status,
@@ -115,6 +124,13 @@ def end_to_end(
                         (process_cpu_s(server.process.pid) - cpu_before) / elapsed_s * 100
                     )
                     report["evalsha"] = command_calls(redis_port).get("evalsha", 0) - evalsha_before
+                    # The server's own CPU per request: steadier than requests/s when
+                    # other work competes for the cores.
+                    report["cpu_us_per_request"] = (
+                        (process_cpu_s(server.process.pid) - cpu_before)
+                        / max(report["requests"], 1)
+                        * 1e6
+                    )
                     report["load_average"] = load_average()
                     runs[name][path].append(report)
                 print(
@@ -150,6 +166,12 @@ def end_to_end(
             for name in servers
         },
         "ratio_with_over_without": {path: summary(ratios[path]) for path in PATHS},
+        "server_cpu_us_per_request": {
+            name: {
+                path: summary([r["cpu_us_per_request"] for r in runs[name][path]]) for path in PATHS
+            }
+            for name in servers
+        },
         "redis": {
             "publications": publications,
             "with_server_life_s": lives_s["with dashboard"],
@@ -219,6 +241,81 @@ def cpu_per_request(redis_url: str, requests: int, trials: int, rounds: int) -> 
     }
 
 
+# -- 3. instructions per request ---------------------------------------------------------
+
+
+def instructions_per_request(redis_url: str, requests: int) -> dict[str, Any]:
+    os.environ["MODERATO_BENCH_REDIS_URL"] = redis_url
+    os.environ["MODERATO_BENCH_DASHBOARD_PUBLISHER"] = "off"  # see the module docstring
+    figures: dict[str, dict[str, Any]] = {name: {} for name in VARIANTS}
+    for path in PATHS:
+        for name, module in VARIANTS.items():  # one callgrind process each
+            figure = instructions([module], path, requests, 32)[module]
+            figures[name][path] = figure
+            print(
+                f"  {name:15} /{path:8} {figure['instructions_per_request']:10,.0f}"
+                " instructions/request",
+                flush=True,
+            )
+    del os.environ["MODERATO_BENCH_DASHBOARD_PUBLISHER"]
+    return {
+        "requests": requests,
+        "concurrency": 32,
+        "publisher": "stopped (the check path alone)",
+        "instructions_per_request": figures,
+        "ratio_with_over_without": {
+            path: figures["with dashboard"][path]["instructions_per_request"]
+            / figures["without"][path]["instructions_per_request"]
+            for path in PATHS
+        },
+    }
+
+
+# -- 4. one publication ------------------------------------------------------------------
+
+
+async def publication_cost(redis_url: str, publications: int) -> dict[str, Any]:
+    """CPU per publication of a recorder holding 20 limits and 64 identities."""
+    from moderato import RateLimiter
+    from moderato.dashboard.app import attach
+    from moderato.dashboard.fleet import PUBLISH_SCRIPT
+
+    limiter = RateLimiter(redis_url, key_prefix="bench-dashboard-publication")
+    recorder, publisher = attach(limiter)
+    assert publisher is not None
+    publisher.ensure_running = lambda: None  # type: ignore[method-assign]  # timed by hand
+    for n in range(2000):
+        await limiter.check_with_info(f"client-{n % 64}", "50/minute", scope=f"route-{n % 20}")
+    sent_bytes = []
+    original_evalsha = publisher.client.evalsha
+
+    def measured_evalsha(script: Any, keys: list[Any], args: list[Any]) -> Any:
+        sent_bytes.append(sum(len(str(part)) for part in (*keys, *args)))
+        return original_evalsha(script, keys, args)
+
+    publisher.client.evalsha = measured_evalsha
+    await publisher.publish_once()
+    started = time.process_time()
+    for _ in range(publications):
+        recorder.decided(
+            limiter._plans.get("50/minute", None),
+            "client-0",
+            "route-0",
+            await limiter.check_with_info("client-0", "50/minute", scope="route-0"),
+            time.perf_counter(),
+        )
+        await publisher.publish_once()
+    cpu_s = time.process_time() - started
+    await limiter.close()
+    return {
+        "publications": publications,
+        "cpu_us_per_publication": cpu_s / publications * 1e6,
+        "argument_bytes_per_publication": statistics.median(sent_bytes),
+        "script_sha": PUBLISH_SCRIPT.sha,
+        "note": "each publication here follows one check (timed with it): an upper bound",
+    }
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -229,6 +326,7 @@ def main() -> None:
     parser.add_argument("--cpu-rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--callgrind-requests", type=int, default=2000, help="0: skip callgrind")
     parser.add_argument("--cpu-child", nargs=2, metavar=("MODULE", "PATH"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.cpu_child:
@@ -258,6 +356,13 @@ def main() -> None:
         report["cpu"] = cpu_per_request(
             server.url, arguments.requests, arguments.trials, arguments.cpu_rounds
         )
+        if arguments.callgrind_requests and shutil.which("valgrind"):
+            print("instructions per request (callgrind):", flush=True)
+            report["instructions"] = instructions_per_request(
+                server.url, arguments.callgrind_requests
+            )
+        print("one publication:", flush=True)
+        report["publication"] = asyncio.run(publication_cost(server.url, 200))
     finally:
         server.close()
     report["uptime_after"] = uptime_line()
@@ -289,6 +394,19 @@ def print_summary(report: dict[str, Any]) -> None:
     for path, added in cpu["added_us_per_request"].items():
         base = cpu["cpu_us_per_request"]["without"][path]["median"]
         print(f"  added by the dashboard, /{path}: {added:+.1f} us ({added / base * 100:+.1f}%)")
+    print("server CPU per request during the wrk runs (us), median:")
+    for name, paths in e2e["server_cpu_us_per_request"].items():
+        for path, stats in paths.items():
+            spread = f"[{stats['min']:.1f}..{stats['max']:.1f}]"
+            print(f"  {name:15} /{path:8} {stats['median']:7.1f} {spread}")
+    if "instructions" in report:
+        for path, ratio in report["instructions"]["ratio_with_over_without"].items():
+            print(f"  instructions with/without, /{path}: {ratio:.4f}")
+    publication = report["publication"]
+    print(
+        f"one publication: {publication['cpu_us_per_publication']:.0f} us CPU, "
+        f"{publication['argument_bytes_per_publication']:.0f} bytes of arguments"
+    )
     redis = e2e["redis"]
     print(
         f"Redis: {redis['publications']} publications in {redis['with_server_life_s']:.0f} s "

@@ -23,6 +23,7 @@ from .limiter_core import LimiterCore, shadowed, tenant_alias, usage_of
 from .options import count_option, seconds_option
 from .plans import Plan
 from .policy import SCALE, cost_scaled, validate_cost
+from .recording import CheckRecorder
 from .results import CheckResult
 from .specs import (
     CostSpec,
@@ -42,8 +43,6 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from .dashboard.recorder import DecisionRecorder
 
 
 class RateLimiter(LimiterCore):
@@ -166,9 +165,9 @@ class RateLimiter(LimiterCore):
             self._check_now = cast(SynchronousBackend, self._backend).check_now
         else:
             self._remote = cast(AsyncBackend, self._backend)
-        self.recorder: Optional[DecisionRecorder] = None
-        """Told every check's outcome when set (the operator's dashboard attaches one,
-        moderato.dashboard); None, the default, keeps the check path free of it."""
+        self.recorder: Optional[CheckRecorder] = None
+        """Told every check's outcome when set (recording.py; the operator's dashboard
+        attaches one); None, the default, keeps the check path free of it."""
 
     @property
     def backend(self) -> Backend:

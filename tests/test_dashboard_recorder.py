@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from collections import Counter
 
 import pytest
@@ -9,7 +11,7 @@ from redis_servers import RedisServer
 
 from moderato import RateLimiter
 from moderato.dashboard.recorder import OTHER_SCOPES, OUTCOMES, DecisionRecorder
-from moderato.dashboard.sketches import bucket_of
+from moderato.dashboard.sketches import bucket_bounds, latency_bucket
 from moderato.errors import BackendError
 from moderato.results import CheckResult
 
@@ -152,8 +154,19 @@ def test_the_inlined_latency_bucket_is_the_histograms() -> None:
     recorder = recorder_on(limiter, clock)
     plan = limiter._plans.get("1/minute", None)
     result = CheckResult(True, 1, 0, 0, None, 60, "1/minute", "fixed_window")
-    durations = [0.0, 1e-9, 3e-6, 0.00042, 0.0042, 0.25, 1.0, 63.9, 1e4]
+    durations = [0.0, 1e-9, 3e-6, 0.00042, 0.0042, 0.0081919, 0.0081921, 0.25, 1.0, 63.9, 1e4]
+    durations += [n * 1.7e-6 for n in range(5000)]
     for elapsed in durations:
         recorder.decided(plan, "k", "global", result, clock.now_s - elapsed)
-    expected = Counter(bucket_of(elapsed) for elapsed in durations)
+    # (The recorder sees the duration as a difference of two clock readings.)
+    expected = Counter(latency_bucket(clock.now_s - (clock.now_s - e)) for e in durations)
     assert recorder.latency_buckets() == dict(expected)
+    # The tables are bucket_of to within the microsecond the durations are read to
+    # (and, scaled past FAST_LATENCY_US, to within 1/8192 of the duration).
+    rng = random.Random(5)
+    durations += [math.exp(rng.uniform(math.log(1e-6), math.log(60.0))) for _ in range(5000)]
+    for elapsed in durations:
+        if 1e-6 <= elapsed < 64.0:  # beyond the ends, the end buckets
+            low, high = bucket_bounds(latency_bucket(elapsed))
+            slack = max(1e-6, elapsed / 8192)
+            assert low - slack <= elapsed < high + slack, elapsed

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import httpx
 import pytest
-from fastapi import FastAPI
+import websockets
+from fastapi import APIRouter, Depends, FastAPI, WebSocket
 from redis_servers import RedisServer
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,7 +25,7 @@ from moderato import RateLimitConfigError, RateLimiter, install
 from moderato.dashboard import Dashboard
 from moderato.dashboard.fleet import FleetKeys
 from moderato.errors import BackendError
-from moderato.integrations import ClientIdentity
+from moderato.integrations import ClientIdentity, RateLimitMiddleware
 
 Serve = Callable[[Any], Awaitable[str]]
 ROUTES = [
@@ -330,4 +331,92 @@ async def test_nothing_served_or_published_holds_a_password_secret_or_api_key(
     assert shown.startswith("!") and len(shown) == 33  # the keyed hash, as in the Redis keys
     assert summary["health"]["errors"][0]["message"].startswith("cannot reach redis://")
     await client.aclose()
+    await limiter.close()
+
+
+# -- every declared limit, where it applies ---------------------------------------
+
+
+async def test_every_declared_limit_is_listed_where_it_applies(serve: Serve) -> None:
+    """Decorators, dependencies (route and router), RateLimitMiddleware with per-path
+    costs (also in a mounted app), websocket handshakes and message limits; each
+    with the checks it claims, on memory://, which says it sees this process only."""
+    limiter = RateLimiter("memory://", key_prefix="dash-declared")
+    app = FastAPI()
+    install(app, limiter, rate="100/minute", costs={"/export": 5}, exempt_paths=["/health"])
+    router = APIRouter(prefix="/v1", dependencies=[Depends(limiter.dependency("50/minute"))])
+
+    @router.get("/items/{item_id}")
+    @limiter.limit("5/minute", algorithm="token_bucket", tenant="pro")
+    async def item(item_id: int) -> dict[str, int]:
+        return {"item": item_id}
+
+    @app.get("/export")
+    async def export() -> dict[str, bool]:
+        return {"export": True}
+
+    messages = limiter.message_limit("3/second")
+
+    @app.websocket("/chat")
+    @limiter.limit("2/minute", scope="chat-handshakes")
+    async def chat(websocket: WebSocket) -> None:
+        await websocket.accept()
+        for _ in range(4):
+            await websocket.receive_text()
+            decision = await messages.check(websocket)
+            await websocket.send_text("ok" if decision.allowed else "slow down")
+        await websocket.close()
+
+    async def inner(request: Request) -> JSONResponse:
+        return JSONResponse({"inner": True})
+
+    child = Starlette(routes=[Route("/ping", inner)])
+    child.add_middleware(RateLimitMiddleware, limiter=limiter, rate="7/minute", scope="child")
+    app.include_router(router)
+    app.mount("/child", child)
+    app.mount("/ratelimits", Dashboard(limiter, allow_anonymous=True))
+    base = await serve(app)
+    async with httpx.AsyncClient(base_url=base) as client:
+        assert (await client.get("/v1/items/1")).status_code == 200
+        assert (await client.get("/v1/items/2")).status_code == 200
+        assert (await client.get("/export")).status_code == 200
+        assert (await client.get("/child/ping")).status_code == 200
+        async with websockets.connect(base.replace("http", "ws") + "/chat") as socket:
+            replies = []
+            for _ in range(4):
+                await socket.send("hi")
+                replies.append(await socket.recv())
+        assert replies == ["ok", "ok", "ok", "slow down"]
+        await limiter.check_with_info("manual", "9/hour", scope="reports")
+        summary = (await client.get("/ratelimits/api/summary")).json()
+    rows = {(row["kind"], row["rate"]): row for row in summary["limits"]}
+    app_wide = [row for row in summary["limits"] if row["kind"] == "RateLimitMiddleware"]
+    assert sorted((row["scope"], tuple(row["where"]), row["cost"]) for row in app_wide) == [
+        ("app", ("every request",), "1"),
+        ("app", ("requests to /export",), "5 on /export"),
+        ("child", ("every request",), "1"),
+    ]
+    assert sum(row["decisions"] for row in app_wide if row["scope"] == "app") == 5
+    assert [row["decisions"] for row in app_wide if row["scope"] == "child"] == [1]
+    decorated = rows["@limiter.limit", "5/minute"]
+    assert (decorated["where"], decorated["algorithm"], decorated["tenant"]) == (
+        ["GET /v1/items/{item_id}"], "token_bucket", "pro")  # fmt: skip
+    assert decorated["scope"] == "per route: GET:/v1/items/{item_id}"
+    assert decorated["decisions"] == 2
+    router_wide = rows["limiter.dependency", "50/minute"]
+    assert router_wide["where"] == ["GET /v1/items/{item_id}"] and router_wide["decisions"] == 2
+    handshake = rows["@limiter.limit", "2/minute"]
+    assert (handshake["where"], handshake["scope"], handshake["decisions"]) == (
+        ["WS /chat"], "chat-handshakes", 1)  # fmt: skip
+    message_rows = rows["limiter.message_limit", "3/second"]
+    assert message_rows["where"] == ["websocket messages"]
+    assert message_rows["counts"]["allowed"] == 3 and message_rows["counts"]["denied"] == 1
+    manual = rows["check()", "9/hour"]
+    assert (manual["scope"], manual["decisions"]) == ("reports", 1)
+    assert summary["totals"]["allowed"] + summary["totals"]["denied"] == sum(
+        row["decisions"] for row in summary["limits"]
+    )
+    assert summary["processes"] == {
+        "count": 1, "fleet": False, "list": summary["processes"]["list"]}  # fmt: skip
+    assert summary["backend"]["kind"] == "memory"
     await limiter.close()

@@ -9,8 +9,10 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import redis.asyncio
 from cluster import RedisCluster
 from redis_servers import RedisServer, SentinelDeployment
 
@@ -23,6 +25,7 @@ from moderato.dashboard.fleet import (
     read_fleet,
     remote_client,
 )
+from moderato.dashboard.health import redis_info
 from moderato.dashboard.snapshot import merge
 from moderato.scripts import load_script
 
@@ -46,7 +49,7 @@ def sentinel() -> Iterator[SentinelDeployment]:
         servers.close()
 
 
-async def two_processes_decide_and_publish(url: str, prefix: str) -> None:
+async def two_processes_decide_and_publish(url: Any, prefix: str) -> None:
     """Two limiters stand for two processes (each has its own recorder and process id)."""
     first = RateLimiter(url, key_prefix=prefix)
     second = RateLimiter(url, key_prefix=prefix)
@@ -77,6 +80,17 @@ async def two_processes_decide_and_publish(url: str, prefix: str) -> None:
 
 async def test_the_fleet_on_one_redis(redis_url: str) -> None:
     await two_processes_decide_and_publish(redis_url, "fleet-single")
+
+
+async def test_the_fleet_through_an_applications_redis_py_client(redis_url: str) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)  # replies as redis-py decodes them
+    try:
+        await two_processes_decide_and_publish(client, "fleet-redis-py")
+        info = await redis_info(remote_client(RateLimiter(client, key_prefix="fleet-redis-py")))
+        # redis-py parses INFO itself: the same fields come out of its dict.
+        assert {"redis_version", "used_memory_human", "instantaneous_ops_per_sec"} <= set(info[0])
+    finally:
+        await client.aclose()
 
 
 async def test_the_fleet_on_a_redis_cluster(cluster: RedisCluster) -> None:

@@ -397,12 +397,15 @@ class RateLimiter(LimiterCore):
         except BackendError as error:
             for check in checks:
                 recorder.failed(
-                    self._plans.get(check.rate, check.algorithm), check.scope, error, False
+                    self._plans.get(check.rate, check.algorithm, check.burst),
+                    check.scope,
+                    error,
+                    False,
                 )
             raise
         for check, result in zip(checks, together.results):
             if result is not None:  # None: a shadow check left undecided
-                plan = self._plans.get(check.rate, check.algorithm)
+                plan = self._plans.get(check.rate, check.algorithm, check.burst)
                 recorder.decided(plan, check.key, check.scope, result, started_s)
         return together
 

@@ -37,6 +37,7 @@ class Target(NamedTuple):
     algorithm: str
     scope: str
     tenant: Optional[str]
+    burst: Optional[int]
 
 
 def targets(
@@ -48,7 +49,9 @@ def targets(
         limit = row.limit
         if limit is None:
             if row.scope != OTHER_SCOPES:
-                target = Target(row.kind, identity, row.rate, row.algorithm, row.scope, tenant)
+                target = Target(
+                    row.kind, identity, row.rate, row.algorithm, row.scope, tenant, row.burst
+                )
                 found[target] = None
             continue
         rate = limit.static_rate()
@@ -63,7 +66,8 @@ def targets(
         else:
             fixed_tenant = tenant
         for scope in row.scopes_seen or limit.exact_scopes():
-            found[Target(row.kind, key, rate, limit.algorithm(), scope, fixed_tenant)] = None
+            target = Target(row.kind, key, rate, limit.algorithm(), scope, fixed_tenant, rule.burst)
+            found[target] = None
     return list(found)[:MAX_TARGETS]
 
 
@@ -78,6 +82,7 @@ async def usage(limiter: RateLimiter, wanted: list[Target], identity: str) -> li
                 scope=target.scope,
                 algorithm=target.algorithm,
                 tenant_type=target.tenant,
+                burst=target.burst,
             )
             for target in wanted
         ),
@@ -88,6 +93,7 @@ async def usage(limiter: RateLimiter, wanted: list[Target], identity: str) -> li
         row: dict[str, Any] = {
             "kind": target.kind,
             "rate": target.rate,
+            "burst": target.burst,
             "algorithm": target.algorithm,
             "scope": target.scope,
             "tenant": target.tenant,

@@ -10,7 +10,7 @@ Found three ways, each limit once:
 - in the registry of declared rules (integrations/declared.py): what the
   routes do not show, such as websocket message limits.
 
-A limit's decisions are the recorder's rows (rate, algorithm, scope) that
+A limit's decisions are the recorder's rows (rate, algorithm, scope, burst) that
 belong to it: its explicit scope, or the scope of one of its routes
 (``METHOD:<root path><template><suffix>``). Rows no declared limit claims
 (manual ``check()`` calls, rates given per request) are listed on their own.
@@ -63,10 +63,12 @@ class DeclaredLimit:
         return [f"{method}:{path}" for method, path in self.route_scopes]
 
     def claims(self, name: LimitKey, exact: bool) -> bool:
-        """Whether a recorded row (rate, algorithm, scope) is this limit's."""
-        rate, algorithm, scope = name
+        """Whether a recorded row (rate, algorithm, scope, burst) is this limit's."""
+        rate, algorithm, scope, burst = name
         static = self.static_rate()
         if (static is not None and rate != static) or algorithm != self.algorithm():
+            return False
+        if burst != self.rule.burst:
             return False
         if self.bucket_scope is not None:
             return scope == self.bucket_scope
@@ -164,6 +166,7 @@ class LimitRow:
     tenant: str
     cost: str
     shadow: str
+    burst: Optional[int] = None
     counts: list[int] = field(default_factory=lambda: [0] * OUTCOME_COUNT)
     scopes_seen: list[str] = field(default_factory=list)
     """The recorded scopes it was given (a route-scoped limit's, as the app names them)."""
@@ -179,6 +182,7 @@ class LimitRow:
             "kind": self.kind,
             "where": self.where,
             "rate": self.rate,
+            "burst": self.burst,
             "algorithm": self.algorithm,
             "scope": self.scope,
             "key": self.key,
@@ -205,13 +209,18 @@ def limit_rows(
                     _add(row, unclaimed.pop(name))
                     row.scopes_seen.append(name[2])
                     break
-    for (rate, algorithm, scope), counts in sorted(unclaimed.items()):
+    for (rate, algorithm, scope, burst), counts in sorted(unclaimed.items(), key=_sort_key):
         row = LimitRow(
-            "check()", [], rate, algorithm, scope, "per call", "per call", "per call", ""
+            "check()", [], rate, algorithm, scope, "per call", "per call", "per call", "", burst
         )
         _add(row, counts)
         rows.append(row)
     return rows
+
+
+def _sort_key(item: tuple[LimitKey, list[int]]) -> tuple[str, str, str, int]:
+    rate, algorithm, scope, burst = item[0]
+    return (rate, algorithm, scope, burst or 0)
 
 
 def _add(row: LimitRow, counts: list[int]) -> None:
@@ -242,6 +251,7 @@ def _row(limit: DeclaredLimit, secret: Optional[bytes]) -> LimitRow:
         tenant=_spec(rule.tenant if rule.tenant is not None else limiter.tenant, "none"),
         cost=cost,
         shadow=shadow,
+        burst=rule.burst,
         limit=limit,
     )
 

@@ -9,7 +9,7 @@ lookups, a table lookup for the latency, and for a denial one more lookup in
 the heavy hitters. What it keeps is bounded whatever the traffic:
 
 - decisions per second by outcome over the last ``history_s`` seconds (a ring);
-- decisions by outcome per limit (rate, algorithm, scope), up to
+- decisions by outcome per limit (rate, algorithm, scope, burst), up to
   ``max_limit_rows`` limits, the rest counted in one row for "other scopes";
 - the most-denied identities (HeavyHitters, ``top_capacity`` counters), over
   the current and the previous ``hitters_epoch_s``;
@@ -56,8 +56,8 @@ OUTCOME_COUNT = len(OUTCOMES)
 OTHER_SCOPES = "(other scopes)"
 """The scope of the row that counts limits seen after ``max_limit_rows`` were."""
 
-LimitKey = tuple[str, str, str]
-"""A limit as the dashboard names it: (rate, algorithm, scope)."""
+LimitKey = tuple[str, str, str, Optional[int]]
+"""A limit as the dashboard names it: (rate, algorithm, scope, burst or None)."""
 
 
 class DecisionRecorder:
@@ -104,7 +104,6 @@ class DecisionRecorder:
         self.totals = [0] * OUTCOME_COUNT
         """Every decision since the start, by outcome (added up when a second closes)."""
         self._limits: dict[Plan, dict[object, list[int]]] = {}
-        self._limit_names: dict[int, LimitKey] = {}
         self._limit_rows = 0
         self._other_scopes: dict[Plan, list[int]] = {}
         self.hitters = HeavyHitters(self._top_capacity)
@@ -247,15 +246,15 @@ class DecisionRecorder:
         return [total + now for total, now in zip(self.totals, current)]
 
     def limit_rows(self) -> list[tuple[LimitKey, list[int]]]:
-        """((rate, algorithm, scope), counts by outcome) of every limit seen."""
+        """((rate, algorithm, scope, burst), counts by outcome) of every limit seen."""
         found: list[tuple[LimitKey, list[int]]] = []
         for plan, rows in list(self._limits.items()):
-            rate, algorithm = plan.policy.text, plan.algorithm.name
+            rate, algorithm, burst = plan.policy.text, plan.algorithm.name, plan.policy.burst
             for scope, counts in list(rows.items()):
-                found.append(((rate, algorithm, str(scope)), list(counts)))
+                found.append(((rate, algorithm, str(scope), burst), list(counts)))
             other = self._other_scopes.get(plan)
             if other is not None:
-                found.append(((rate, algorithm, OTHER_SCOPES), list(other)))
+                found.append(((rate, algorithm, OTHER_SCOPES, burst), list(other)))
         return found
 
     def top_denied(self) -> dict[Union[str, bytes], int]:

@@ -124,8 +124,8 @@ def read_snapshot(fields: Mapping[str, str]) -> Optional[ProcessView]:
             meta=meta,
             totals=_counts(json.loads(fields["totals"])),
             limits=[
-                ((str(rate), str(algorithm), str(scope)), _counts(counts))
-                for rate, algorithm, scope, counts in json.loads(fields["limits"])
+                ((str(rate), str(algorithm), str(scope), _burst(burst)), _counts(counts))
+                for rate, algorithm, scope, burst, counts in json.loads(fields["limits"])
             ],
             top=[(str(item), int(count)) for item, count in top["items"]],
             top_error_bound=int(top["error_bound"]),
@@ -137,6 +137,10 @@ def read_snapshot(fields: Mapping[str, str]) -> Optional[ProcessView]:
         )
     except (KeyError, ValueError, TypeError, AttributeError):
         return None
+
+
+def _burst(value: Any) -> Optional[int]:
+    return None if value is None else int(value)
 
 
 def _counts(values: Any) -> list[int]:

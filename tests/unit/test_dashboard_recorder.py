@@ -7,7 +7,7 @@ import random
 from collections import Counter
 
 import pytest
-from redis_servers import RedisServer
+from redis_servers import free_port
 
 from moderato import RateLimiter
 from moderato.dashboard.recorder import OTHER_SCOPES, OUTCOMES, DecisionRecorder
@@ -57,9 +57,9 @@ async def test_every_outcome_is_counted_per_second_per_limit_and_per_identity() 
     assert recorder.all_totals() == counts(allowed=6, denied=2, permanent=1, shadow_denied=2)
     rows = dict(recorder.limit_rows())
     assert rows == {
-        ("3/minute", "fixed_window", "a"): counts(allowed=3, denied=2, permanent=1),
-        ("2/minute", "fixed_window", "b"): counts(allowed=2, shadow_denied=2),
-        ("2/minute", "token_bucket", "b"): counts(allowed=1),
+        ("3/minute", "fixed_window", "a", None): counts(allowed=3, denied=2, permanent=1),
+        ("2/minute", "fixed_window", "b", None): counts(allowed=2, shadow_denied=2),
+        ("2/minute", "token_bucket", "b", None): counts(allowed=1),
     }
     # Denials only; a shadow denial lets the request through and is not a limited identity.
     assert recorder.top_denied() == {"alice": 2, "bob": 1}
@@ -75,9 +75,7 @@ async def test_no_recorder_means_nothing_is_called() -> None:
 
 
 async def test_bypasses_and_errors_are_counted_with_their_last_messages() -> None:
-    server = RedisServer().start()
-    url = server.url.replace("redis://", "redis://:hunter2@")
-    server.close()  # nothing answers there now
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}"  # nothing answers there
     clock = Clock()
     open_limiter = RateLimiter(url, fail_open=True, breaker_failures=1000, connect_timeout_s=0.2)
     closed_limiter = RateLimiter(url, breaker_failures=1000, connect_timeout_s=0.2)
@@ -110,7 +108,7 @@ async def test_the_tables_stay_bounded_whatever_the_traffic() -> None:
         clock.now_s += 7.0
     rows = dict(recorder.limit_rows())
     assert len(rows) == 5  # four scopes, then the overflow row
-    assert rows[("1/minute", "fixed_window", OTHER_SCOPES)] == counts(allowed=30, denied=30)
+    assert rows[("1/minute", "fixed_window", OTHER_SCOPES, None)] == counts(allowed=30, denied=30)
     assert sum(sum(row) for row in rows.values()) == 100
     assert len(recorder.top_denied()) <= 16  # two epochs of eight counters
     assert len(recorder._ring) == 60 * len(OUTCOMES)

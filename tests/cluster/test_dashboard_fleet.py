@@ -71,7 +71,7 @@ async def two_processes_decide_and_publish(url: Any, prefix: str) -> None:
     totals = [sum(column) for column in zip(*reading.series.values())]
     assert totals == [8, 3, 0, 0, 0, 0]  # allowed, denied: every decision of both
     merged = merge(reading.processes)
-    assert merged.limits == {("5/minute", "fixed_window", "api"): [8, 3, 0, 0, 0, 0]}
+    assert merged.limits == {("5/minute", "fixed_window", "api", None): [8, 3, 0, 0, 0, 0]}
     assert merged.top[0] == ("flood", 3)
     assert sum(merged.latency.values()) == 11
     for limiter in (first, second):

@@ -355,6 +355,11 @@ async def test_every_declared_limit_is_listed_where_it_applies(serve: Serve) -> 
     async def export() -> dict[str, bool]:
         return {"export": True}
 
+    @app.get("/burst")
+    @limiter.limit("1/hour", burst=3, algorithm="token_bucket")
+    async def burst() -> dict[str, bool]:
+        return {"burst": True}
+
     messages = limiter.message_limit("3/second")
 
     @app.websocket("/chat")
@@ -381,6 +386,7 @@ async def test_every_declared_limit_is_listed_where_it_applies(serve: Serve) -> 
         assert (await client.get("/v1/items/2")).status_code == 200
         assert (await client.get("/export")).status_code == 200
         assert (await client.get("/child/ping")).status_code == 200
+        assert [(await client.get("/burst")).status_code for _ in range(4)] == [200] * 3 + [429]
         async with websockets.connect(base.replace("http", "ws") + "/chat") as socket:
             replies = []
             for _ in range(4):
@@ -389,14 +395,20 @@ async def test_every_declared_limit_is_listed_where_it_applies(serve: Serve) -> 
         assert replies == ["ok", "ok", "ok", "slow down"]
         await limiter.check_with_info("manual", "9/hour", scope="reports")
         summary = (await client.get("/ratelimits/api/summary")).json()
+        usage = (await client.get("/ratelimits/api/usage", params={"identity": "127.0.0.1"})).json()
     rows = {(row["kind"], row["rate"]): row for row in summary["limits"]}
+    bursting = rows["@limiter.limit", "1/hour"]
+    assert (bursting["burst"], bursting["decisions"], bursting["counts"]["denied"]) == (3, 4, 1)
+    read = {row["scope"]: row for row in usage["limits"]}
+    assert (read["GET:/burst"]["burst"], read["GET:/burst"]["current"]) == (3, 3)
+    assert read["GET:/burst"]["limit"] == 3  # the bucket holds the burst
     app_wide = [row for row in summary["limits"] if row["kind"] == "RateLimitMiddleware"]
     assert sorted((row["scope"], tuple(row["where"]), row["cost"]) for row in app_wide) == [
         ("app", ("every request",), "1"),
         ("app", ("requests to /export",), "5 on /export"),
         ("child", ("every request",), "1"),
     ]
-    assert sum(row["decisions"] for row in app_wide if row["scope"] == "app") == 5
+    assert sum(row["decisions"] for row in app_wide if row["scope"] == "app") == 9
     assert [row["decisions"] for row in app_wide if row["scope"] == "child"] == [1]
     decorated = rows["@limiter.limit", "5/minute"]
     assert (decorated["where"], decorated["algorithm"], decorated["tenant"]) == (

@@ -4,8 +4,8 @@ Three processes serve the same app (tests/dashboard_worker.py: three limits, eac
 request meeting one) on their own ports, as three replicas would. The test sends
 them traffic concurrently, a flood from one identity among it, counts every answer
 (200 allowed, 429 denied, 422 permanent denial), then opens the dashboard of the
-first process in headless Chromium (driven as tests/test_demo_browser.py drives the
-demo page) and reads from the page itself: the outcome totals, the process count,
+first process in headless Chromium (driven as tests/browser/test_demo_browser.py drives
+the demo page) and reads from the page itself: the outcome totals, the process count,
 the limits' decisions and the most-limited identity. Then it resets that identity
 with the page's own buttons and checks it is let through again. Screenshots are left
 in test-artifacts/ and checked: not blank, the chart drawn.

@@ -83,6 +83,9 @@ class RateLimiter(LimiterCore):
     pays and what it changes. The default, 0, keeps it off.
     """
 
+    _start_check: Callable[..., Union[Awaitable[Any], CheckResult]]
+    """The remote backend's ``start_check``, bound once (every check calls it)."""
+
     _other_limiters_options = (
         (
             "max_connections",
@@ -160,11 +163,12 @@ class RateLimiter(LimiterCore):
         # An in-process backend decides without waiting: checks call it directly;
         # a remote one hands over its client's future, awaited here.
         self._check_now: Optional[Callable[..., CheckResult]] = None
-        self._remote: Optional[AsyncBackend] = None
+        # Used only when the backend is not synchronous (typed once here, not per check).
+        self._remote = cast(AsyncBackend, self._backend)
         if self._backend.synchronous:
             self._check_now = cast(SynchronousBackend, self._backend).check_now
         else:
-            self._remote = cast(AsyncBackend, self._backend)
+            self._start_check = self._remote.start_check
         self.recorder: Optional[CheckRecorder] = None
         """Told every check's outcome when set (recording.py; the operator's dashboard
         attaches one); None, the default, keeps the check path free of it."""
@@ -479,20 +483,19 @@ class RateLimiter(LimiterCore):
             if check_now is not None:
                 result = check_now(plan, keys, charged_scaled, apply)
             else:
-                remote = cast(AsyncBackend, self._remote)
-                pending = remote.start_check(plan, keys, charged_scaled, apply)
+                pending = self._start_check(plan, keys, charged_scaled, apply)
                 if type(pending) is CheckResult:
                     # Answered without asking (a denial the backend remembers): no
                     # backend call was made, so the breaker and its metrics saw none.
                     return pending
                 try:
                     reply = await pending  # type: ignore[misc]  # not a CheckResult: awaitable
-                except Exception as error:  # the client's own errors, translated here
-                    refusal = remote.check_failed(plan, error)
+                except BaseException as error:  # the client's own errors, translated here
+                    refusal = self._remote.check_failed(plan, pending, error)
                     if refusal is error:
                         raise
                     raise refusal from None
-                result = remote.finish_check(plan, reply)
+                result = self._remote.finish_check(plan, pending, reply)
         except BaseException as error:
             self._failed(operation, error, breaker)
             raise

@@ -283,12 +283,15 @@ class AsyncBackend(Backend, Protocol):
         """
         ...
 
-    def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
-        """The decoded decision of ``start_check``'s reply."""
+    def finish_check(self, plan: Plan, sent: object, reply: Any) -> CheckResult:
+        """The decoded decision of ``start_check``'s reply (``sent``: what start_check
+        returned, awaited for ``reply``)."""
         ...
 
-    def check_failed(self, plan: Plan, error: Exception) -> BaseException:
-        """What the error ``start_check``'s result raised means (moderato's errors only)."""
+    def check_failed(self, plan: Plan, sent: object, error: BaseException) -> BaseException:
+        """What the error awaiting ``sent`` (start_check's result) raised means: moderato's
+        errors, or ``error`` itself when it is none of the client's (a cancellation...).
+        Called for every such error, so a backend may forget ``sent`` here."""
         ...
 
 

@@ -60,7 +60,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Generator, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Optional, Union
 
 from .. import _accel
@@ -77,7 +77,7 @@ from ..results import CheckResult
 from .announce import channel_for
 from .base import Backend, BackendResult, Part
 from .redis import RedisBackend
-from .replies import ALLOWED, DECIDING, POLICY_FIELDS, RETRY, DecisionReply, policy_at
+from .replies import ALLOWED, DECIDING, POLICY_FIELDS, RETRY, DecisionReply, decoded, policy_at
 
 logger = logging.getLogger("moderato")
 
@@ -101,6 +101,9 @@ _REFUSED_RETRY_S = 60.0
 """After Redis refused the subscription (ACL), this long."""
 
 CacheKey = tuple[object, bytes]
+
+_FIRST_RETRY = policy_at(0) + RETRY
+"""Where the first policy's retry_ms sits in a reply (replies.py), worked out once."""
 
 
 class _Entry:
@@ -176,7 +179,13 @@ class DenialCache:
         entry = entries.get(key)
         if entry is None or entry.cost_scaled != cost_scaled:
             return None
-        if not self._trusted():
+        # _trusted(), inline: this runs for every denial answered here.
+        loop = self._loop
+        try:
+            trusted = loop is not None and asyncio.get_running_loop() is loop
+        except RuntimeError:
+            trusted = False
+        if not trusted:
             self.invalidate()
             return None
         now_s = self.clock()
@@ -185,7 +194,7 @@ class DenialCache:
             return None
         elapsed_ms = int((now_s - entry.issued_s) * 1000)
         reply = entry.reply.copy()
-        for at in range(policy_at(0) + RETRY, len(reply), POLICY_FIELDS):
+        for at in range(_FIRST_RETRY, len(reply), POLICY_FIELDS):
             retry_ms = reply[at]
             if retry_ms > 0:
                 reply[at] = max(retry_ms - elapsed_ms, 0)
@@ -209,7 +218,7 @@ class DenialCache:
             if self._entries:
                 self._entries.pop((plan, first_key), None)
             return
-        retry_ms = reply[policy_at(reply[DECIDING]) + RETRY]
+        retry_ms = reply[_FIRST_RETRY + POLICY_FIELDS * reply[DECIDING]]
         if retry_ms <= 0:  # a permanent denial (-1): nothing to wait for
             return
         if self._loop is None:
@@ -314,34 +323,9 @@ class DenialCache:
             subscriber.close()
 
 
-class _Sent:
-    """A check sent to Redis whose denial may be remembered: the client's future, and
-    what remembering it needs (the instant it was issued, the cache's generation then).
-
-    Awaiting it awaits the future and gives back this record, reply filled in, for
-    ``finish_check``.
-    """
-
-    __slots__ = ("cost_scaled", "first_key", "future", "generation", "issued_s", "reply")
-
-    def __init__(
-        self,
-        future: Awaitable[Any],
-        first_key: bytes,
-        cost_scaled: int,
-        issued_s: float,
-        generation: int,
-    ) -> None:
-        self.future = future
-        self.first_key = first_key
-        self.cost_scaled = cost_scaled
-        self.issued_s = issued_s
-        self.generation = generation
-        self.reply: Any = None
-
-    def __await__(self) -> Generator[Any, None, _Sent]:
-        self.reply = yield from self.future.__await__()
-        return self
+Ticket = tuple[bytes, int, float, int]
+"""What remembering a sent check's denial needs: its first key and cost, the instant it
+was issued and the cache's generation then."""
 
 
 class DenialCachingBackend:
@@ -371,6 +355,10 @@ class DenialCachingBackend:
         self.cache = cache
         self._breaker = breaker
         self._local_denials = metrics.local_denials if metrics is not None else None
+        # The checks sent and not yet finished, by the client's future: finish_check or
+        # check_failed takes each one out (a dict, not an object around the future:
+        # awaiting the future itself costs the check nothing more).
+        self._in_flight: dict[object, Ticket] = {}
         # The wrapped backend's own, unchanged (bound here: decision_keys is on every check).
         self.decision_keys = backend.decision_keys
         self.direct_reply = backend.direct_reply
@@ -400,20 +388,20 @@ class DenialCachingBackend:
         issued_s = cache.clock()
         generation = cache.generation
         sent = self.backend.start_check(plan, keys, cost_scaled, apply)
-        return _Sent(sent, keys[0], cost_scaled, issued_s, generation)
+        self._in_flight[sent] = (keys[0], cost_scaled, issued_s, generation)
+        return sent
 
-    def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
-        if type(reply) is not _Sent:
-            return self.backend.finish_check(plan, reply)
-        result = self.backend.finish_check(plan, reply.reply)
-        # The reply decoded cleanly: it may be remembered.
-        self.cache.record(
-            plan, reply.first_key, reply.cost_scaled, reply.issued_s, reply.generation, reply.reply
-        )
+    def finish_check(self, plan: Plan, sent: object, reply: Any) -> CheckResult:
+        ticket = self._in_flight.pop(sent, None)
+        result = decoded(plan, reply)
+        if ticket is not None:  # the reply decoded cleanly: it may be remembered
+            first_key, cost_scaled, issued_s, generation = ticket
+            self.cache.record(plan, first_key, cost_scaled, issued_s, generation, reply)
         return result
 
-    def check_failed(self, plan: Plan, error: Exception) -> BaseException:
-        return self.backend.check_failed(plan, error)
+    def check_failed(self, plan: Plan, sent: object, error: BaseException) -> BaseException:
+        self._in_flight.pop(sent, None)
+        return self.backend.check_failed(plan, sent, error)
 
     # -- everything else: the wrapped backend's ------------------------------------------
 

@@ -62,10 +62,10 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
         # The client's future itself, no coroutine around it: this is every check's path.
         return self.client.evalsha(load_script(plan.script_name), keys, args)
 
-    def finish_check(self, plan: Plan, reply: Any) -> CheckResult:
+    def finish_check(self, plan: Plan, sent: object, reply: Any) -> CheckResult:
         return decoded(plan, reply)
 
-    def check_failed(self, plan: Plan, error: Exception) -> BaseException:
+    def check_failed(self, plan: Plan, sent: object, error: BaseException) -> BaseException:
         return translated(error, plan.algorithm.name)
 
     async def connect(self) -> None:

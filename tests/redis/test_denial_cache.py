@@ -22,7 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis_servers import RedisServer
 
-from moderato import RateLimitConfigError, RateLimiter
+from moderato import BackendError, RateLimitConfigError, RateLimiter
 from moderato.algorithms import ALGORITHMS
 from moderato.backends.denial_cache import DenialCache, DenialCachingBackend
 from moderato.results import CheckResult
@@ -410,6 +410,32 @@ async def test_the_cache_is_bounded(redis_url: str) -> None:
         # The newest three are remembered, the oldest forgotten first.
         keys = [key[1] for key in cache_of(limiter)._entries]
         assert [key.split(b"{")[1].split(b"}")[0][-2:] for key in keys] == [b"b3", b"b4", b"b5"]
+
+
+async def test_no_sent_check_stays_in_flight_however_it_ends(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    """Admitted, denied, refused by Redis, cancelled: the wrapper forgets every check it sent."""
+    async with RateLimiter(redis_url, key_prefix="fl", **CACHED) as limiter:
+        backend = limiter.backend
+        assert isinstance(backend, DenialCachingBackend)
+        results = [await limiter.check_with_info("f1", "2/hour") for _ in range(3)]
+        assert [result.allowed for result in results] == [True, True, False]
+        assert backend._in_flight == {}
+        # A key of the wrong type: Redis answers with an error reply.
+        (key,) = backend.decision_keys(limiter.plan_for("2/hour"), "f2", None, "global")
+        redis_server.command("SADD", key.decode() + ":" + str(int(time.time()) // 3600), "x")
+        redis_server.command("SADD", key.decode() + ":" + str(int(time.time()) // 3600 + 1), "x")
+        with pytest.raises(BackendError, match="WRONGTYPE"):
+            await limiter.check_with_info("f2", "2/hour")
+        assert backend._in_flight == {}
+        task = asyncio.ensure_future(limiter.check_with_info("f3", "2/hour"))
+        await asyncio.sleep(0)  # sent, and waiting for its reply
+        assert len(backend._in_flight) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert backend._in_flight == {}
 
 
 async def test_only_a_single_server_limiter_that_asks_for_one_has_a_cache(redis_url: str) -> None:

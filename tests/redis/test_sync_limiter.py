@@ -357,8 +357,13 @@ def test_a_users_own_redis_py_client(redis_server: RedisServer, redis_url: str) 
     assert limiter.reset("u") == 1
     limiter.close()
     assert own.ping()  # still the user's, still open
+
+    async def asyncio_client() -> redis.asyncio.Redis:
+        # Python 3.9's asyncio locks need a running loop when redis.asyncio creates them.
+        return redis.asyncio.Redis(port=redis_server.port)
+
     with pytest.raises(RateLimitConfigError, match="the blocking RateLimiter takes"):
-        RateLimiter(redis.asyncio.Redis(port=redis_server.port))
+        RateLimiter(asyncio.run(asyncio_client()))
 
 
 def test_the_exceptions_survive_pickling_whole(memory: RateLimiter) -> None:

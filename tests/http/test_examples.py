@@ -490,16 +490,23 @@ async def test_algorithms_demo_table_chart_and_numbers(
 ) -> None:
     demo = load_example("algorithms_demo", backend_url)
     chart, numbers = tmp_path / "chart.png", tmp_path / "numbers.json"
-    started = time.monotonic()
-    code = await asyncio.to_thread(
-        demo.main, ["--url", backend_url, "--chart", str(chart), "--json", str(numbers)]
-    )
-    elapsed_s = time.monotonic() - started
-    assert code == 0
-    # A bound against a hang, not a speed test: the demo paces real traffic for
-    # about 8 s, and a loaded machine stretches its chart drawing.
-    assert elapsed_s < 30, f"the demo took {elapsed_s:.1f} s"
-    report = json.loads(numbers.read_text())
+    # On Redis the schedule runs in real time: a run whose batches a busy machine
+    # decided late says so, and is run again (each run has its own keys) rather
+    # than judged on a pattern it did not send.
+    for _attempt in range(3):
+        started = time.monotonic()
+        code = await asyncio.to_thread(
+            demo.main, ["--url", backend_url, "--chart", str(chart), "--json", str(numbers)]
+        )
+        elapsed_s = time.monotonic() - started
+        assert code == 0
+        # A bound against a hang, not a speed test: the demo paces real traffic for
+        # about 8 s, and a loaded machine stretches its chart drawing.
+        assert elapsed_s < 30, f"the demo took {elapsed_s:.1f} s"
+        report = json.loads(numbers.read_text())
+        if report["latest_finish_s"] < demo.LATE_WARNING_S:
+            break
+        capsys.readouterr()  # the late run's table is not the one checked below
     assert report["latest_finish_s"] < demo.LATE_WARNING_S, (
         f"a batch was decided {report['latest_finish_s']} s after its slot: machine too busy "
         "for the boundary pattern to be exact"

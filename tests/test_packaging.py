@@ -133,6 +133,7 @@ def test_sdist_carries_everything_the_build_needs_and_nothing_else(built: Built)
         "moderato/dashboard/page.html",
     ) | {
         "README.md",
+        "CHANGELOG.md",
         "LICENSE",
         "pyproject.toml",
         "setup.py",

@@ -12,13 +12,16 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Union
 
 import pytest
 import pytest_asyncio
+import redis
 import redis.asyncio
 import redis.asyncio.cluster
-from cluster import RedisCluster, identities_per_shard
+import redis.cluster
+from cluster import RedisCluster, call, identities_per_shard, script_calls
 from differential_calls import Scenario, run_scenario, scenarios
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,6 +34,7 @@ from moderato.backends.redis import RedisBackend
 from moderato.backends.redis_py import RedisPyClient
 from moderato.errors import BackendError, RateLimitConfigError, RedisReplyError
 from moderato.scripts import load_script
+from moderato.sync import RateLimiter as SyncRateLimiter
 
 DIFFERENTIAL = settings(
     max_examples=25,
@@ -220,3 +224,184 @@ async def test_redis_py_cluster_client_admits_exactly_the_limit(cluster: RedisCl
         assert (await limiter.get_usage(identities[0], "50/hour"))["remaining"] == 50
     finally:
         await client.aclose()
+
+
+# -- NOSCRIPT recovery: one recovery, then EVALSHA again ------------------------------------
+#
+# Between bursts the scripts are flushed (as a restart or a failover to a fresh
+# replica would). INFO commandstats, reset before each burst, counts what the
+# server ran: the first check of a burst meets NOSCRIPT (a failed EVALSHA) and
+# recovers once (EVAL for the asyncio adapter, SCRIPT LOAD then EVALSHA for the
+# blocking one); every later check of the burst is a plain EVALSHA.
+
+BURSTS = 3
+CHECKS_PER_BURST = 20
+CONCURRENT_CHECKS = 64
+ScriptCalls = dict[str, tuple[int, int]]
+
+
+def _flush_scripts(ports: Sequence[int]) -> None:
+    for port in ports:
+        call(port, "SCRIPT", "FLUSH")
+        call(port, "CONFIG", "RESETSTAT")
+
+
+def _expected_remaining(burst: int, limit: int) -> list[int]:
+    first = limit - 1 - burst * CHECKS_PER_BURST
+    return list(range(first, first - CHECKS_PER_BURST, -1))
+
+
+async def test_asyncio_client_recovers_from_noscript_once_then_sends_evalsha(
+    own_redis_server: RedisServer,
+) -> None:
+    port = own_redis_server.port
+    pool = redis.asyncio.BlockingConnectionPool(port=port, max_connections=16, timeout=5)
+    client = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        limiter = RateLimiter(client, key_prefix="byo")
+        for burst in range(BURSTS):
+            _flush_scripts([port])
+            results = [
+                await limiter.check_with_info("seq", "100/hour") for _ in range(CHECKS_PER_BURST)
+            ]
+            assert [r.remaining for r in results] == _expected_remaining(burst, 100)
+            # (calls, failed calls): one NOSCRIPT, one EVAL (which caches the script), and
+            # the other 19 checks EVALSHA.
+            assert script_calls(port) == {
+                "evalsha": (CHECKS_PER_BURST, 1),
+                "eval": (1, 0),
+                "script|load": (0, 0),
+            }
+        # Concurrent checks after a flush: each one already sent meets NOSCRIPT and
+        # recovers by itself; the decisions stay exact, and the next checks are EVALSHA.
+        _flush_scripts([port])
+        results = await asyncio.gather(
+            *(limiter.check_with_info("many", "40/hour") for _ in range(CONCURRENT_CHECKS))
+        )
+        assert sorted(r.remaining for r in results if r.allowed) == list(range(40))
+        assert sum(not r.allowed for r in results) == CONCURRENT_CHECKS - 40
+        stats = script_calls(port)
+        # One EVAL per check that met NOSCRIPT: a check may take a connection another
+        # one freed and send its EVALSHA before any EVAL has loaded the script.
+        noscript = stats["evalsha"][1]
+        assert 1 <= noscript <= CONCURRENT_CHECKS
+        assert stats == {
+            "evalsha": (CONCURRENT_CHECKS, noscript),
+            "eval": (noscript, 0),
+            "script|load": (0, 0),
+        }
+        call(port, "CONFIG", "RESETSTAT")
+        for _ in range(CHECKS_PER_BURST):
+            assert not (await limiter.check_with_info("many", "40/hour")).allowed
+        assert script_calls(port) == {
+            "evalsha": (CHECKS_PER_BURST, 0),
+            "eval": (0, 0),
+            "script|load": (0, 0),
+        }
+    finally:
+        await client.aclose()
+
+
+def test_blocking_client_recovers_from_noscript_once_then_sends_evalsha(
+    own_redis_server: RedisServer,
+) -> None:
+    port = own_redis_server.port
+    pool = redis.BlockingConnectionPool(port=port, max_connections=16, timeout=5)
+    client = redis.Redis(connection_pool=pool)
+    try:
+        limiter = SyncRateLimiter(client, key_prefix="byo")
+        for burst in range(BURSTS):
+            _flush_scripts([port])
+            results = [limiter.check_with_info("seq", "100/hour") for _ in range(CHECKS_PER_BURST)]
+            assert [r.remaining for r in results] == _expected_remaining(burst, 100)
+            # One NOSCRIPT, one SCRIPT LOAD, the first check's EVALSHA again, then 19 more.
+            assert script_calls(port) == {
+                "evalsha": (CHECKS_PER_BURST + 1, 1),
+                "eval": (0, 0),
+                "script|load": (1, 0),
+            }
+        _flush_scripts([port])
+        with ThreadPoolExecutor(16) as threads:
+            results = list(
+                threads.map(
+                    lambda _: limiter.check_with_info("many", "40/hour"), range(CONCURRENT_CHECKS)
+                )
+            )
+        assert sorted(r.remaining for r in results if r.allowed) == list(range(40))
+        stats = script_calls(port)
+        loads = stats["script|load"][0]
+        assert 1 <= loads == stats["evalsha"][1] <= 16  # one per thread that met NOSCRIPT
+        assert stats == {
+            "evalsha": (CONCURRENT_CHECKS + loads, loads),
+            "eval": (0, 0),
+            "script|load": (loads, 0),
+        }
+        call(port, "CONFIG", "RESETSTAT")
+        for _ in range(CHECKS_PER_BURST):
+            assert not limiter.check_with_info("many", "40/hour").allowed
+        assert script_calls(port) == {
+            "evalsha": (CHECKS_PER_BURST, 0),
+            "eval": (0, 0),
+            "script|load": (0, 0),
+        }
+    finally:
+        client.close()
+
+
+def _per_shard_bursts(cluster: RedisCluster, check: Callable[[str], int]) -> list[ScriptCalls]:
+    """Bursts on one identity per shard, the scripts flushed on every primary between
+    them, every decision exact: each burst's script calls per primary, in the order
+    the identities were checked."""
+    shards = cluster.shards()
+    identities = {port: ids[0] for port, ids in identities_per_shard(shards, 1).items()}
+    assert len(identities) == 3
+    seen: list[ScriptCalls] = []
+    for burst in range(BURSTS):
+        _flush_scripts(list(identities))
+        for identity in identities.values():
+            remaining = [check(identity) for _ in range(CHECKS_PER_BURST)]
+            assert remaining == _expected_remaining(burst, 100), (identity, burst)
+        seen.append([script_calls(port) for port in identities])
+    return seen
+
+
+async def test_asyncio_cluster_client_recovers_from_noscript_once_per_node(
+    cluster: RedisCluster,
+) -> None:
+    client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.shards()[0].primary)
+    try:
+        limiter = RateLimiter(client, key_prefix="byo-noscript")
+        await limiter.connect()
+        loop = asyncio.get_running_loop()
+
+        def check(identity: str) -> int:
+            # _per_shard_bursts is blocking code: it runs in a thread, each check on the loop.
+            future = asyncio.run_coroutine_threadsafe(
+                limiter.check_with_info(identity, "100/hour"), loop
+            )
+            return future.result(timeout=10).remaining
+
+        seen = await loop.run_in_executor(None, _per_shard_bursts, cluster, check)
+        # Every primary met NOSCRIPT once per burst and was sent the EVAL that loads it.
+        recovered = {"evalsha": (CHECKS_PER_BURST, 1), "eval": (1, 0), "script|load": (0, 0)}
+        assert seen == [[recovered] * 3] * BURSTS
+    finally:
+        await client.aclose()
+
+
+def test_blocking_cluster_client_recovers_from_noscript_once_per_node(
+    cluster: RedisCluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.shards()[0].primary)
+    try:
+        limiter = SyncRateLimiter(client, key_prefix="byo-noscript-sync")
+        seen = _per_shard_bursts(
+            cluster, lambda identity: limiter.check_with_info(identity, "100/hour").remaining
+        )
+        # redis-py's blocking cluster client sends SCRIPT LOAD to every primary: after the
+        # first primary's NOSCRIPT in a burst, the others already hold the script.
+        first = {"evalsha": (CHECKS_PER_BURST + 1, 1), "eval": (0, 0), "script|load": (1, 0)}
+        others = {"evalsha": (CHECKS_PER_BURST, 0), "eval": (0, 0), "script|load": (1, 0)}
+        assert seen == [[first, others, others]] * BURSTS
+    finally:
+        client.close()

@@ -128,13 +128,14 @@ def direct_arguments(
     return (cost, 1 if apply else 0, *layout)
 
 
-class DirectDecisions:
-    """``decide`` for direct callers, over a backend's raw ``direct_reply``."""
+class DirectDecisions(Protocol):
+    """``decide`` for direct callers, over a backend's raw ``direct_reply``: every
+    backend's (a subclass inherits it), and so part of the Backend protocol."""
 
-    async def direct_reply(
+    def direct_reply(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> object:
-        """The decision's raw reply; moderato's errors only."""
+    ) -> Awaitable[object]:
+        """The raw reply of one decision in the scripts' own layout; moderato's errors only."""
         raise NotImplementedError
 
     async def decide(
@@ -194,7 +195,24 @@ class KeySpaceBound:
         )
 
 
-class Backend(Protocol):
+NodeOf = Callable[[bytes], Optional[str]]
+"""On a cluster, the node owning a key."""
+
+
+def cluster_routes(
+    client: Any, cluster: bool
+) -> tuple[Optional[NodeOf], Optional[Callable[[], None]]]:
+    """A Redis backend's ``node_of`` and ``reload_routes``: None for one server.
+
+    On a cluster the limiter keeps a circuit breaker per node (``node_of``), so
+    one failing primary does not stop the others; while a node's breaker is
+    open no check reaches it, so the slot map is reloaded meanwhile
+    (``reload_routes``) and a replica promoted in its place is used at once.
+    """
+    return (client.node_for_key, client.reload_map_soon) if cluster else (None, None)
+
+
+class Backend(DirectDecisions, Protocol):
     synchronous: bool
     """True for SynchronousBackend (answers at once), False for AsyncBackend."""
 
@@ -214,26 +232,6 @@ class Backend(Protocol):
     async def connect(self) -> None: ...
 
     async def close(self) -> None: ...
-
-    async def decide(
-        self,
-        key: Union[bytes, str],
-        *,
-        capacity_scaled: int,
-        window_s: int,
-        cost_scaled: int = SCALE,
-        algorithm: str = "fixed_window",
-        refill_scaled_per_s: Optional[float] = None,
-        apply: bool = True,
-    ) -> BackendResult:
-        """One direct decision on a caller's key (DirectDecisions.decide)."""
-        ...
-
-    async def direct_reply(
-        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
-    ) -> object:
-        """The raw reply of one decision in the scripts' own layout; moderato's errors only."""
-        ...
 
     def decide_together(self, parts: Sequence[Part]) -> Awaitable[list[DecisionReply]]:
         """Several raw decisions as one: every part is charged, or none is.

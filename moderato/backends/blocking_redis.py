@@ -9,7 +9,7 @@ a cluster, the primary Sentinel names, or a user's own redis-py client.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
@@ -18,7 +18,7 @@ from ..redis.errors import RedisClientError
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
 from .announce import announcement_failed, reset_announcement
-from .base import KeySpaceBound, Part
+from .base import KeySpaceBound, Part, cluster_routes
 from .composite import composite_call
 from .redis_py_blocking import BlockingRedisPyClient
 from .replies import DecisionReply, decoded, split_replies, translated
@@ -35,16 +35,7 @@ class BlockingRedisBackend(KeySpaceBound):
 
     def __init__(self, client: BlockingClient) -> None:
         self.client = client
-        # On a cluster, the node owning a key: the limiter keeps a circuit
-        # breaker per node, so one failing primary does not stop the others.
-        self.node_of: Optional[Callable[[bytes], Optional[str]]] = (
-            client.node_for_key if isinstance(client, ClusterClient) else None
-        )
-        # While a node's breaker is open no check reaches it: reload the slot
-        # map meanwhile, so a replica promoted in its place is used at once.
-        self.reload_routes: Optional[Callable[[], None]] = (
-            client.reload_map_soon if isinstance(client, ClusterClient) else None
-        )
+        self.node_of, self.reload_routes = cluster_routes(client, isinstance(client, ClusterClient))
 
     def check_now(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool

@@ -64,18 +64,18 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, Optional, Union
 
 from .. import _accel
+from ..algorithms import Algorithm, ScriptArg
 from ..breaker import CLOSED, CircuitBreaker
 from ..errors import RateLimitConfigError
 from ..keys import KeySpace
 from ..metrics import Metrics
 from ..plans import Plan
-from ..policy import SCALE
 from ..redis import RedisClient
 from ..redis.forks import abandon_in_children
 from ..redis.subscriber import Subscriber
 from ..results import CheckResult
 from .announce import channel_for
-from .base import Backend, BackendResult, Part
+from .base import Backend, DirectDecisions, Part
 from .redis import RedisBackend
 from .replies import ALLOWED, DECIDING, POLICY_FIELDS, RETRY, DecisionReply, decoded, policy_at
 
@@ -328,7 +328,7 @@ Ticket = tuple[bytes, int, float, int]
 was issued and the cache's generation then."""
 
 
-class DenialCachingBackend:
+class DenialCachingBackend(DirectDecisions):
     """A single server's RedisBackend whose denials are remembered (see the module doc).
 
     Everything but a check's start and finish is the wrapped backend's; the
@@ -361,7 +361,6 @@ class DenialCachingBackend:
         self._in_flight: dict[object, Ticket] = {}
         # The wrapped backend's own, unchanged (bound here: decision_keys is on every check).
         self.decision_keys = backend.decision_keys
-        self.direct_reply = backend.direct_reply
         self.delete_matching = backend.delete_matching
 
     def bind(self, keyspace: KeySpace) -> None:
@@ -412,26 +411,10 @@ class DenialCachingBackend:
         self.cache.close()
         await self.backend.close()
 
-    async def decide(
-        self,
-        key: Union[bytes, str],
-        *,
-        capacity_scaled: int,
-        window_s: int,
-        cost_scaled: int = SCALE,
-        algorithm: str = "fixed_window",
-        refill_scaled_per_s: Optional[float] = None,
-        apply: bool = True,
-    ) -> BackendResult:
-        return await self.backend.decide(
-            key,
-            capacity_scaled=capacity_scaled,
-            window_s=window_s,
-            cost_scaled=cost_scaled,
-            algorithm=algorithm,
-            refill_scaled_per_s=refill_scaled_per_s,
-            apply=apply,
-        )
+    def direct_reply(
+        self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]
+    ) -> Awaitable[object]:
+        return self.backend.direct_reply(algorithm, keys, args)
 
     def decide_together(self, parts: Sequence[Part]) -> Awaitable[list[DecisionReply]]:
         return self.backend.decide_together(parts)

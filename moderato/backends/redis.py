@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
@@ -12,7 +12,7 @@ from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
 from .announce import announcement_failed, reset_announcement
-from .base import DirectDecisions, KeySpaceBound, Part
+from .base import DirectDecisions, KeySpaceBound, Part, cluster_routes
 from .composite import composite_call
 from .redis_py import RedisPyClient
 from .replies import DecisionReply, decoded, split_replies, translated
@@ -41,16 +41,7 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:
         self.client = client
-        # On a cluster, the node owning a key: the limiter keeps a circuit
-        # breaker per node, so one failing primary does not stop the others.
-        self.node_of: Optional[Callable[[bytes], Optional[str]]] = (
-            client.node_for_key if isinstance(client, ClusterClient) else None
-        )
-        # While a node's breaker is open no check reaches it: reload the slot
-        # map meanwhile, so a replica promoted in its place is used at once.
-        self.reload_routes: Optional[Callable[[], None]] = (
-            client.reload_map_soon if isinstance(client, ClusterClient) else None
-        )
+        self.node_of, self.reload_routes = cluster_routes(client, isinstance(client, ClusterClient))
 
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool

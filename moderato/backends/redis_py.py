@@ -58,13 +58,7 @@ class RedisPyClient:
         self.client = client
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._label = _label(client, self._cluster)
-        self._reply_errors: tuple[type[BaseException], ...] = (redis.exceptions.ResponseError,)
-        self._no_script: type[BaseException] = redis.exceptions.NoScriptError
-        self._failures: tuple[type[BaseException], ...] = (
-            redis.exceptions.RedisError,
-            OSError,
-            asyncio.TimeoutError,
-        )
+        self._errors = ErrorMap(self._label, asyncio.TimeoutError)
 
     def __repr__(self) -> str:
         return f"<RedisPyClient {self._label}>"
@@ -100,13 +94,8 @@ class RedisPyClient:
     async def _guard(self, call: Callable[[], Awaitable[Any]], no_script: bool = False) -> Any:
         try:
             return await call()
-        except self._reply_errors as error:
-            if no_script and isinstance(error, self._no_script):
-                raise _NoScript from None
-            raise RedisReplyError(_message(error)) from None
-        except self._failures as error:
-            reason = str(error) or type(error).__name__
-            raise RedisConnectionError(f"{self._label}: {reason}") from None
+        except self._errors.known as error:
+            raise self._errors.translated(error, no_script) from None
 
     @property
     def is_cluster(self) -> bool:
@@ -142,6 +131,33 @@ def scan_reply(reply: Any) -> list[Any]:
     if isinstance(cursor, dict):  # redis-py keys a cluster SCAN's cursor by node
         (cursor,) = cursor.values()
     return [cursor, found]
+
+
+class ErrorMap:
+    """redis-py's exceptions as moderato's, for the asyncio and the blocking adapter: an
+    error reply is a RedisReplyError (or _NoScript), a failure a RedisConnectionError."""
+
+    def __init__(self, label: str, *failures: type[BaseException]) -> None:
+        import redis.exceptions
+
+        self.label = label
+        self.reply_errors = (redis.exceptions.ResponseError,)
+        self.no_script = redis.exceptions.NoScriptError
+        self.known: tuple[type[BaseException], ...] = (
+            *self.reply_errors,
+            redis.exceptions.RedisError,
+            OSError,
+            *failures,
+        )
+        """What ``translated`` takes (the client's own failures: ``failures``)."""
+
+    def translated(self, error: BaseException, no_script: bool) -> Exception:
+        if isinstance(error, self.reply_errors):
+            if no_script and isinstance(error, self.no_script):
+                return _NoScript()
+            return RedisReplyError(_message(error))
+        reason = str(error) or type(error).__name__
+        return RedisConnectionError(f"{self.label}: {reason}")
 
 
 class _NoScript(Exception):

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from ..redis import Arg, ScriptLike
-from ..redis.errors import RedisConnectionError, RedisReplyError
-from .redis_py import _label, _message, _word, scan_node, scan_reply
+from ..redis.errors import RedisReplyError
+from .redis_py import ErrorMap, _label, _NoScript, _word, scan_node, scan_reply
 
 __all__ = ["BlockingRedisPyClient", "is_blocking_redis_py_client"]
 
@@ -45,14 +45,11 @@ class BlockingRedisPyClient:
                 f"expected a redis.Redis or redis.cluster.RedisCluster, got {type(client).__name__}"
             )
         import redis.cluster
-        import redis.exceptions
 
         self.client = client
         self.is_cluster = isinstance(client, redis.cluster.RedisCluster)
         self._label = _label(client, self.is_cluster)
-        self._reply_errors: tuple[type[BaseException], ...] = (redis.exceptions.ResponseError,)
-        self._no_script: type[BaseException] = redis.exceptions.NoScriptError
-        self._failures: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
+        self._errors = ErrorMap(self._label)
 
     def __repr__(self) -> str:
         return f"<BlockingRedisPyClient {self._label}>"
@@ -92,13 +89,8 @@ class BlockingRedisPyClient:
     def _guard(self, call: Callable[[], Any], no_script: bool = False) -> Any:
         try:
             return call()
-        except self._reply_errors as error:
-            if no_script and isinstance(error, self._no_script):
-                raise _NoScript from None
-            raise RedisReplyError(_message(error)) from None
-        except self._failures as error:
-            reason = str(error) or type(error).__name__
-            raise RedisConnectionError(f"{self._label}: {reason}") from None
+        except self._errors.known as error:
+            raise self._errors.translated(error, no_script) from None
 
     def _scan_on(self, node: Any, *args: Arg) -> Any:
         return scan_reply(
@@ -107,7 +99,3 @@ class BlockingRedisPyClient:
 
     def _scan_node(self, args: Sequence[Arg]) -> Any:
         return scan_node(self.client, args)
-
-
-class _NoScript(Exception):
-    """The EVALSHA was answered NOSCRIPT."""

@@ -59,13 +59,7 @@ def get_settings() -> Settings:
 def get_limiter() -> BlockingRateLimiter:
     """The process's blocking limiter (sync views, WSGI, DRF throttles, manual checks)."""
     limiter = _process.blocking
-    if limiter is None:
-        settings = get_settings()
-        with _process.lock:
-            if _process.blocking is None:
-                _process.blocking = _built(BlockingRateLimiter, settings, blocking=True)
-            limiter = _process.blocking
-    return limiter
+    return limiter if limiter is not None else _made("blocking", BlockingRateLimiter)
 
 
 def get_async_limiter() -> RateLimiter:
@@ -75,20 +69,21 @@ def get_async_limiter() -> RateLimiter:
     and the throttles then decide every view with ``get_limiter()``'s store.
     """
     limiter = _process.asyncio
-    if limiter is None:
-        settings = get_settings()
-        with _process.lock:
-            if _process.asyncio is None:
-                _process.asyncio = _built(RateLimiter, settings, blocking=False)
-            limiter = _process.asyncio
-    return limiter
+    return limiter if limiter is not None else _made("asyncio", RateLimiter)
 
 
-def _built(kind: Any, settings: Settings, *, blocking: bool) -> Any:
-    try:
-        return kind(**settings.limiter_options(blocking=blocking))
-    except RateLimitConfigError as error:  # what no single key's check could see
-        raise ModeratoImproperlyConfigured(f"{SETTING}: {error}") from None
+def _made(slot: str, kind: Any) -> Any:
+    """The limiter in ``_process.<slot>``, built from the settings by the first thread
+    that needs it."""
+    settings = get_settings()  # before the lock, which get_settings() takes
+    with _process.lock:
+        if getattr(_process, slot) is None:
+            try:
+                limiter = kind(**settings.limiter_options(blocking=slot == "blocking"))
+            except RateLimitConfigError as error:  # what no single key's check could see
+                raise ModeratoImproperlyConfigured(f"{SETTING}: {error}") from None
+            setattr(_process, slot, limiter)
+        return getattr(_process, slot)
 
 
 def close() -> None:

@@ -57,7 +57,7 @@ from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .errors import RedisClientError, RedisReplyError
 from .forks import abandon_in_children
 from .url import RedisAddress, address_of, parse_url
-from .url_options import client_from_url
+from .url_options import FromUrl
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "ClientOptions", "RedisClient", "ScriptLike"]
 
@@ -252,7 +252,7 @@ class ClientOptions(TypedDict, total=False):
     client_name: str | None
 
 
-class RedisClient:
+class RedisClient(FromUrl):
     """A minimal asyncio Redis client (RESP2) that pipelines every command of a loop turn.
 
     Nothing connects until the first command or ``connect()``. Use it from a
@@ -271,6 +271,8 @@ class RedisClient:
     role; otherwise the connect fails and the commands waiting for it fail with
     CommandNotSentError (they never left this process).
     """
+
+    parse_url = staticmethod(parse_url)
 
     def __init__(
         self,
@@ -306,14 +308,6 @@ class RedisClient:
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._pools_lock = threading.Lock()
         abandon_in_children(self)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisClient:
-        """``RedisClient(parse_url(url), **options)``; a bad URL is a ValueError.
-
-        The URL's connection options (``?socket_timeout=``...) win over ``options``.
-        """
-        return client_from_url(cls, parse_url, url, options)
 
     def __repr__(self) -> str:
         return f"<RedisClient {self.address} loops={len(self._pools)}>"

@@ -92,7 +92,7 @@ from .errors import (
     RedisReplyError,
 )
 from .url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
-from .url_options import client_from_url
+from .url_options import FromUrl
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -133,7 +133,7 @@ class _Request(NamedTuple):
         return encode_command(*self.args)
 
 
-class ClusterClient(SlotMap[RedisClient]):
+class ClusterClient(SlotMap[RedisClient], FromUrl):
     """A Redis Cluster client with RedisClient's surface: ``execute``, ``evalsha``,
     ``connect``, ``close``.
 
@@ -143,6 +143,8 @@ class ClusterClient(SlotMap[RedisClient]):
     RedisClient's and apply to every node; ``max_redirects`` bounds the MOVED
     and ASK redirections one command may follow.
     """
+
+    parse_url = staticmethod(parse_cluster_url)
 
     def __init__(
         self,
@@ -163,11 +165,6 @@ class ClusterClient(SlotMap[RedisClient]):
         self._refresh_task: asyncio.Task[bool] | None = None
         self._refresh_started = -REFRESH_INTERVAL_S
         self._tasks: set[asyncio.Task[Any]] = set()
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> ClusterClient:
-        """``ClusterClient(parse_cluster_url(url), **options)``; a bad URL is a ValueError."""
-        return client_from_url(cls, parse_cluster_url, url, options)
 
     def __repr__(self) -> str:
         return f"<ClusterClient {self.address} primaries={len(self._primaries)}>"

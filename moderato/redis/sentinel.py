@@ -77,7 +77,7 @@ from .sentinel_rules import (
 )
 from .subscriber import Subscriber
 from .url import SentinelAddress, address_of, parse_sentinel_url
-from .url_options import client_from_url
+from .url_options import FromUrl
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -121,13 +121,15 @@ class _Batch:
         self.calls: list[tuple[Send, asyncio.Future[Any]]] = []
 
 
-class SentinelClient:
+class SentinelClient(FromUrl):
     """A Redis client for the primary a set of sentinels names (see the module doc).
 
     Takes RedisClient's options; they apply to the primary. The sentinels are
     asked with the same timeouts over one connection each, plus one subscribed
     connection each.
     """
+
+    parse_url = staticmethod(parse_sentinel_url)
 
     def __init__(self, address: SentinelAddress | str, **options: Unpack[ClientOptions]) -> None:
         address = address_of(address, SentinelAddress, parse_sentinel_url)
@@ -163,11 +165,6 @@ class SentinelClient:
         self.failovers = 0
         """How many times the primary changed under this client (for diagnostics)."""
         abandon_in_children(self)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> SentinelClient:
-        """``SentinelClient(parse_sentinel_url(url), **options)``; URL options win."""
-        return client_from_url(cls, parse_sentinel_url, url, options)
 
     def __repr__(self) -> str:
         return f"<SentinelClient {self.address} primary={self.primary_address}>"

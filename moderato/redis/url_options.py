@@ -32,12 +32,12 @@ from typing import Any, Callable, TypeVar
 __all__ = [
     "CONNECT_OPTIONS",
     "ConnectOptions",
+    "FromUrl",
     "apply_connect_options",
-    "client_from_url",
     "parse_connect_options",
 ]
 
-T = TypeVar("T")
+Client = TypeVar("Client", bound="FromUrl")
 
 CONNECT_OPTIONS = (
     "socket_timeout",
@@ -152,13 +152,21 @@ def parse_connect_options(
     return options
 
 
-def client_from_url(
-    make: Callable[..., T], parse: Callable[[str], Any], url: str, keywords: dict[str, Any]
-) -> T:
-    """``make(parse(url), **keywords)``, the URL's connection options laid over
-    ``keywords``: every client's ``from_url``. A bad URL is ``parse``'s ValueError."""
-    address = parse(url)
-    return make(address, **apply_connect_options(address.options, keywords))
+class FromUrl:
+    """Every client's ``from_url``, over its class's ``parse_url`` (url.py)."""
+
+    parse_url: Callable[[str], Any]
+    """The URL parser of this kind of client (a staticmethod)."""
+
+    @classmethod
+    def from_url(cls: type[Client], url: str, **options: Any) -> Client:
+        """``cls(cls.parse_url(url), **options)``; a bad URL is a ValueError.
+
+        The URL's connection options (``?socket_timeout=``...) win over ``options``.
+        """
+        make: Callable[..., Client] = cls  # the client's own constructor, not FromUrl's
+        address = cls.parse_url(url)
+        return make(address, **apply_connect_options(address.options, options))
 
 
 def apply_connect_options(options: ConnectOptions, keywords: dict[str, Any]) -> dict[str, Any]:

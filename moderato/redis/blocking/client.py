@@ -53,7 +53,7 @@ from ..connection import CommandNotSentError, ScriptLike
 from ..errors import RedisConnectionError, RedisReplyError
 from ..forks import abandon_in_children
 from ..url import RedisAddress, address_of, parse_url
-from ..url_options import client_from_url
+from ..url_options import FromUrl
 from .connection import BlockingConnection
 
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "IDLE_CHECK_AFTER_S", "BlockingOptions", "RedisClient"]
@@ -77,13 +77,15 @@ class BlockingOptions(TypedDict, total=False):
     client_name: Optional[str]
 
 
-class RedisClient:
+class RedisClient(FromUrl):
     """A blocking Redis client (RESP2) over a bounded pool of connections; safe across threads.
 
     Nothing connects until the first command or ``connect()``. ``role``
     ("master" or "slave"): every connection sends ROLE in its greeting and is
     used only if the server reports that role (else CommandNotSentError).
     """
+
+    parse_url = staticmethod(parse_url)
 
     def __init__(
         self,
@@ -120,11 +122,6 @@ class RedisClient:
         self._retry_at = 0.0
         self._last_error: Optional[RedisConnectionError] = None
         abandon_in_children(self)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisClient:
-        """``RedisClient(parse_url(url), **options)``; the URL's connection options win."""
-        return client_from_url(cls, parse_url, url, options)
 
     def __repr__(self) -> str:
         return f"<blocking RedisClient {self.address} open={self._open}/{self.max_connections}>"

@@ -59,7 +59,7 @@ from ..connection import ScriptLike
 from ..errors import RedisClientError, RedisClusterDownError, RedisReplyError
 from ..forks import abandon_in_children
 from ..url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
-from ..url_options import client_from_url
+from ..url_options import FromUrl
 from .client import RedisClient
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class _Request(NamedTuple):
         return tuple(self.args)
 
 
-class ClusterClient(SlotMap[RedisClient]):
+class ClusterClient(SlotMap[RedisClient], FromUrl):
     """A blocking Redis Cluster client: ``execute``, ``evalsha``, ``connect``, ``close``.
 
     Safe across threads. Nothing connects until the first command or
@@ -101,6 +101,8 @@ class ClusterClient(SlotMap[RedisClient]):
     every node; ``max_redirects`` bounds the MOVED and ASK redirections one
     command may follow.
     """
+
+    parse_url = staticmethod(parse_cluster_url)
 
     def __init__(
         self,
@@ -121,11 +123,6 @@ class ClusterClient(SlotMap[RedisClient]):
         self._refresh_lock = threading.Lock()
         self._refresh_started = -REFRESH_INTERVAL_S
         abandon_in_children(self)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> ClusterClient:
-        """``ClusterClient(parse_cluster_url(url), **options)``; a bad URL is a ValueError."""
-        return client_from_url(cls, parse_cluster_url, url, options)
 
     def __repr__(self) -> str:
         return f"<blocking ClusterClient {self.address} primaries={len(self._primaries)}>"

@@ -58,7 +58,7 @@ from ..sentinel_rules import (
     wait_verdict,
 )
 from ..url import SentinelAddress, address_of, parse_sentinel_url
-from ..url_options import client_from_url
+from ..url_options import FromUrl
 from .client import RedisClient
 from .subscriber import BlockingSubscriber
 
@@ -88,13 +88,15 @@ class _Primary:
         self.recount_at = monotonic() + REPLICAS_RECOUNT_S
 
 
-class SentinelClient:
+class SentinelClient(FromUrl):
     """A blocking Redis client for the primary a set of sentinels names; safe across threads.
 
     Takes the blocking RedisClient's options; they apply to the primary. The
     sentinels are asked with the same timeouts over one connection each, and
     listened to over one more each (on a daemon thread).
     """
+
+    parse_url = staticmethod(parse_sentinel_url)
 
     def __init__(
         self, address: Union[SentinelAddress, str], **options: Unpack[BlockingOptions]
@@ -128,11 +130,6 @@ class SentinelClient:
         self.failovers = 0
         """How many times the primary changed under this client (for diagnostics)."""
         abandon_in_children(self)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> SentinelClient:
-        """``SentinelClient(parse_sentinel_url(url), **options)``; URL options win."""
-        return client_from_url(cls, parse_sentinel_url, url, options)
 
     def __repr__(self) -> str:
         return f"<blocking SentinelClient {self.address} primary={self.primary_address}>"

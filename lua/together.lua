@@ -71,16 +71,25 @@ local function run(i, apply)
 end
 
 local replies = {}
+
+-- Every part but the last, with apply, into replies; a part's error reply ends it.
+local function run_others(apply)
+  for i = 1, part_count - 1 do
+    local reply = run(i, apply)
+    if reply.err then
+      return reply
+    end
+    replies[i] = reply
+  end
+end
+
+local failed = run_others('0')
+if failed then
+  return failed
+end
 local every_other_fits = true
 for i = 1, part_count - 1 do
-  local reply = run(i, '0')
-  if reply.err then
-    return reply
-  end
-  replies[i] = reply
-  if reply[1] ~= 1 then
-    every_other_fits = false
-  end
+  every_other_fits = every_other_fits and replies[i][1] == 1
 end
 local last = run(part_count, every_other_fits and '1' or '0')
 if last.err then
@@ -88,12 +97,9 @@ if last.err then
 end
 replies[part_count] = last
 if every_other_fits and last[1] == 1 then
-  for i = 1, part_count - 1 do
-    local reply = run(i, '1')
-    if reply.err then
-      return reply
-    end
-    replies[i] = reply
+  failed = run_others('1')
+  if failed then
+    return failed
   end
 end
 

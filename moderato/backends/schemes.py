@@ -7,7 +7,7 @@ named in that message at once.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ..errors import RateLimitConfigError
 from ..redis.url import CLUSTER_SCHEMES, SENTINEL_SCHEMES, mask_url
@@ -91,45 +91,51 @@ def make_backend(url: object, **options: Any) -> Backend:
     Redis or RedisCluster client: its own settings rule, and ``options``
     (moderato's timeouts, TLS, client name) are not used.
     """
-    from .redis_py import is_redis_py_client
-    from .redis_py_blocking import is_blocking_redis_py_client
-
-    if is_redis_py_client(url):
-        from .redis import RedisBackend
-        from .redis_py import RedisPyClient
-
-        return RedisBackend(RedisPyClient(url))
-    if is_blocking_redis_py_client(url):
-        raise RateLimitConfigError(
-            f"redis_url is a blocking redis-py client ({type(url).__name__}); the asyncio "
-            "RateLimiter takes a redis.asyncio.Redis / RedisCluster client, and "
-            "moderato.sync.RateLimiter takes this one"
-        )
-    backend: Backend = _from_url(url, SCHEMES, "a redis.asyncio.Redis / RedisCluster", options)
+    backend: Optional[Backend] = _over_redis_py(url, blocking=False)
+    if backend is None:
+        backend = _from_url(url, SCHEMES, "a redis.asyncio.Redis / RedisCluster", options)
     return backend
 
 
 def make_blocking_backend(url: object, **options: Any) -> BlockingBackend:
     """``make_backend()`` for the blocking RateLimiter: the same URLs, or an application's
     own blocking ``redis.Redis`` or ``redis.cluster.RedisCluster`` client."""
+    backend: Optional[BlockingBackend] = _over_redis_py(url, blocking=True)
+    if backend is None:
+        backend = _from_url(url, BLOCKING_SCHEMES, "a redis.Redis / RedisCluster", options)
+    return backend
+
+
+_OTHER_KIND = (
+    "redis_url is a blocking redis-py client ({}); the asyncio RateLimiter takes a "
+    "redis.asyncio.Redis / RedisCluster client, and moderato.sync.RateLimiter takes this one",
+    "redis_url is an asyncio redis-py client ({}); the blocking RateLimiter takes a "
+    "redis.Redis / RedisCluster client, and moderato.RateLimiter takes this one",
+)
+"""The refusal of the other limiter's kind of redis-py client: given to the asyncio
+limiter, then to the blocking one."""
+
+
+def _over_redis_py(url: object, *, blocking: bool) -> Any:
+    """The backend over an application's own redis-py client of the limiter's kind; None
+    when ``url`` is no redis-py client; RateLimitConfigError for the other kind."""
     from .redis_py import is_redis_py_client
     from .redis_py_blocking import is_blocking_redis_py_client
 
-    if is_blocking_redis_py_client(url):
+    asyncio_client, blocking_client = is_redis_py_client(url), is_blocking_redis_py_client(url)
+    if blocking and blocking_client:
         from .blocking_redis import BlockingRedisBackend
         from .redis_py_blocking import BlockingRedisPyClient
 
         return BlockingRedisBackend(BlockingRedisPyClient(url))
-    if is_redis_py_client(url):
-        raise RateLimitConfigError(
-            f"redis_url is an asyncio redis-py client ({type(url).__name__}); the blocking "
-            "RateLimiter takes a redis.Redis / RedisCluster client, and moderato.RateLimiter "
-            "takes this one"
-        )
-    backend: BlockingBackend = _from_url(
-        url, BLOCKING_SCHEMES, "a redis.Redis / RedisCluster", options
-    )
-    return backend
+    if asyncio_client and not blocking:
+        from .redis import RedisBackend
+        from .redis_py import RedisPyClient
+
+        return RedisBackend(RedisPyClient(url))
+    if asyncio_client or blocking_client:
+        raise RateLimitConfigError(_OTHER_KIND[blocking].format(type(url).__name__))
+    return None
 
 
 def _from_url(url: object, schemes: dict[str, BackendFactory], own: str, options: Any) -> Any:

@@ -209,28 +209,30 @@ class _Pool:
 
     def shutdown(self) -> None:
         self.client._forget(self)
-        for slot in self.slots:
-            connection, slot.connection = slot.connection, None
-            if connection is not None:
-                connection.close_nowait()
+        for connection in self._detached():
+            connection.close_nowait()
 
     def abandon(self) -> None:
         """In a fork()ed child: let go of the parent's connections; the next command reconnects."""
         self.batching = None
         for slot in self.slots:
-            connection, slot.connection = slot.connection, None
             slot.failures = 0
             slot.retry_at = 0.0
-            if connection is not None:
-                connection.abandon()
+        for connection in self._detached():
+            connection.abandon()
 
     def discard(self) -> None:
         """Drop the connections of a loop that is already closed (nothing can run on it)."""
         self._shutdown_hook = None
+        for connection in self._detached():
+            connection.discard()
+
+    def _detached(self) -> list[RedisConnection]:
+        """Every slot's connection, each slot left without one (before any is told)."""
+        connections = [slot.connection for slot in self.slots if slot.connection is not None]
         for slot in self.slots:
-            connection, slot.connection = slot.connection, None
-            if connection is not None:
-                connection.discard()
+            slot.connection = None
+        return connections
 
 
 async def _close_at_loop_shutdown(pool: _Pool) -> AsyncGenerator[None, None]:

@@ -582,15 +582,7 @@ class RedisConnection(asyncio.BufferedProtocol):
 
     def close_nowait(self) -> None:
         """Close without waiting (safe from loop callbacks); see close()."""
-        if self._state == _CLOSED:
-            return
-        if self.pid != os.getpid():
-            self.abandon()
-            return
-        transport = self._transport
-        self._fail(None)
-        if transport is not None:
-            transport.close()
+        self._end(None)
 
     def discard(self) -> None:
         """Release a connection whose event loop is already closed.
@@ -646,6 +638,11 @@ class RedisConnection(asyncio.BufferedProtocol):
         )
 
     def _abort(self, error: RedisClientError) -> None:
+        self._end(error)
+
+    def _end(self, error: RedisClientError | None) -> None:
+        """Closed by us (``error`` None: the transport flushes what it holds) or aborted
+        (the transport drops it); in a fork()ed child, only let go of the socket."""
         if self._state == _CLOSED:
             return
         if self.pid != os.getpid():
@@ -654,7 +651,10 @@ class RedisConnection(asyncio.BufferedProtocol):
         transport = self._transport
         self._fail(error)
         if transport is not None:
-            transport.abort()
+            if error is None:
+                transport.close()
+            else:
+                transport.abort()
 
     def _fail(self, error: RedisClientError | None) -> None:
         """Mark closed and fail everything pending; ``error`` None means closed by us."""

@@ -27,11 +27,23 @@ from ._encoding import encode_command
 from .handshake import authentication, open_transport
 from .url import RedisAddress
 
-__all__ = ["Subscriber"]
+__all__ = ["MessageCallback", "Subscriber", "pushed"]
 
 MessageCallback = Callable[[bytes, bytes], None]
 LostCallback = Callable[["Subscriber", str], None]
 SubscribedCallback = Callable[["Subscriber"], None]
+
+
+def pushed(message: Any, on_message: MessageCallback, channel_count: int) -> bool:
+    """Hand a published message to ``on_message(channel, payload)``; True when
+    ``message`` confirms the last of the ``channel_count`` channels subscribed to."""
+    if isinstance(message, list) and len(message) == 3:
+        kind, channel, payload = message
+        if kind == b"message" and isinstance(payload, bytes):
+            on_message(channel, payload)
+        elif kind == b"subscribe" and payload == channel_count:
+            return True
+    return False
 
 
 class Subscriber(asyncio.Protocol):
@@ -111,14 +123,10 @@ class Subscriber(asyncio.Protocol):
             # AUTH or SUBSCRIBE refused (an ACL without the channel).
             self.refused = True
             self._lose(f"refused: {reply}")
-        elif isinstance(reply, list) and len(reply) == 3:
-            kind, channel, payload = reply
-            if kind == b"message" and isinstance(payload, bytes):
-                self._on_message(channel, payload)
-            elif kind == b"subscribe" and payload == len(self.channels):
-                self.subscribed = True
-                if self._on_subscribed is not None:
-                    self._on_subscribed(self)
+        elif pushed(reply, self._on_message, len(self.channels)):
+            self.subscribed = True
+            if self._on_subscribed is not None:
+                self._on_subscribed(self)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._lose("closed by the server" if exc is None else str(exc) or type(exc).__name__)

@@ -19,18 +19,17 @@ from __future__ import annotations
 import ssl
 import threading
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import hiredis
 
 from .._encoding import encode_command
 from ..errors import RedisClientError, RedisReplyError
+from ..subscriber import MessageCallback, pushed
 from ..url import RedisAddress
 from .connection import BlockingConnection
 
 __all__ = ["BlockingSubscriber"]
-
-MessageCallback = Callable[[bytes, bytes], None]
 
 
 class BlockingSubscriber:
@@ -116,10 +115,6 @@ class BlockingSubscriber:
             # SUBSCRIBE refused (an ACL without the channel).
             self.problem = f"refused: {message}"
             return True
-        if isinstance(message, list) and len(message) == 3:
-            kind, channel, payload = message
-            if kind == b"message" and isinstance(payload, bytes):
-                self._on_message(channel, payload)
-            elif kind == b"subscribe" and payload == len(self.channels):
-                self.subscribed = True
+        if pushed(message, self._on_message, len(self.channels)):
+            self.subscribed = True
         return False

@@ -107,20 +107,12 @@ glob_matches(const unsigned char *pattern, size_t pattern_size, const unsigned c
 static int
 pattern_identity(const unsigned char *pattern, size_t size, identity_span *span)
 {
-    const unsigned char *end = pattern + size;
     if (memchr(pattern, '[', size) != NULL || memchr(pattern, '\\', size) != NULL) {
         return 0;
     }
-    const unsigned char *open = memchr(pattern, '{', size);
-    if (open == NULL) {
-        return 0;
-    }
-    const unsigned char *inside = open + 1;
-    const unsigned char *close = memchr(inside, '}', (size_t)(end - inside));
-    if (close == NULL || memchr(pattern, '}', (size_t)(open - pattern)) != NULL ||
-        memchr(inside, '{', (size_t)(close - inside)) != NULL ||
-        memchr(close + 1, '{', (size_t)(end - close - 1)) != NULL ||
-        memchr(close + 1, '}', (size_t)(end - close - 1)) != NULL) {
+    const unsigned char *close;
+    const unsigned char *inside = hash_tag_inside(pattern, size, &close);
+    if (inside == NULL) {
         return 0;
     }
     const unsigned char *first = memchr(inside, ':', (size_t)(close - inside));

@@ -412,20 +412,32 @@ array_empty(slot_array *array)
 
 /* ---- the identity index ------------------------------------------------------------ */
 
+const unsigned char *
+hash_tag_inside(const unsigned char *text, size_t size, const unsigned char **close)
+{
+    const unsigned char *end = text + size;
+    const unsigned char *open = memchr(text, '{', size);
+    if (open == NULL) {
+        return NULL;
+    }
+    const unsigned char *inside = open + 1;
+    const unsigned char *closing = memchr(inside, '}', (size_t)(end - inside));
+    if (closing == NULL || memchr(text, '}', (size_t)(open - text)) != NULL ||
+        memchr(inside, '{', (size_t)(closing - inside)) != NULL ||
+        memchr(closing + 1, '{', (size_t)(end - closing - 1)) != NULL ||
+        memchr(closing + 1, '}', (size_t)(end - closing - 1)) != NULL) {
+        return NULL;
+    }
+    *close = closing;
+    return inside;
+}
+
 int
 key_identity(const unsigned char *key, size_t key_size, identity_span *span)
 {
-    const unsigned char *end = key + key_size;
-    const unsigned char *open = memchr(key, '{', key_size);
-    if (open == NULL) {
-        return 0;
-    }
-    const unsigned char *inside = open + 1;
-    const unsigned char *close = memchr(inside, '}', (size_t)(end - inside));
-    if (close == NULL || memchr(key, '}', (size_t)(open - key)) != NULL ||
-        memchr(inside, '{', (size_t)(close - inside)) != NULL ||
-        memchr(close + 1, '{', (size_t)(end - close - 1)) != NULL ||
-        memchr(close + 1, '}', (size_t)(end - close - 1)) != NULL) {
+    const unsigned char *close;
+    const unsigned char *inside = hash_tag_inside(key, key_size, &close);
+    if (inside == NULL) {
         return 0;
     }
     const unsigned char *first = memchr(inside, ':', (size_t)(close - inside));

@@ -198,6 +198,11 @@ void table_sweep_from_oldest(MemoryStore *store);
 long long table_sweep(MemoryStore *store, size_t budget,
                       int (*idle)(const memory_entry *entry, int64_t now_ms), int64_t now_ms);
 
+/* The inside of text's one hash tag: after its only "{", up to (*close) the
+ * only "}", which follows it; NULL when text has another brace or none. */
+const unsigned char *hash_tag_inside(const unsigned char *text, size_t size,
+                                     const unsigned char **close);
+
 /* The identity index. key_identity: a key of the shape
  * "...{<tenant>:<scope>:<identity>}..." with no other brace and no other
  * colon inside the braces, 1; any other key, 0 (such keys are on the

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
 from .algorithms import DEFAULT_ALGORITHM
 from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.denial_cache import with_denial_cache
-from .backends.replies import split_replies
+from .backends.replies import DecisionReply, split_replies
 from .backends.schemes import make_backend
 from .breaker import CLOSED
 from .errors import BackendError
@@ -19,7 +19,7 @@ from .errors import exceeded as exceeded  # its home is errors.py; kept importab
 from .failure_log import DEFAULT_INTERVAL_S
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
-from .limiter_core import LimiterCore, shadowed, tenant_alias, usage_of
+from .limiter_core import Decided, LimiterCore, shadowed, tenant_alias, usage_of
 from .options import count_option, seconds_option
 from .plans import Plan
 from .policy import SCALE, cost_scaled, validate_cost
@@ -37,7 +37,8 @@ from .specs import (
     TenantSpec,
     check_specs,
 )
-from .together import Check, Together, TogetherCall, call_parts, results_of
+from .steps import run_async
+from .together import CallPart, Check, Together, TogetherCall
 
 T = TypeVar("T")
 
@@ -418,44 +419,24 @@ class RateLimiter(LimiterCore):
         and then every one is charged; when one refuses, none is (the rules:
         ``LimiterCore._together_steps``)."""
         steps = self._together_steps(checks, self._backend.decision_keys)
-        try:
-            call = next(steps)
-            while True:
-                call = steps.send(await self._decide_checks(call))
-        except StopIteration as done:
-            together: Together = done.value
-            return together
+        return await run_async(steps, self._decide_checks)
 
-    async def _decide_checks(self, call: TogetherCall) -> tuple[bool, list[CheckResult]]:
-        """One atomic backend call for these checks, through the breaker, the failure
-        policy and the metrics, as ``check_with_info`` takes one check through them."""
-        started_s = time.perf_counter() if self.metrics is not None else 0.0
-        plans, keys = call.plans, call.keys
-        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in call.costs])
-        breaker = self._breaker_for(keys[0][0])
+    def _decide_checks(self, call: TogetherCall) -> Awaitable[Decided]:
+        return run_async(self._checks_decision(call), self._replies)
+
+    async def _replies(self, parts: list[CallPart]) -> Union[list[DecisionReply], BaseException]:
+        """The backend's replies to these script calls, made as one; or what it raised."""
+        backend = self._backend
         try:
-            if not breaker.allow():
-                raise self._short_circuit("decide", breaker)
-            try:
-                if len(parts) == 1:
-                    part = parts[0]
-                    reply = await self._backend.direct_reply(
-                        part.algorithm, part.keys, part.arguments
-                    )
-                    replies = split_replies([len(part.keys)], reply)
-                else:
-                    together = [(part.algorithm, part.keys, part.arguments) for part in parts]
-                    replies = await self._backend.decide_together(together)
-                allowed, results = results_of(plans, parts, replies)
-            except BaseException as error:
-                self._failed("decide", error, breaker)
-                raise
-            self._succeeded("decide", breaker)
-        except BackendError as error:
-            return self._checks_undecided(call, error)  # raises, or bypasses under fail-open
-        if self.metrics is not None:
-            self._checks_observed(call, results, started_s)
-        return allowed, results
+            if len(parts) == 1:
+                part = parts[0]
+                reply = await backend.direct_reply(part.algorithm, part.keys, part.arguments)
+                return split_replies([len(part.keys)], reply)
+            return await backend.decide_together(
+                [(p.algorithm, p.keys, p.arguments) for p in parts]
+            )
+        except BaseException as error:  # the rules (_checks_decision) raise it
+            return error
 
     async def _decision(
         self,

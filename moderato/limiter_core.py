@@ -16,9 +16,10 @@ import logging
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import replace
-from typing import Any, Callable, NamedTuple, Optional, TypeVar
+from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from .algorithms import ALGORITHMS, Algorithm, get_algorithm
+from .backends.replies import DecisionReply
 from .breaker import BreakerSet, CircuitBreaker
 from .errors import (
     BackendError,
@@ -32,11 +33,24 @@ from .keys import Identity, KeyPartError, KeySpace
 from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans, burst_policy
-from .policy import policy_for, validate_cost
+from .policy import cost_scaled, policy_for, validate_cost
 from .results import CheckResult, PolicyState
-from .together import Check, Together, TogetherCall, deciding_check, distinct_keys, one_slot
+from .together import (
+    CallPart,
+    Check,
+    Together,
+    TogetherCall,
+    call_parts,
+    deciding_check,
+    distinct_keys,
+    one_slot,
+    results_of,
+)
 
 GLOBAL_SCOPE = "global"
+
+Decided = tuple[bool, list[CheckResult]]
+"""Whether a call's checks were admitted, and each one's result."""
 
 DecisionKeys = Callable[[Plan, Any, Optional[str], Any], list[bytes]]
 """A backend's ``decision_keys``: a check's keys from its plan, identity, tenant and scope."""
@@ -256,6 +270,37 @@ class LimiterCore:
         decided = [result for result in results if result is not None]
         deciding = deciding_check(allowed, decided)
         return Together(allowed, tuple(results), results.index(decided[deciding]))
+
+    def _checks_decision(
+        self, call: TogetherCall
+    ) -> Generator[list[CallPart], Union[list[DecisionReply], BaseException], Decided]:
+        """One atomic backend call for these checks, through the breaker, the failure
+        policy and the metrics, as ``check_with_info`` takes one check through them.
+
+        The script calls to make are yielded (the limiter makes them as one, awaiting
+        or blocking) and their replies sent back, or what making them raised.
+        """
+        started_s = time.perf_counter() if self.metrics is not None else 0.0
+        plans, keys = call.plans, call.keys
+        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in call.costs])
+        breaker = self._breaker_for(keys[0][0])
+        try:
+            if not breaker.allow():
+                raise self._short_circuit("decide", breaker)
+            try:
+                replies = yield parts
+                if isinstance(replies, BaseException):
+                    raise replies  # the backend's error, met here as the breaker's failure
+                allowed, results = results_of(plans, parts, replies)
+            except BaseException as error:
+                self._failed("decide", error, breaker)
+                raise
+            self._succeeded("decide", breaker)
+        except BackendError as error:
+            return self._checks_undecided(call, error)  # raises, or bypasses under fail-open
+        if self.metrics is not None:
+            self._checks_observed(call, results, started_s)
+        return allowed, results
 
     def _checks_undecided(
         self, call: TogetherCall, error: BackendError

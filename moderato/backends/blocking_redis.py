@@ -17,6 +17,7 @@ from ..redis.blocking import ClusterClient, RedisClient, SentinelClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
+from ..steps import run
 from .announce import announcement_failed, reset_announcement
 from .base import KeySpaceBound, Part, cluster_routes
 from .composite import composite_call
@@ -116,12 +117,7 @@ class BlockingRedisBackend(KeySpaceBound):
 
 def _scan_and_unlink(scan: Execute, unlink: Execute, pattern: bytes, cluster: bool) -> int:
     """SCAN with ``scan`` for ``pattern`` and UNLINK what it finds with ``unlink`` (scan.py)."""
-    steps = deletion(pattern, cluster)
-    reply: Any = None
-    while True:
-        try:
-            command = steps.send(reply)
-        except StopIteration as done:
-            deleted: int = done.value
-            return deleted
-        reply = (scan if command[0] == "SCAN" else unlink)(*command)
+    return run(
+        deletion(pattern, cluster),
+        lambda command: (scan if command[0] == "SCAN" else unlink)(*command),
+    )

@@ -11,6 +11,7 @@ from ..policy import SCALE
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
 from ..scripts import RESET_SCRIPT, load_script
+from ..steps import run_async
 from .announce import announcement_failed, reset_announcement
 from .base import DirectDecisions, KeySpaceBound, Part, cluster_routes
 from .composite import composite_call
@@ -134,12 +135,7 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
 
 async def _scan_and_unlink(scan: Execute, unlink: Execute, pattern: bytes, cluster: bool) -> int:
     """SCAN with ``scan`` for ``pattern`` and UNLINK what it finds with ``unlink`` (scan.py)."""
-    steps = deletion(pattern, cluster)
-    reply: Any = None
-    while True:
-        try:
-            command = steps.send(reply)
-        except StopIteration as done:
-            deleted: int = done.value
-            return deleted
-        reply = await (scan if command[0] == "SCAN" else unlink)(*command)
+    return await run_async(
+        deletion(pattern, cluster),
+        lambda command: (scan if command[0] == "SCAN" else unlink)(*command),
+    )

@@ -10,13 +10,14 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 from ..algorithms import DEFAULT_ALGORITHM
 from ..backends.base import BlockingBackend
-from ..backends.replies import split_replies
+from ..backends.replies import DecisionReply, split_replies
 from ..backends.schemes import make_blocking_backend
 from ..errors import BackendError, RateLimitConfigError, exceeded
 from ..failure_log import DEFAULT_INTERVAL_S
 from ..keys import Identity
 from ..limiter_core import (
     GLOBAL_SCOPE,
+    Decided,
     LimiterCore,
     shadowed,
     tenant_alias,
@@ -28,7 +29,8 @@ from ..policy import cost_scaled, validate_cost
 from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
 from ..results import CheckResult
 from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
-from ..together import Check, Together, TogetherCall, call_parts, results_of
+from ..steps import run
+from ..together import CallPart, Check, Together, TogetherCall
 
 T = TypeVar("T")
 
@@ -363,44 +365,22 @@ class RateLimiter(LimiterCore):
         """Decide several checks as one (together.py), as the asyncio limiter's
         ``_check_together`` does: admitted only if every one admits, and then every one
         is charged; when one refuses, none is (``LimiterCore._together_steps``)."""
-        steps = self._together_steps(checks, self._backend.decision_keys)
-        try:
-            call = next(steps)
-            while True:
-                call = steps.send(self._decide_checks(call))
-        except StopIteration as done:
-            together: Together = done.value
-            return together
+        return run(self._together_steps(checks, self._backend.decision_keys), self._decide_checks)
 
-    def _decide_checks(self, call: TogetherCall) -> tuple[bool, list[CheckResult]]:
-        """One atomic backend call for these checks, through the breaker, the failure
-        policy and the metrics, as ``check_with_info`` takes one check through them."""
-        started_s = time.perf_counter() if self.metrics is not None else 0.0
-        plans, keys = call.plans, call.keys
-        parts = call_parts(plans, keys, [cost_scaled(cost) for cost in call.costs])
+    def _decide_checks(self, call: TogetherCall) -> Decided:
+        return run(self._checks_decision(call), self._replies)
+
+    def _replies(self, parts: list[CallPart]) -> Union[list[DecisionReply], BaseException]:
+        """The backend's replies to these script calls, made as one; or what it raised."""
         backend = self._backend
-        breaker = self._breaker_for(keys[0][0])
         try:
-            if not breaker.allow():
-                raise self._short_circuit("decide", breaker)
-            try:
-                if len(parts) == 1:
-                    part = parts[0]
-                    reply = backend.decide_now(part.algorithm, part.keys, part.arguments)
-                    replies = split_replies([len(part.keys)], reply)
-                else:
-                    together = [(part.algorithm, part.keys, part.arguments) for part in parts]
-                    replies = backend.decide_together_now(together)
-                allowed, results = results_of(plans, parts, replies)
-            except BaseException as error:
-                self._failed("decide", error, breaker)
-                raise
-            self._succeeded("decide", breaker)
-        except BackendError as error:
-            return self._checks_undecided(call, error)  # raises, or bypasses under fail-open
-        if self.metrics is not None:
-            self._checks_observed(call, results, started_s)
-        return allowed, results
+            if len(parts) == 1:
+                part = parts[0]
+                reply = backend.decide_now(part.algorithm, part.keys, part.arguments)
+                return split_replies([len(part.keys)], reply)
+            return backend.decide_together_now([(p.algorithm, p.keys, p.arguments) for p in parts])
+        except BaseException as error:  # the rules (_checks_decision) raise it
+            return error
 
     def _guarded(
         self, operation: str, call: Callable[[], T], *, route: Optional[bytes] = None

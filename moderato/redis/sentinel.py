@@ -67,6 +67,8 @@ from .sentinel_rules import (
     SUBSCRIBE_REFUSED_RETRY_S,
     SUBSCRIBE_RETRY_S,
     Answer,
+    Primary,
+    PrimaryFacts,
     SentinelState,
     host_port,
     moved_primary,
@@ -90,20 +92,8 @@ Send = Callable[[RedisClient], "asyncio.Future[Any]"]
 Problem = tuple[type[RedisClientError], str]
 
 
-class _Primary:
-    """The primary in use and what the client knows about it."""
-
-    __slots__ = ("at", "client", "epoch", "recount_at", "replicas")
-
-    def __init__(self, client: RedisClient, at: tuple[str, int], epoch: int, replicas: int):
-        self.client = client
-        self.at = at
-        # The configuration epoch of the sentinels' answer that named it.
-        self.epoch = epoch
-        # How many replicas must acknowledge a write before its reply is released.
-        self.replicas = replicas
-        # When its ROLE is read again (monotonic seconds; see REPLICAS_RECOUNT_S).
-        self.recount_at = monotonic() + REPLICAS_RECOUNT_S
+class _Primary(Primary[RedisClient]):
+    __slots__ = ()
 
     def recount(self, role: asyncio.Future[Any]) -> None:
         """ROLE answered: every replica it lists must acknowledge from now on."""
@@ -121,7 +111,7 @@ class _Batch:
         self.calls: list[tuple[Send, asyncio.Future[Any]]] = []
 
 
-class SentinelClient(FromUrl):
+class SentinelClient(FromUrl, PrimaryFacts):
     """A Redis client for the primary a set of sentinels names (see the module doc).
 
     Takes RedisClient's options; they apply to the primary. The sentinels are
@@ -168,21 +158,6 @@ class SentinelClient(FromUrl):
 
     def __repr__(self) -> str:
         return f"<SentinelClient {self.address} primary={self.primary_address}>"
-
-    @property
-    def primary_address(self) -> tuple[str, int] | None:
-        """(host, port) of the primary in use, None before the first discovery."""
-        return None if self._primary is None else self._primary.at
-
-    @property
-    def replicas_required(self) -> int:
-        """How many replicas must acknowledge a write before its reply is released."""
-        return 0 if self._primary is None else self._primary.replicas
-
-    @property
-    def watching(self) -> int:
-        """How many sentinels' announcements this client is subscribed to now."""
-        return sum(1 for subscriber in self._subscribers.values() if subscriber.subscribed)
 
     # -- commands ----------------------------------------------------------------
 

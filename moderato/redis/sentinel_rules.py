@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from time import monotonic
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Generic, NamedTuple, Optional, TypeVar, Union
 
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .url import SentinelAddress
@@ -24,6 +24,8 @@ __all__ = [
     "SUBSCRIBE_REFUSED_RETRY_S",
     "SUBSCRIBE_RETRY_S",
     "Answer",
+    "Primary",
+    "PrimaryFacts",
     "SentinelState",
     "WaitVerdict",
     "host_port",
@@ -58,6 +60,47 @@ DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
 
 Answer = tuple[tuple[str, int], int, int]
 """What a sentinel said: (where the primary is, configuration epoch, replicas up)."""
+
+
+Client = TypeVar("Client")
+
+
+class Primary(Generic[Client]):
+    """The primary in use and what a Sentinel client (either kind) knows about it."""
+
+    __slots__ = ("at", "client", "epoch", "recount_at", "replicas")
+
+    def __init__(self, client: Client, at: tuple[str, int], epoch: int, replicas: int):
+        self.client = client
+        self.at = at
+        # The configuration epoch of the sentinels' answer that named it.
+        self.epoch = epoch
+        # How many replicas must acknowledge a write before its reply is released.
+        self.replicas = replicas
+        # When its ROLE is read again (monotonic seconds; see REPLICAS_RECOUNT_S).
+        self.recount_at = monotonic() + REPLICAS_RECOUNT_S
+
+
+class PrimaryFacts:
+    """What both Sentinel clients tell of the primary in use and the sentinels they watch."""
+
+    _primary: Optional[Primary[Any]]
+    _subscribers: dict[tuple[str, int], Any]  # a subscriber (either kind) per sentinel
+
+    @property
+    def primary_address(self) -> Optional[tuple[str, int]]:
+        """(host, port) of the primary in use, None before the first discovery."""
+        return None if self._primary is None else self._primary.at
+
+    @property
+    def replicas_required(self) -> int:
+        """How many replicas must acknowledge a write before its reply is released."""
+        return 0 if self._primary is None else self._primary.replicas
+
+    @property
+    def watching(self) -> int:
+        """How many sentinels' announcements this client is subscribed to now."""
+        return sum(1 for subscriber in self._subscribers.values() if subscriber.subscribed)
 
 
 def host_port(at: tuple[str, int]) -> str:

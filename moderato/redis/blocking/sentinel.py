@@ -49,6 +49,8 @@ from ..sentinel_rules import (
     SUBSCRIBE_REFUSED_RETRY_S,
     SUBSCRIBE_RETRY_S,
     Answer,
+    Primary,
+    PrimaryFacts,
     SentinelState,
     host_port,
     moved_primary,
@@ -73,22 +75,7 @@ __all__ = ["SentinelClient"]
 Send = Callable[[RedisClient, Optional[Sequence[Arg]]], tuple[Any, Any]]
 
 
-class _Primary:
-    """The primary in use and what the client knows about it."""
-
-    __slots__ = ("at", "client", "epoch", "recount_at", "replicas")
-
-    def __init__(self, client: RedisClient, at: tuple[str, int], epoch: int, replicas: int):
-        self.client = client
-        self.at = at
-        self.epoch = epoch
-        # How many replicas must acknowledge a write before its reply is released.
-        self.replicas = replicas
-        # When its ROLE is read again (monotonic seconds; see REPLICAS_RECOUNT_S).
-        self.recount_at = monotonic() + REPLICAS_RECOUNT_S
-
-
-class SentinelClient(FromUrl):
+class SentinelClient(FromUrl, PrimaryFacts):
     """A blocking Redis client for the primary a set of sentinels names; safe across threads.
 
     Takes the blocking RedisClient's options; they apply to the primary. The
@@ -120,7 +107,7 @@ class SentinelClient(FromUrl):
         self.replica_wait_ms = replica_wait_ms(primary.command_timeout_s)
         self._sentinels = SentinelState(address)
         self._sentinel_clients: dict[tuple[str, int], RedisClient] = {}
-        self._primary: Optional[_Primary] = None
+        self._primary: Optional[Primary[RedisClient]] = None
         # True when the primary must be confirmed before the next command.
         self._stale = True
         # Bumped by every announcement: a search that began before one is stale.
@@ -133,21 +120,6 @@ class SentinelClient(FromUrl):
 
     def __repr__(self) -> str:
         return f"<blocking SentinelClient {self.address} primary={self.primary_address}>"
-
-    @property
-    def primary_address(self) -> Optional[tuple[str, int]]:
-        """(host, port) of the primary in use, None before the first discovery."""
-        return None if self._primary is None else self._primary.at
-
-    @property
-    def replicas_required(self) -> int:
-        """How many replicas must acknowledge a write before its reply is released."""
-        return 0 if self._primary is None else self._primary.replicas
-
-    @property
-    def watching(self) -> int:
-        """How many sentinels' announcements this client is subscribed to now."""
-        return sum(1 for subscriber in self._subscribers.values() if subscriber.subscribed)
 
     # -- commands ----------------------------------------------------------------
 
@@ -194,7 +166,7 @@ class SentinelClient(FromUrl):
             self._suspect(primary)
             raise
 
-    def _confirmed(self, primary: _Primary, send: Send) -> Any:
+    def _confirmed(self, primary: Primary[RedisClient], send: Send) -> Any:
         """The command's reply once the replicas acknowledged it (wait_for_replicas)."""
         if not self.wait_for_replicas:
             return send(primary.client, None)[0]
@@ -258,11 +230,11 @@ class SentinelClient(FromUrl):
 
     # -- finding the primary -----------------------------------------------------
 
-    def _suspect(self, primary: _Primary) -> None:
+    def _suspect(self, primary: Primary[RedisClient]) -> None:
         if primary is self._primary:
             self._stale = True
 
-    def _current(self) -> _Primary:
+    def _current(self) -> Primary[RedisClient]:
         primary = self._primary
         if primary is not None and not self._stale:
             return primary
@@ -272,7 +244,7 @@ class SentinelClient(FromUrl):
                 return primary  # another thread found it meanwhile
             return self._find()
 
-    def _find(self) -> _Primary:
+    def _find(self) -> Primary[RedisClient]:
         self._listen()
         sentinels = self._sentinels
         too_soon = sentinels.too_soon()
@@ -306,7 +278,7 @@ class SentinelClient(FromUrl):
             primary.replicas = min(primary.replicas, replicas_up)
         else:
             # A new primary: the replicas it has now must acknowledge (ROLE lists them).
-            primary = _Primary(candidate, where, epoch, replicas_of(role))
+            primary = Primary(candidate, where, epoch, replicas_of(role))
             self._primary = primary
             if old is not None:
                 self.failovers += 1

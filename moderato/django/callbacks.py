@@ -13,10 +13,24 @@ import inspect
 from typing import Any, Callable
 
 from django.http import HttpRequest
+from django.utils.module_loading import import_string
 
-from ..errors import RateLimitCallbackError
+from ..errors import RateLimitCallbackError, RateLimitConfigError
 
 RequestFunction = Callable[[HttpRequest], Any]
+
+
+def imported(name: str, path: str) -> Callable[..., Any]:
+    """The callable at dotted ``path`` given as option ``name``, or RateLimitConfigError."""
+    try:
+        function = import_string(path)
+    except ImportError as error:
+        raise RateLimitConfigError(f"{name} {path!r} cannot be imported: {error}") from None
+    if not callable(function):
+        raise RateLimitConfigError(
+            f"{name} {path!r} names a {type(function).__name__}, not a callable"
+        )
+    return function  # type: ignore[no-any-return]
 
 
 def call_sync(name: str, function: RequestFunction, request: HttpRequest) -> Any:

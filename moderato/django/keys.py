@@ -26,12 +26,11 @@ from typing import Any, Callable, Optional, Union
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
-from django.utils.module_loading import import_string
 
 from ..errors import RateLimitConfigError
 from ..options import request_callback_option
 from ..web.addresses import ProxyRules
-from .callbacks import RequestFunction, call_async, call_sync, unusable
+from .callbacks import RequestFunction, call_async, call_sync, imported, unusable
 
 Identity = Union[str, bytes]
 
@@ -132,14 +131,7 @@ def key_source(spec: object) -> KeySource:
         raise RateLimitConfigError(
             f"key {spec!r} is not one of {', '.join(NAMES)} nor a dotted path to a callable"
         )
-    try:
-        function = import_string(spec)
-    except ImportError as error:
-        raise RateLimitConfigError(f"key {spec!r} cannot be imported: {error}") from None
-    if not callable(function):
-        raise RateLimitConfigError(
-            f"key {spec!r} names a {type(function).__name__}, not a callable"
-        )
+    function = imported("key", spec)
     request_callback_option("key", function, "str or bytes")
     return KeySource(spec, function)
 

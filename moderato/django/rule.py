@@ -19,17 +19,16 @@ decides every view (its calls never wait), so that they share it too.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from django.http import HttpRequest
-from django.utils.module_loading import import_string
 
 from ..algorithms import DEFAULT_ALGORITHM, get_algorithm
 from ..errors import RateLimitConfigError
 from ..options import request_callback_option
 from ..plans import Plans
 from ..policy import validate_cost
-from .callbacks import RequestFunction, call_async, call_sync, unusable
+from .callbacks import RequestFunction, call_async, call_sync, imported, unusable
 from .conf import Settings
 from .keys import Identity, KeySource, key_source
 from .limiters import get_limiter
@@ -188,9 +187,9 @@ def _methods(methods: Union[str, Iterable[str], None]) -> Optional[frozenset[str
 def _callable_or_value(name: str, value: Any, kind: type) -> Any:
     """A value of ``kind``, a callable of the request, or a dotted path to one."""
     if isinstance(value, str) and kind is not str:
-        value = _imported(name, value)
+        value = imported(name, value)
     elif isinstance(value, str) and "/" not in value and "." in value and name != "tenant":
-        value = _imported(name, value)  # a rate is "10/minute": a dotted path has no "/"
+        value = imported(name, value)  # a rate is "10/minute": a dotted path has no "/"
     if callable(value) and not isinstance(value, type):
         request_callback_option(name, value, kind.__name__)
         return value
@@ -205,18 +204,6 @@ def _callable_or_value(name: str, value: Any, kind: type) -> Any:
             f"got {value!r:.80}"
         )
     return value
-
-
-def _imported(name: str, path: str) -> Callable[..., Any]:
-    try:
-        function = import_string(path)
-    except ImportError as error:
-        raise RateLimitConfigError(f"{name} {path!r} cannot be imported: {error}") from None
-    if not callable(function):
-        raise RateLimitConfigError(
-            f"{name} {path!r} names a {type(function).__name__}, not a callable"
-        )
-    return function  # type: ignore[no-any-return]
 
 
 def _tenant(value: object) -> Optional[str]:

@@ -12,6 +12,12 @@ Starts its own redis-server (tests/redis_servers.py) and measures, over Redis:
 - the sequential latency of a bare redis-py ``EVALSHA`` round trip of
   moderato's own fixed-window script with the keys and arguments a check
   sends (the floor a blocking check stands on), beside moderato's check;
+- for each family, the same call on a bare socket: the EVALSHA encoded once
+  beforehand, then one ``sendall`` and one ``recv_into`` per check (no pool,
+  no timeouts, no parsing): the round trip no client can beat, which bounds
+  the ratio any client can reach against a peer from one thread;
+- under 16 threads, the client process's CPU per check as well (all its
+  threads: what the GIL lets one process spend);
 
 and in process, the cost of one ``memory://`` check, blocking
 (``moderato.sync``) beside asyncio (``moderato.RateLimiter``, awaited in a
@@ -32,6 +38,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +64,7 @@ from redis_servers import RedisServer, redis_server_binary  # noqa: E402
 from throttled import RateLimiterType, RedisStore, Throttled, per_hour  # noqa: E402
 
 import moderato  # noqa: E402
+from moderato import _accel  # noqa: E402
 from moderato.scripts import load_script  # noqa: E402
 from moderato.sync import RateLimiter  # noqa: E402
 
@@ -120,6 +128,43 @@ def evalsha_subject(url: str, algorithm: str) -> Iterator[Check]:
     limiter.close()
 
 
+@contextmanager
+def socket_subject(url: str, algorithm: str) -> Iterator[Check]:
+    """The same EVALSHA as a check's, encoded beforehand, on a bare socket: one sendall and
+    one recv_into per call (a reply of a few dozen bytes arrives in one read)."""
+    limiter = RateLimiter(url, key_prefix="bench-socket")
+    plan = limiter.plan_for(RATE, algorithm)
+    script = load_script(algorithm)
+    payloads = [
+        _accel.encode_evalsha(
+            script.sha,
+            limiter.backend.decision_keys(plan, name, None, "global"),
+            (1000, 1, *plan.script_args),
+        )
+        for name in NAMES
+    ]
+    redis.Redis.from_url(url).script_load(script.source)
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buffer = bytearray(65536)
+    send, receive = sock.sendall, sock.recv_into
+
+    def check(i: int) -> None:
+        send(payloads[i % KEY_SPACE])
+        receive(buffer)
+
+    yield check
+    sock.close()
+    limiter.close()
+
+
+# Not limiters: measured sequentially only, as the floors under a check.
+FLOORS = {
+    "bare socket EVALSHA (no client)": socket_subject,
+    "redis-py EVALSHA (the floor)": evalsha_subject,
+}
+
 SUBJECTS = {
     "moderato.sync": moderato_subject,
     "limits (sync RedisStorage)": limits_subject,
@@ -160,8 +205,9 @@ def sequential(check: Check, duration_s: float) -> dict[str, float]:
     }
 
 
-def threaded(check: Check, threads: int, duration_s: float) -> float:
-    """Checks/s of ``threads`` threads calling ``check`` in a loop, together."""
+def threaded(check: Check, threads: int, duration_s: float) -> tuple[float, float]:
+    """Checks/s of ``threads`` threads calling ``check`` in a loop, together, and the
+    process's CPU per check (every thread's, in µs)."""
     counts = [0] * threads
     start = threading.Barrier(threads + 1)
     stop = threading.Event()
@@ -181,11 +227,14 @@ def threaded(check: Check, threads: int, duration_s: float) -> float:
         thread.start()
     start.wait()
     started = time.perf_counter()
+    cpu_started = time.process_time()
     time.sleep(duration_s)
     stop.set()
     for thread in workers:
         thread.join()
-    return sum(counts) / (time.perf_counter() - started)
+    cpu_s = time.process_time() - cpu_started
+    done = sum(counts)
+    return done / (time.perf_counter() - started), cpu_s / done * 1e6
 
 
 def memory_costs(count: int, trials: int = 7) -> dict[str, float]:
@@ -250,6 +299,10 @@ def environment(server: RedisServer) -> dict[str, Any]:
         "limits": limits.__version__,
         "redis_py": redis.__version__,
         "throttled_py": _version("throttled-py"),
+        "hiredis": _version("hiredis"),
+        # The reply parser redis-py gives every connection the peers open (limits'
+        # RedisStorage and throttled-py's RedisStore use redis-py's default).
+        "redis_py_parser": redis.connection.DefaultParser.__name__,
         "commit": _commit(),
     }
 
@@ -283,21 +336,25 @@ def main() -> None:
     try:
         for round_number in range(options.rounds):
             for algorithm in FAMILIES:
-                subjects = dict(SUBJECTS)
-                if algorithm == "fixed_window":
-                    subjects["redis-py EVALSHA (the floor)"] = evalsha_subject
+                subjects = {**SUBJECTS, **FLOORS}
+                if algorithm != "fixed_window":
+                    del subjects["redis-py EVALSHA (the floor)"]
                 for name, subject in subjects.items():
                     with subject(server.url, algorithm) as check:
                         for i in range(2000):  # warm: connections, scripts, keys
                             check(i)
                         alone = sequential(check, options.seconds)
-                        together = (
+                        together, together_cpu_us = (
                             threaded(check, THREADS, options.seconds)
-                            if not name.startswith("redis-py")
-                            else None
+                            if name not in FLOORS
+                            else (None, None)
                         )
                     raw.setdefault(f"{algorithm}|{name}", []).append(
-                        {"sequential": alone, "threads_checks_per_s": together}
+                        {
+                            "sequential": alone,
+                            "threads_checks_per_s": together,
+                            "threads_client_cpu_us": together_cpu_us,
+                        }
                     )
                     print(
                         f"round {round_number + 1} {algorithm:<15} {name:<32} "
@@ -356,6 +413,11 @@ def summary(raw: dict[str, list[Any]]) -> dict[str, Any]:
                 else None
             ),
             "sequential_best_checks_per_s": max(run["sequential"]["checks_per_s"] for run in runs),
+            "threads_client_cpu_us": (
+                statistics.median(run["threads_client_cpu_us"] for run in runs)
+                if runs[0].get("threads_client_cpu_us") is not None
+                else None
+            ),
             "threads_best_checks_per_s": (
                 max(run["threads_checks_per_s"] for run in runs)
                 if runs[0]["threads_checks_per_s"] is not None
@@ -370,10 +432,10 @@ def print_tables(report: dict[str, Any]) -> None:
         ours = report[f"{algorithm}|moderato.sync"]
         print(f"\n{algorithm}: checks/s, median of the rounds (best round in brackets)")
         print(
-            f"| subject | 1 thread | moderato.sync x | {THREADS} threads | moderato.sync x "
-            "| client CPU per check (us) |"
+            f"| subject | 1 thread | moderato.sync x | mean latency (us) | {THREADS} threads "
+            f"| moderato.sync x | client CPU per check, 1 / {THREADS} threads (us) |"
         )
-        print("|---|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for label, figures in report.items():
             if not label.startswith(f"{algorithm}|"):
                 continue
@@ -386,10 +448,29 @@ def print_tables(report: dict[str, Any]) -> None:
                 times_together = f"{ours['threads_checks_per_s'] / together:.2f}"
             else:
                 threads_text = times_together = "-"
+            together_cpu = figures.get("threads_client_cpu_us")
+            cpu_text = f"{figures['client_cpu_us']:.1f}" + (
+                f" / {together_cpu:.1f}" if together_cpu is not None else ""
+            )
             print(
                 f"| {name} | {alone:,.0f} ({figures['sequential_best_checks_per_s']:,.0f}) | "
-                f"{times_alone:.2f} | {threads_text} | {times_together} | "
-                f"{figures['client_cpu_us']:.1f} |"
+                f"{times_alone:.2f} | {figures['sequential_mean_us']:.1f} | {threads_text} | "
+                f"{times_together} | {cpu_text} |"
+            )
+        bare = report.get(f"{algorithm}|bare socket EVALSHA (no client)")
+        if bare is not None:
+            # From one thread, no client can take less than the bare round trip: a peer's
+            # latency over it is the most any client could be ahead of that peer.
+            floor_us = bare["sequential_mean_us"]
+            bounds = ", ".join(
+                f"{name.split(' (')[0]} "
+                f"{report[f'{algorithm}|{name}']['sequential_mean_us'] / floor_us:.2f}x"
+                for name in SUBJECTS
+                if name != "moderato.sync"
+            )
+            print(
+                f"1 thread, the most any client could be ahead (peer's mean latency / the bare "
+                f"socket's {floor_us:.1f} us): {bounds}"
             )
     floor = report["fixed_window|redis-py EVALSHA (the floor)"]
     ours = report["fixed_window|moderato.sync"]

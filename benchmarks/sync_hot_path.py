@@ -1,0 +1,199 @@
+"""The blocking limiter's check, step by step: where a moderato.sync check's time goes.
+
+The blocking counterpart of hot_path.py. Starts its own redis-server (loopback
+TCP, as sync_bench.py) and measures one call of each step, from the floor up:
+
+    sync_memory         moderato.sync check_with_info on memory://
+    async_memory        moderato.RateLimiter check_with_info on memory://, awaited in a loop
+    socket_round_trip   sendall + recv_into of a prebuilt EVALSHA on a bare socket (the floor)
+    client_evalsha      moderato's blocking client: evalsha() with prebuilt keys and arguments
+    sync_redis          moderato.sync check_with_info over Redis (fixed window)
+    redis_py_evalsha    redis-py's evalsha() of the same script, keys and arguments
+
+Two measurements:
+
+* CPU time (this thread's) and wall time per call, the best of several
+  trials (the machine may be shared; the load average is printed);
+* with ``--callgrind-all``: each step under ``valgrind --tool=callgrind``,
+  instructions per call = (total - total with a count of 0) / count, in user
+  space only (the kernel's socket work is not counted): a figure other
+  processes cannot move.
+
+    python benchmarks/sync_hot_path.py [--count N] [--trials N]
+    python benchmarks/sync_hot_path.py --callgrind-all [--callgrind-count N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import redis  # noqa: E402
+from redis_servers import RedisServer  # noqa: E402
+
+import moderato  # noqa: E402
+from moderato import _accel  # noqa: E402
+from moderato.policy import SCALE  # noqa: E402
+from moderato.scripts import load_script  # noqa: E402
+from moderato.sync import RateLimiter  # noqa: E402
+
+RATE = "1000000/hour"
+ALGORITHM = "fixed_window"
+NAMES = [f"user:{n}" for n in range(1000)]
+WARMUP = 2000
+STEPS = (
+    "sync_memory",
+    "async_memory",
+    "socket_round_trip",
+    "client_evalsha",
+    "sync_redis",
+    "redis_py_evalsha",
+)
+
+Loop = Callable[[int], None]
+
+
+def build_loops(url: str, host: str, port: int) -> tuple[dict[str, Loop], Callable[[], None]]:
+    """Each step as a function running ``count`` calls of it."""
+    blocking_memory = RateLimiter("memory://", key_prefix="hot")
+    asyncio_memory = moderato.RateLimiter("memory://", key_prefix="hot")
+    limiter = RateLimiter(url, key_prefix="hot-sync")
+    plan = limiter.plan_for(RATE, ALGORITHM)
+    script = load_script(ALGORITHM)
+    backend: Any = limiter.backend
+    calls = [backend.decision_keys(plan, name, None, "global") for name in NAMES]
+    args = (SCALE, 1, *plan.script_args)
+    client = backend.client
+    payloads = [_accel.encode_evalsha(script.sha, keys, args) for keys in calls]
+    redis_py = redis.Redis.from_url(url)
+    redis_py.script_load(script.source)
+    sock = socket.create_connection((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buffer = bytearray(65536)
+
+    def sync_memory(count: int) -> None:
+        check = blocking_memory.check_with_info
+        for i in range(count):
+            check(NAMES[i % 1000], RATE)
+
+    loop = asyncio.new_event_loop()  # one loop for every call: its making is not a check's
+
+    def async_memory(count: int) -> None:
+        check = asyncio_memory.check_with_info
+
+        async def run() -> None:
+            for i in range(count):
+                await check(NAMES[i % 1000], RATE)
+
+        loop.run_until_complete(run())
+
+    def socket_round_trip(count: int) -> None:
+        for i in range(count):
+            sock.sendall(payloads[i % 1000])
+            sock.recv_into(buffer)  # one reply, far below one read
+
+    def client_evalsha(count: int) -> None:
+        evalsha = client.evalsha
+        for i in range(count):
+            evalsha(script, calls[i % 1000], args)
+
+    def sync_redis(count: int) -> None:
+        check = limiter.check_with_info
+        for i in range(count):
+            check(NAMES[i % 1000], RATE, algorithm=ALGORITHM)
+
+    def redis_py_evalsha(count: int) -> None:
+        evalsha, sha = redis_py.evalsha, script.sha
+        for i in range(count):
+            keys = calls[i % 1000]
+            evalsha(sha, len(keys), *keys, *args)
+
+    loops = {name: value for name, value in locals().items() if name in STEPS}
+
+    def close() -> None:
+        limiter.close()
+        redis_py.close()
+        sock.close()
+        loop.close()
+
+    return loops, close
+
+
+def per_call(loop: Loop, count: int, trials: int) -> tuple[float, float]:
+    """The best trial's (CPU ns, wall ns) per call."""
+    cpu, wall = [], []
+    for _ in range(trials):
+        cpu_started, wall_started = time.thread_time_ns(), time.perf_counter_ns()
+        loop(count)
+        cpu.append((time.thread_time_ns() - cpu_started) / count)
+        wall.append((time.perf_counter_ns() - wall_started) / count)
+    return min(cpu), min(wall)
+
+
+def callgrind_total(argv: list[str]) -> int:
+    with tempfile.TemporaryDirectory() as directory:
+        out = os.path.join(directory, "callgrind.out")
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+        subprocess.run(command, check=True, capture_output=True)
+        text = Path(out).read_text()
+    match = re.search(r"^summary:\s+(\d+)", text, re.MULTILINE) or re.search(
+        r"^totals:\s+(\d+)", text, re.MULTILINE
+    )
+    assert match, "no totals in callgrind's output"
+    return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=20_000, help="calls per trial")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--callgrind", nargs=2, metavar=("STEP", "COUNT"))
+    parser.add_argument("--callgrind-all", action="store_true")
+    parser.add_argument("--callgrind-count", type=int, default=2_000)
+    options = parser.parse_args()
+
+    if options.callgrind_all:
+        script = [sys.executable, __file__]
+        base = callgrind_total([*script, "--callgrind", "none", "0"])
+        print(f"load average {os.getloadavg()}; instructions per call (callgrind):")
+        for name in STEPS:
+            count = options.callgrind_count
+            total = callgrind_total([*script, "--callgrind", name, str(count)])
+            print(f"{name:<20} {(total - base) / count:>10,.0f}", flush=True)
+        return
+
+    server = RedisServer().start()
+    try:
+        loops, close = build_loops(server.url, "127.0.0.1", server.port)
+        for loop in loops.values():
+            loop(WARMUP)  # connections, scripts, every identity's keys, the specialiser
+        if options.callgrind:
+            step, count = options.callgrind
+            if step != "none":
+                loops[step](int(count))
+            close()
+            return
+        print(f"load average {os.getloadavg()}; per call, best of {options.trials} trials:")
+        for name, loop in loops.items():
+            cpu_ns, wall_ns = per_call(loop, options.count, options.trials)
+            print(f"{name:<20} CPU {cpu_ns / 1000:>7.2f} us   wall {wall_ns / 1000:>7.2f} us")
+        close()
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

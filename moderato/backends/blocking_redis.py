@@ -13,6 +13,7 @@ from typing import Any, Callable, Union
 
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
+from ..policy import SCALE
 from ..redis.blocking import ClusterClient, RedisClient, SentinelClient
 from ..redis.errors import RedisClientError
 from ..results import CheckResult
@@ -41,9 +42,12 @@ class BlockingRedisBackend(KeySpaceBound):
     def check_now(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
     ) -> CheckResult:
-        args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        if cost_scaled == SCALE and apply:
+            args = plan.unit_args  # built once per plan
+        else:
+            args = (cost_scaled, 1 if apply else 0, *plan.script_args)
         try:
-            reply = self.client.evalsha(load_script(plan.algorithm.name), keys, args)
+            reply = self.client.evalsha(load_script(plan.script_name), keys, args)
         except RedisClientError as error:
             raise translated(error, plan.algorithm.name) from None
         return decoded(plan, reply)

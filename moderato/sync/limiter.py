@@ -12,6 +12,7 @@ from ..algorithms import DEFAULT_ALGORITHM
 from ..backends.base import BlockingBackend
 from ..backends.replies import DecisionReply, split_replies
 from ..backends.schemes import make_blocking_backend
+from ..breaker import CLOSED
 from ..errors import BackendError, RateLimitConfigError, exceeded
 from ..failure_log import DEFAULT_INTERVAL_S
 from ..keys import Identity
@@ -25,7 +26,7 @@ from ..limiter_core import (
 )
 from ..options import count_option, seconds_option
 from ..plans import Plan
-from ..policy import cost_scaled, validate_cost
+from ..policy import SCALE, cost_scaled, validate_cost
 from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
 from ..results import CheckResult
 from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
@@ -232,7 +233,8 @@ class RateLimiter(LimiterCore):
             cost = validate_cost(cost)  # raises for anything but a positive int
         started_s = time.perf_counter() if self.metrics is not None else 0.0
         try:
-            result = self._decision("decide", plan, key, tenant_type, scope, cost_scaled(cost))
+            charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
+            result = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
         except BackendError as error:
             return self._undecided(plan, cost, error)  # raises, or bypasses under fail-open
         if not result.allowed and (self.shadow if shadow is None else shadow):
@@ -347,18 +349,24 @@ class RateLimiter(LimiterCore):
         *,
         apply: bool = True,
     ) -> CheckResult:
-        """One decision (or peek) by the backend, through the circuit breaker of its node."""
+        """One decision (or peek) by the backend, through the circuit breaker of its node.
+
+        _guarded's steps without its closure, as the asyncio limiter's _decision: this
+        is every check's path, so a closed breaker is asked nothing and a settled one
+        is told nothing.
+        """
         backend = self._backend
         keys = backend.decision_keys(plan, key, tenant_type, scope)
         breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
-        if not breaker.allow():
+        if breaker.state != CLOSED and not breaker.allow():  # closed: allow() says yes
             raise self._short_circuit(operation, breaker)
         try:
             result = backend.check_now(plan, keys, charged_scaled, apply)
         except BaseException as error:
             self._failed(operation, error, breaker)
             raise
-        self._succeeded(operation, breaker)
+        if not breaker.settled or self.failure_log.active or self.metrics is not None:
+            self._succeeded(operation, breaker)  # else it would change nothing
         return result
 
     def _check_together(self, checks: Sequence[Check]) -> Together:

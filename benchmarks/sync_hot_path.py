@@ -17,10 +17,15 @@ Two measurements:
 * with ``--callgrind-all``: each step under ``valgrind --tool=callgrind``,
   instructions per call = (total - total with a count of 0) / count, in user
   space only (the kernel's socket work is not counted): a figure other
-  processes cannot move.
+  processes cannot move;
+* with ``--syscalls``: the system calls per check of moderato.sync and of
+  sync_bench.py's peers (fixed window), from 1 thread and from 16 sharing
+  one limiter, counted by ``strace -f -c`` (a run of N checks minus a run of
+  none; the redis-server is started outside the traced process).
 
     python benchmarks/sync_hot_path.py [--count N] [--trials N]
     python benchmarks/sync_hot_path.py --callgrind-all [--callgrind-count N]
+    python benchmarks/sync_hot_path.py --syscalls
 """
 
 from __future__ import annotations
@@ -156,6 +161,78 @@ def callgrind_total(argv: list[str]) -> int:
     return int(match.group(1))
 
 
+def syscall_run(subject: str, url: str, threads: int, per_thread: int) -> None:
+    """``threads`` threads, each making ``per_thread`` checks of a sync_bench.py subject."""
+    import threading
+
+    import sync_bench
+
+    with sync_bench.SUBJECTS[subject](url, ALGORITHM) as check:
+        for i in range(500):  # connections, scripts, keys
+            check(i)
+        start = threading.Barrier(threads)
+
+        def worker(index: int) -> None:
+            start.wait()
+            for i in range(per_thread):
+                check(index + i * threads)
+
+        workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+
+
+def strace_counts(argv: list[str]) -> dict[str, int]:
+    """Calls per system call of a process and its threads (``strace -f -c``)."""
+    with tempfile.TemporaryDirectory() as directory:
+        out = os.path.join(directory, "strace.txt")
+        subprocess.run(["strace", "-f", "-c", "-o", out, *argv], check=True, capture_output=True)
+        counts: dict[str, int] = {}
+        for line in Path(out).read_text().splitlines():
+            fields = line.split()
+            # % time, seconds, usecs/call, calls, [errors,] syscall
+            if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+                counts[fields[-1]] = int(fields[3])
+    return counts
+
+
+def syscalls(per_thread_total: int) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import sync_bench
+
+    server = RedisServer().start()
+    try:
+        print(f"load average {os.getloadavg()}; system calls per check (strace -f -c):")
+        for threads in (1, 16):
+            per_thread = per_thread_total // threads
+            for subject in sync_bench.SUBJECTS:
+                runs = [
+                    strace_counts(
+                        [
+                            *(sys.executable, __file__, "--syscall-run", subject),
+                            *(server.url, str(threads), str(count)),
+                        ]
+                    )
+                    for count in (0, per_thread)
+                ]
+                checks = per_thread * threads
+                per_check = {
+                    name: (runs[1].get(name, 0) - runs[0].get(name, 0)) / checks
+                    for name in set(runs[0]) | set(runs[1])
+                }
+                shown = sorted(
+                    ((value, name) for name, value in per_check.items() if value >= 0.05),
+                    reverse=True,
+                )
+                detail = ", ".join(f"{name} {value:.2f}" for value, name in shown)
+                total = sum(value for value, _ in shown)
+                print(f"{threads:>2} threads  {subject:<32} {total:>6.2f}  ({detail})", flush=True)
+    finally:
+        server.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20_000, help="calls per trial")
@@ -163,7 +240,18 @@ def main() -> None:
     parser.add_argument("--callgrind", nargs=2, metavar=("STEP", "COUNT"))
     parser.add_argument("--callgrind-all", action="store_true")
     parser.add_argument("--callgrind-count", type=int, default=2_000)
+    parser.add_argument("--syscalls", action="store_true")
+    parser.add_argument("--syscall-checks", type=int, default=8_000, help="per subject")
+    parser.add_argument("--syscall-run", nargs=4, metavar=("SUBJECT", "URL", "THREADS", "N"))
     options = parser.parse_args()
+
+    if options.syscall_run:
+        subject, url, threads, per_thread = options.syscall_run
+        syscall_run(subject, url, int(threads), int(per_thread))
+        return
+    if options.syscalls:
+        syscalls(options.syscall_checks)
+        return
 
     if options.callgrind_all:
         script = [sys.executable, __file__]

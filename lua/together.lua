@@ -22,16 +22,7 @@ The reply: the parts' replies, each in its script's own layout, one after anothe
 error reply from a part (a refused argument, unreadable state) is the reply.
 ]]
 
-local real_redis = redis
-local instant = real_redis.call('TIME')
-local redis_at_instant = setmetatable({
-  call = function(command, ...)
-    if command == 'TIME' then
-      return { instant[1], instant[2] }
-    end
-    return real_redis.call(command, ...)
-  end,
-}, { __index = real_redis })
+--#include one_instant.lua
 
 local function refuse(message)
   return real_redis.error_reply('MODERATO_ARG composite: ' .. message)

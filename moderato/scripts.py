@@ -21,6 +21,8 @@ _INCLUDE = b"--#include "
 RESET_SCRIPT = "reset"
 TOGETHER_SCRIPT = "together"
 """The composite's own part (lua/together.lua): several decisions as one."""
+BATCH_SCRIPT = "batch"
+"""The batch's own part (lua/batch.lua): several independent decisions in one call."""
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
 
@@ -166,21 +168,43 @@ def _quoted_end(source: bytes, index: int) -> int:
     return size
 
 
+def _functions_then(names: tuple[str, ...], driver: str) -> bytes:
+    """``local scripts = {...}``, the scripts ``names`` as functions of KEYS, ARGV and
+    redis (the names their text uses as globals, so each runs unchanged), then the
+    driver ``driver`` (lua/<driver>.lua) that calls them."""
+    functions = b",\n".join(
+        b"function(KEYS, ARGV, redis)\n" + load_script(name).source + b"end" for name in names
+    )
+    directory = scripts_dir()
+    driver_source = without_comments(_with_includes(directory, _read(directory / f"{driver}.lua")))
+    return b"local scripts = {\n" + functions + b"\n}\n" + driver_source
+
+
 @cache
 def composite_script(names: tuple[str, ...]) -> Script:
     """One script deciding parts of the decision scripts ``names`` atomically (lua/together.lua).
 
-    Each script's whole text becomes a function of KEYS, ARGV and redis (the
-    names its text uses as globals), so the scripts run unchanged; a part names
-    its script by its 1-based index in ``names``.
+    A part names its script by its 1-based index in ``names``.
     """
     if not names or len(set(names)) != len(names):
         raise ValueError(f"composite_script takes distinct script names, got {names!r}")
-    functions = b",\n".join(
-        b"function(KEYS, ARGV, redis)\n" + load_script(name).source + b"end" for name in names
-    )
-    together = without_comments(_read(scripts_dir() / f"{TOGETHER_SCRIPT}.lua"))
-    source = b"local scripts = {\n" + functions + b"\n}\n" + together
+    source = _functions_then(names, TOGETHER_SCRIPT)
     return Script(
         name=f"together({'+'.join(names)})", source=source, sha=hashlib.sha1(source).hexdigest()
     )
+
+
+@cache
+def batch_script() -> Script:
+    """One script deciding any number of independent decisions in order (lua/batch.lua).
+
+    It holds every decision script of the registry, so one SHA1 serves every mix
+    of algorithms; a part names its script by its 1-based index in the registry
+    (``BATCH_INDEX``).
+    """
+    source = _functions_then(tuple(ALGORITHMS), BATCH_SCRIPT)
+    return Script(name=BATCH_SCRIPT, source=source, sha=hashlib.sha1(source).hexdigest())
+
+
+BATCH_INDEX = {name: index for index, name in enumerate(ALGORITHMS, 1)}
+"""A decision script's index in the batch script's table."""

@@ -3,6 +3,10 @@
 
     python shared_quota_worker.py sync|async URL PREFIX RATE ALGORITHM...
 
+(SHARED_QUOTA_WORKERS and SHARED_QUOTA_CHECKS_EACH in the environment change the
+50 threads or tasks and the 2 checks each; SHARED_QUOTA_TIMEOUT_S the asyncio
+limiter's command timeout.) Tests start the processes with ``run_workers``.
+
 It connects and loads the scripts first (a check on another key), prints
 ``ready`` and reads the start instant (a wall-clock time) from its standard
 input; then it runs each algorithm's burst at its own instant (the start,
@@ -14,15 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 from moderato import RateLimiter
 from moderato.sync import RateLimiter as BlockingRateLimiter
 
-WORKERS = 50
-CHECKS_EACH = 2
+WORKERS = int(os.environ.get("SHARED_QUOTA_WORKERS", "50"))
+CHECKS_EACH = int(os.environ.get("SHARED_QUOTA_CHECKS_EACH", "2"))
 STEP_S = 1.0
 
 
@@ -59,7 +67,11 @@ def blocking(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
 
 
 async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
-    limiter = RateLimiter(url, key_prefix=prefix)
+    limiter = RateLimiter(
+        url,
+        key_prefix=prefix,
+        command_timeout_s=float(os.environ.get("SHARED_QUOTA_TIMEOUT_S", "0.5")),
+    )
     for algorithm in algorithms:
         await limiter.check_with_info("warm-up", rate, algorithm=algorithm)
     start_at = ready()
@@ -76,6 +88,51 @@ async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) 
         admitted[algorithm] = sum(await asyncio.gather(*(burst() for _ in range(WORKERS))))
     await limiter.close()
     print(json.dumps(admitted), flush=True)
+
+
+def start_instant() -> float:
+    """Half a second from now, with no minute boundary in the 8 s after it (the fixed
+    and sliding windows would start over there)."""
+    start_at = time.time() + 0.5
+    if start_at % 60 > 50:
+        start_at += 61 - start_at % 60
+    return start_at
+
+
+def run_workers(
+    kinds: Sequence[str],
+    url: str,
+    prefix: str,
+    rate: str,
+    algorithms: Sequence[str],
+    environment: Optional[Mapping[str, str]] = None,
+) -> list[dict[str, int]]:
+    """Start one worker process per kind ("sync" or "async"), wait until every one is
+    ready, give them one start instant, and return each one's {algorithm: admitted}."""
+    workers = [
+        subprocess.Popen(
+            [sys.executable, __file__, kind, url, prefix, rate, *algorithms],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=None if environment is None else {**os.environ, **environment},
+        )
+        for kind in kinds
+    ]
+    for worker in workers:  # connected, scripts loaded
+        assert worker.stdout is not None
+        assert worker.stdout.readline() == "ready\n"
+    start_at = repr(start_instant())
+    for worker in workers:  # every one told before any is waited for
+        assert worker.stdin is not None
+        worker.stdin.write(start_at + "\n")
+        worker.stdin.flush()
+    reports = []
+    for worker in workers:
+        out, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0, out
+        reports.append(json.loads(out.splitlines()[-1]))
+    return reports
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from ..plans import Plan
 from ..policy import SCALE
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
-from ..scripts import RESET_SCRIPT, load_script
+from ..scripts import BATCH_INDEX, RESET_SCRIPT, batch_script, load_script
 from ..steps import run_async
 from .announce import announcement_failed, reset_announcement
 from .base import DirectDecisions, KeySpaceBound, Part, cluster_routes
@@ -43,6 +43,10 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
     ) -> None:
         self.client = client
         self.node_of, self.reload_routes = cluster_routes(client, isinstance(client, ClusterClient))
+        # One server's checks of one loop turn are decided by one batch script call
+        # (lua/batch.lua; connection.py joins them): one TIME, one call, one reply
+        # for all of them, each decision what it would be alone, in order.
+        self._in_batch = client.evalsha_in_batch if isinstance(client, RedisClient) else None
 
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
@@ -52,7 +56,11 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
         else:
             args = (cost_scaled, 1 if apply else 0, *plan.script_args)
         # The client's future itself, no coroutine around it: this is every check's path.
-        return self.client.evalsha(load_script(plan.script_name), keys, args)
+        name = plan.script_name
+        in_batch = self._in_batch
+        if in_batch is not None:
+            return in_batch(batch_script(), BATCH_INDEX[name], load_script(name), keys, args)
+        return self.client.evalsha(load_script(name), keys, args)
 
     def finish_check(self, plan: Plan, sent: object, reply: Any) -> CheckResult:
         return decoded(plan, reply)

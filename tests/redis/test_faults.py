@@ -24,6 +24,7 @@ from redis_servers import RedisServer
 from moderato import BackendError, RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisClient
+from moderato.redis.connection import BATCH_MAX_PARTS
 
 pytestmark = pytest.mark.slow
 
@@ -418,8 +419,9 @@ async def test_a_cold_script_cache_under_a_burst_is_decided_like_a_warm_one(
 ) -> None:
     """4,000 checks in flight when the script cache is empty: all answered NOSCRIPT.
 
-    The connection loads the script once and re-sends each call once, as
-    EVALSHA: every check is decided, one identity gets exactly its limit, and
+    The checks leave as batch script calls of BATCH_MAX_PARTS checks each (one loop
+    turn); the connection loads the batch script once and re-sends each batch once,
+    as EVALSHA: every check is decided, one identity gets exactly its limit, and
     Redis sees one SCRIPT LOAD, no EVAL. (A generous timeout: the counts are
     the test, not the machine's speed.)
     """
@@ -443,9 +445,10 @@ async def test_a_cold_script_cache_under_a_burst_is_decided_like_a_warm_one(
                    f"{len(set(identities))} identities: admitted {admitted} / denied "
                    f"{COLD_BURST - admitted - len(errors)} / failed {len(errors)}")  # fmt: skip
             assert errors == []
-            # Each call answered NOSCRIPT once, then re-sent once behind the one load.
+            # Each batch answered NOSCRIPT once, then re-sent once behind the one load.
+            batches = -(-COLD_BURST // BATCH_MAX_PARTS)
             assert script_calls(port) == {
-                "evalsha": (2 * COLD_BURST, COLD_BURST),
+                "evalsha": (2 * batches, batches),
                 "eval": (0, 0),
                 "script|load": (1, 0),
             }

@@ -106,9 +106,12 @@ _DEADLINE_SLACK_S = 0.001
 _EVALSHA_RESENDS = 2
 
 # A batch script call decides at most this many parts: Redis runs a script
-# start to end with nothing else in between, and a few microseconds per part
-# keeps one call well under ~100 us (benchmarks/server_cpu.py measures it).
-BATCH_MAX_PARTS = 32
+# start to end with nothing else in between, and a part costs it about as
+# much as the script alone, 5-20 us (benchmarks/batch_bench.py --floors), so
+# eight keep one call near ~100 us. The saving per call (one call overhead,
+# one TIME, one reply) is nearly all had at eight; a hot key's state is read
+# and written once per eight checks.
+BATCH_MAX_PARTS = 8
 # ... and carries at most about this many bytes of keys and arguments (an
 # argument counted at its longest, 20 bytes), so a batch of long keys stays small.
 BATCH_MAX_ARGUMENT_BYTES = 32 * 1024

@@ -102,9 +102,9 @@ async def test_a_lone_check_is_its_own_script_call(own_redis_server: RedisServer
 async def test_a_lost_batch_reply_fails_every_check_and_is_never_sent_again(
     own_redis_server: RedisServer, fail_open: bool
 ) -> None:
-    """The server is stopped with a batch in flight: every check of it times out (fail
+    """The server is stopped with batches in flight: every check of them times out (fail
     closed: BackendUnavailableError; fail_open: bypassed). Resumed before the connection
-    is given up, Redis runs the batch once -- its 20 charges stand -- and nothing is
+    is given up, Redis runs each batch once -- the 20 charges stand -- and nothing is
     sent again."""
     port = own_redis_server.port
     limiter = RateLimiter(
@@ -133,10 +133,12 @@ async def test_a_lost_batch_reply_fails_every_check_and_is_never_sent_again(
         else:
             assert all(isinstance(o, BackendUnavailableError) for o in outcomes), outcomes
         await asyncio.sleep(0.1)  # the late reply arrives and is dropped
-        assert script_calls(port)["evalsha"] == (1, 0)  # one batch, run once
+        batches = -(-20 // BATCH_MAX_PARTS)
+        assert script_calls(port)["evalsha"] == (batches, 0)  # each batch run once
         usage = await limiter.get_usage("k", "100/minute")
         assert (usage["current"], usage["remaining"]) == (20, 80)
-        assert script_calls(port)["evalsha"] == (2, 0)  # the usage read: nothing re-sent
+        # The usage read: nothing re-sent.
+        assert script_calls(port)["evalsha"] == (batches + 1, 0)
     finally:
         await limiter.close()
 
@@ -144,9 +146,10 @@ async def test_a_lost_batch_reply_fails_every_check_and_is_never_sent_again(
 async def test_a_flushed_script_cache_costs_one_load_and_one_noscript_per_batch(
     own_redis_server: RedisServer,
 ) -> None:
-    """SCRIPT FLUSH between bursts of 4,000 checks: each burst's 125 batches (32 checks
-    each, one loop turn) are answered NOSCRIPT once each, sent again behind one SCRIPT
-    LOAD of the batch script, and decide exactly as a warm cache does."""
+    """SCRIPT FLUSH between bursts of 4,000 checks: each burst's 500 batches
+    (BATCH_MAX_PARTS = 8 checks each, one loop turn) are answered NOSCRIPT once
+    each, sent again behind one SCRIPT LOAD of the batch script, and decide
+    exactly as a warm cache does."""
     port = own_redis_server.port
     checks = 4000
     batches = checks // BATCH_MAX_PARTS

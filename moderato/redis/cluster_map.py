@@ -246,6 +246,23 @@ class SlotMap(Generic[C]):
             table[slot] = target  # one item: readers see the old node or the new one
         self._drained.pop(slot, None)
 
+    def _drained_known(self, slot: int, source: Node[C], target: Node[C]) -> bool:
+        """Whether ``source`` was seen holding no key of ``slot`` (migrating to ``target``)."""
+        return self._drained.get(slot) == (source.name, target.name)
+
+    def _drained_count(
+        self, slot: int, source: Node[C], target: Node[C], count: int | RedisClientError
+    ) -> bool:
+        """What ``CLUSTER COUNTKEYSINSLOT slot`` on ``source`` answered (or raised) says:
+        True, remembered, when no key of the slot is left there (so ASK is safe for
+        scripts); a NOPERM refusal is raised, as waiting for the slot could never end."""
+        if isinstance(count, RedisReplyError) and count.message.startswith("NOPERM"):
+            raise count_needs_permission(count.message, source.name, slot)
+        if count == 0:
+            self._drained[slot] = (source.name, target.name)
+            return True
+        return False
+
     def _redirect_target(self, message: str, node: Node[C] | None) -> tuple[int, Node[C]]:
         """(slot, node) of ``MOVED <slot> <host>:<port>`` or ``ASK ...``."""
         parts = message.split(" ")

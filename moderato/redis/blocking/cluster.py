@@ -48,7 +48,6 @@ from ..cluster_map import (
     asking_needs_permission,
     checked_topology,
     command_slot,
-    count_needs_permission,
     parse_shards,
     parse_slots,
     script_slot,
@@ -268,23 +267,14 @@ class ClusterClient(SlotMap[RedisClient], FromUrl):
         return reply
 
     def _source_drained(self, slot: int, source: _Node, target: _Node) -> bool:
-        """Whether ``source`` holds no key of ``slot`` any more (so ASK is safe for scripts)."""
-        pair = (source.name, target.name)
-        if self._drained.get(slot) == pair:
+        """Whether ``source`` holds no key of ``slot`` any more (SlotMap._drained_count)."""
+        if self._drained_known(slot, source, target):
             return True
         try:
             count = source.client.execute("CLUSTER", "COUNTKEYSINSLOT", slot)
-        except RedisReplyError as error:
-            if error.message.startswith("NOPERM"):
-                # Waiting could never end: say why instead of timing out.
-                raise count_needs_permission(error.message, source.name, slot) from None
-            return False
-        except RedisClientError:
-            return False
-        if count == 0:
-            self._drained[slot] = pair
-            return True
-        return False
+        except RedisClientError as error:
+            count = error
+        return self._drained_count(slot, source, target, count)
 
     # -- the slot map --------------------------------------------------------------
 

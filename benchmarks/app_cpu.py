@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -182,6 +182,24 @@ def instructions(modules: list[str], path: str, requests: int, concurrency: int)
     }
 
 
+def floor_target(figures: dict[str, Any], field: Optional[str]) -> Optional[dict[str, Any]]:
+    """Issue 31: the decorated route's app CPU per allowed request at most the bare
+    app's plus one plain Redis round trip's (the moderato-client floor app) plus 10%."""
+    field = field or "instructions_per_request"
+    floor, decorated = figures.get("floor_moderato_client"), figures.get("moderato_decorator")
+    if not floor or not decorated:
+        return None
+    ratio = decorated[field] / floor[field]
+    verdict = "met" if ratio <= 1.10 else "MISSED"
+    return {
+        "ratio": ratio,
+        "threshold": 1.10,
+        "met": ratio <= 1.10,
+        "line": f"{verdict}: moderato_decorator / floor_moderato_client = {ratio:.3f}"
+        f" (target <= 1.10; {decorated[field]:,.1f} vs {floor[field]:,.1f} {field})",
+    }
+
+
 def run(coroutine: Any) -> Any:
     """On uvloop when installed, as uvicorn runs the end-to-end apps."""
     try:
@@ -243,6 +261,10 @@ def main() -> None:
     finally:
         if server is not None:
             server.close()
+    target = floor_target(figures, "cpu_us_per_request" if args.mode == "cpu" else None)
+    if target is not None:
+        print(target["line"])
+        figures["target"] = target
     if args.json is not None:
         record = {
             "kind": "app-cpu",

@@ -78,7 +78,7 @@ from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.policy import policy_for  # noqa: E402
 from moderato.scripts import load_script  # noqa: E402
 
-SECTIONS = ("redis", "limiter", "e2e", "memory", "cluster", "server_cpu")
+SECTIONS = ("redis", "limiter", "sequential", "e2e", "memory", "cluster", "server_cpu")
 # redis-benchmark calls per script and trial in the server-CPU section (full, quick).
 SERVER_CPU_REQUESTS = (100_000, 20_000)
 CONCURRENCY = (10, 100, 1000)
@@ -721,6 +721,17 @@ def limiter_section(url: str, port: int, config: Config, progress: Progress) -> 
     }
 
 
+def sequential_section(url: str, port: int, config: Config, progress: Progress) -> dict[str, Any]:
+    """Issue 31's Redis target alone: moderato's token bucket against the bare asyncio
+    client sending the same EVALSHA, one task each, trials interleaved (the limiter
+    section measures the same pair among every peer and concurrency)."""
+    subjects = [
+        subject for subject in moderato_subjects(url) if subject.name == "moderato token_bucket"
+    ] + bare_client_subjects(port)
+    results = run_loop(run_subjects("sequential", subjects, (1,), config, progress))
+    return {"rate": RATE, "identities": IDENTITIES, "subjects": results}
+
+
 # -- 3. end to end --------------------------------------------------------------------
 
 
@@ -1195,6 +1206,23 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{seq:,.0f} vs {bare:,.0f} checks/s",
         )
 
+    # Issue 31: the limiter over a bare client sending the same EVALSHA, trial by trial.
+    paired_subjects = {s["name"]: s for s in (sections.get("sequential") or {}).get("subjects", [])}
+    ours_samples = (
+        paired_subjects.get(reference, {}).get("sequential", {}).get("checks_per_s", {})
+    ).get("samples")
+    bare_samples = (
+        paired_subjects.get(bare_name, {}).get("sequential", {}).get("checks_per_s", {})
+    ).get("samples")
+    if ours_samples and bare_samples:
+        per_trial = [ours / bare for ours, bare in zip(ours_samples, bare_samples)]
+        add(
+            f"limiter-only sequential, paired trials: {reference} / {bare_name}",
+            statistics.median(per_trial),
+            0.95,
+            "median of per-trial ratios: " + ", ".join(f"{r:.3f}" for r in per_trial),
+        )
+
     # Server CPU: the peer's µs per decision over moderato's, so higher is better like
     # every other target; >= 1 / 1.2 is "moderato at most 1.2x the peer".
     for ratio in (sections.get("server_cpu") or {}).get("ratios", []):
@@ -1261,18 +1289,19 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             rate_median = _median(subject.get("sequential", {}).get("checks_per_s"))
             key = subject.get("moderato_algorithm") or (subject.get("api"), subject.get("strategy"))
             by_key[key] = rate_median
-        for pair in memory.get("pairs", []):
-            mine = by_key.get(pair["moderato"])
-            for api in ("limits.aio", "limits"):
-                theirs = by_key.get((api, pair["limits"]))
-                if mine and theirs:
-                    add(
-                        f"in-process ({scenario['name']}): memory:// {pair['moderato']} / "
-                        f"{api} MemoryStorage {pair['limits'].replace('RateLimiter', '')}",
-                        mine / theirs,
-                        10.0,
-                        f"{mine:,.0f} vs {theirs:,.0f} checks/s",
-                    )
+        # Every in-process peer against the moderato algorithm of the same rate law
+        # (issue 31: at least twice the throughput of each, awaited check_with_info).
+        for subject in scenario["subjects"]:
+            pair = subject.get("moderato_pair")
+            mine = by_key.get(pair)
+            theirs = _median(subject.get("sequential", {}).get("checks_per_s"))
+            if pair and mine and theirs:
+                add(
+                    f"in-process ({scenario['name']}): memory:// {pair} / {subject['name']}",
+                    mine / theirs,
+                    2.0,
+                    f"{mine:,.0f} vs {theirs:,.0f} checks/s",
+                )
     return out
 
 
@@ -1405,6 +1434,7 @@ def main() -> None:
         runners = {
             "redis": lambda: redis_section(port, config, progress),
             "limiter": lambda: limiter_section(url, port, config, progress),
+            "sequential": lambda: sequential_section(url, port, config, progress),
             "e2e": lambda: e2e_section(url, port, config, progress),
             "memory": lambda: memory_section(config, progress),
             "cluster": lambda: cluster_section(config, progress),

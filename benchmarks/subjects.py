@@ -13,8 +13,10 @@ Peers are imported only when their subject opens: the peers live in the
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable, Optional
 
 from moderato import RateLimiter
@@ -66,6 +68,14 @@ def _is_allowed(result: Any) -> bool:
 
 def _is_true(result: Any) -> bool:
     return result is True
+
+
+def _is_not_limited(result: Any) -> bool:
+    return not result.limited
+
+
+def _is_zero_wait(wait_ms: float) -> bool:
+    return wait_ms == 0
 
 
 def moderato_subjects(
@@ -360,10 +370,121 @@ def in_process_subjects(rate: str = RATE) -> list[Subject]:
                     open=limits_opener(strategy_name, asynchronous),
                     note=f"{api}.strategies.{strategy_name} over {api}.storage.MemoryStorage"
                     + (" (awaited)" if asynchronous else " (plain call)"),
-                    extra={"strategy": strategy_name, "api": api},
+                    extra={
+                        "strategy": strategy_name,
+                        "api": api,
+                        "moderato_pair": LIMITS_PAIRS[strategy_name],
+                    },
+                )
+            )
+    return subjects + throttled_memory_subjects(rate) + traffik_memory_subjects(rate)
+
+
+# Each in-process peer's algorithm -> the moderato algorithm with the same rate law.
+LIMITS_PAIRS = {
+    "MovingWindowRateLimiter": "sliding_log",
+    "FixedWindowRateLimiter": "fixed_window",
+    "SlidingWindowCounterRateLimiter": "sliding_window",
+}
+THROTTLED_PAIRS = {
+    "fixed_window": "fixed_window",
+    "sliding_window": "sliding_window",
+    "token_bucket": "token_bucket",
+    "leaking_bucket": "leaky_bucket",
+    "gcra": "gcra",
+}
+TRAFFIK_PAIRS = {
+    "FixedWindowStrategy": "fixed_window",
+    "SlidingWindowCounterStrategy": "sliding_window",
+    "SlidingWindowLogStrategy": "sliding_log",
+    "TokenBucketStrategy": "token_bucket",
+    "LeakyBucketStrategy": "leaky_bucket",
+    "GCRAStrategy": "gcra",
+}
+
+
+def _limit_and_window_s(rate: str) -> tuple[int, int]:
+    """'1000/second' -> (1000, 1): the scenarios' rates, for the peers' own rate types."""
+    from limits import parse
+
+    item = parse(rate)
+    return item.amount, item.get_expiry()
+
+
+def throttled_memory_subjects(rate: str) -> list[Subject]:
+    """throttled-py's MemoryStore, its sync and asyncio Throttled, every algorithm."""
+    if importlib.util.find_spec("throttled") is None:  # Python 3.9: it needs 3.10
+        return []
+
+    def opener(algorithm: str, asynchronous: bool) -> Callable[[], Awaitable[Opened]]:
+        async def open_() -> Opened:
+            import throttled
+            import throttled.asyncio as throttled_asyncio
+
+            limit, window_s = _limit_and_window_s(rate)
+            package: Any = throttled_asyncio if asynchronous else throttled
+            throttle = package.Throttled(
+                using=algorithm,
+                quota=package.per_duration(timedelta(seconds=window_s), limit=limit),
+                store=package.MemoryStore(),
+            )
+            return Opened(throttle.limit, _is_not_limited, _nothing, is_async=asynchronous)
+
+        return open_
+
+    subjects = []
+    for asynchronous in (True, False):
+        api = "throttled-py asyncio" if asynchronous else "throttled-py"
+        for algorithm, pair in THROTTLED_PAIRS.items():
+            subjects.append(
+                Subject(
+                    name=f"{api} MemoryStore {algorithm}",
+                    library="throttled-py",
+                    algorithm=ALGORITHM_FAMILY[pair],
+                    open=opener(algorithm, asynchronous),
+                    note=f"{api} Throttled(using={algorithm!r}, store=MemoryStore()).limit"
+                    + (" (awaited)" if asynchronous else " (plain call)"),
+                    extra={"api": api, "strategy": algorithm, "moderato_pair": pair},
                 )
             )
     return subjects
+
+
+def traffik_memory_subjects(rate: str) -> list[Subject]:
+    """traffik's InMemoryBackend under each strategy, awaited as its throttles await it."""
+    if importlib.util.find_spec("traffik") is None:
+        return []
+
+    def opener(strategy_name: str) -> Callable[[], Awaitable[Opened]]:
+        async def open_() -> Opened:
+            import traffik
+            from traffik import strategies as traffik_strategies
+            from traffik.backends.inmemory import InMemoryBackend
+
+            limit, window_s = _limit_and_window_s(rate)
+            backend = InMemoryBackend()
+            await backend.initialize()
+            strategy = getattr(traffik_strategies, strategy_name)()
+            traffik_rate = traffik.Rate(limit=limit, seconds=window_s)
+
+            def check(key: str) -> Awaitable[float]:
+                return strategy(key, traffik_rate, backend)  # type: ignore[no-any-return]
+
+            return Opened(check, _is_zero_wait, backend.close)
+
+        return open_
+
+    return [
+        Subject(
+            name=f"traffik InMemoryBackend {strategy_name.removesuffix('Strategy')}",
+            library="traffik",
+            algorithm=ALGORITHM_FAMILY[pair],
+            open=opener(strategy_name),
+            note=f"traffik.strategies.{strategy_name}()(key, rate, InMemoryBackend()) (awaited)",
+            extra={"api": "traffik", "strategy": strategy_name, "moderato_pair": pair},
+        )
+        for strategy_name, pair in TRAFFIK_PAIRS.items()
+    ]
 
 
 def best(values: dict[str, float], names: Optional[list[str]] = None) -> tuple[str, float]:

@@ -52,6 +52,9 @@ from moderato import RateLimiter, _accel  # noqa: E402
 from moderato.policy import SCALE  # noqa: E402
 from moderato.scripts import load_script  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from subjects import bare_client  # noqa: E402
+
 RATE = "1000000/minute"
 KEY = "user-1"
 WARMUP = 3000
@@ -96,7 +99,9 @@ async def build_steps(redis_socket: str | None) -> dict[str, Step]:
         backend.check_now(plan, keys, SCALE, True)
 
     async def decision() -> None:
-        await memory._decision("decide", plan, KEY, None, "global", SCALE)
+        # memory://'s decision is the result itself, nothing to await (it was a
+        # coroutine before issue 31).
+        memory._decision("decide", plan, KEY, None, "global", SCALE)
 
     async def check_with_info() -> None:
         await memory.check_with_info(KEY, RATE)
@@ -124,9 +129,27 @@ async def build_steps(redis_socket: str | None) -> dict[str, Step]:
         async def redis_check() -> None:
             await remote.check_with_info(KEY, RATE)
 
+        steps["redis_bare"] = await bare_evalsha(redis_socket, script, plan, args)
         steps["redis_evalsha"] = redis_evalsha
         steps["redis_check"] = redis_check
     return steps
+
+
+async def bare_evalsha(redis_socket: str, script: Any, plan: Any, args: tuple[int, ...]) -> Step:
+    """The bare asyncio client of performance.py's sequential target (subjects.py's):
+    keys built by _accel, the EVALSHA written at once, hiredis, one future per
+    command, no result object: the least a Python asyncio check can cost."""
+    loop = asyncio.get_running_loop()
+    _, send = await bare_client(
+        lambda protocol: loop.create_unix_connection(protocol, redis_socket), script.source
+    )
+    key_tag, windows_s = plan.algorithm.key_tag, plan.policy.windows_s
+
+    async def redis_bare() -> None:
+        keys = _accel.build_keys("bench-bare", key_tag, "", "global", KEY, windows_s)
+        await send(_accel.encode_evalsha(script.sha, keys, args))
+
+    return redis_bare
 
 
 async def per_call_s(step: Step, count: int, trials: int) -> tuple[float, float]:
@@ -208,7 +231,7 @@ def callgrind_all(redis: bool, count: int, only: list[str] | None) -> dict[str, 
         "check_now",
         "decision",
         "check_with_info",
-        *(["redis_evalsha", "redis_check"] if redis else []),
+        *(["redis_bare", "redis_evalsha", "redis_check"] if redis else []),
     ]
     figures: dict[str, Any] = {"baseline_instructions": base, "count": count}
     for name in names:

@@ -140,9 +140,6 @@ def bare_client_subjects(port: int, algorithm: str = "token_bucket") -> list[Sub
 
     async def open_() -> Opened:
         import asyncio
-        from collections import deque
-
-        import hiredis
 
         from moderato import _accel
         from moderato.policy import policy_for
@@ -153,32 +150,13 @@ def bare_client_subjects(port: int, algorithm: str = "token_bucket") -> list[Sub
         script = load_script(chosen.name)
         args = (1000, 1, *chosen.policy_args(policy.rates[0]))
         loop = asyncio.get_running_loop()
-        waiting: deque[asyncio.Future[Any]] = deque()
-
-        class Protocol(asyncio.Protocol):
-            def __init__(self) -> None:
-                self.reader = hiredis.Reader()
-
-            def data_received(self, data: bytes) -> None:
-                self.reader.feed(data)
-                reply = self.reader.gets()
-                while reply is not False:
-                    waiting.popleft().set_result(reply)
-                    reply = self.reader.gets()
-
-        transport, _ = await loop.create_connection(Protocol, "127.0.0.1", port)
-        load = loop.create_future()
-        waiting.append(load)
-        transport.write(_accel.encode_command("SCRIPT", "LOAD", script.source))
-        await load
-        write = transport.write
+        transport, send = await bare_client(
+            lambda protocol: loop.create_connection(protocol, "127.0.0.1", port), script.source
+        )
 
         def check(key: str) -> Awaitable[Any]:
             keys = _accel.build_keys("bench-bare", chosen.key_tag, "", "global", key, (60,))
-            future = loop.create_future()
-            waiting.append(future)
-            write(_accel.encode_evalsha(script.sha, keys, args))
-            return future
+            return send(_accel.encode_evalsha(script.sha, keys, args))
 
         async def close() -> None:
             transport.close()
@@ -198,6 +176,44 @@ def bare_client_subjects(port: int, algorithm: str = "token_bucket") -> list[Sub
             extra={"moderato_algorithm": algorithm},
         )
     ]
+
+
+async def bare_client(connect: Callable[[Any], Awaitable[Any]], script_source: str) -> Any:
+    """The bare client's connection: ``connect(protocol_factory)`` (the loop's
+    create_connection or create_unix_connection), the script loaded; returns the
+    transport and ``send(command) -> future of its reply`` (hiredis, replies in order)."""
+    import asyncio
+    from collections import deque
+
+    import hiredis
+
+    from moderato import _accel
+
+    loop = asyncio.get_running_loop()
+    waiting: deque[asyncio.Future[Any]] = deque()
+
+    class Protocol(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.reader = hiredis.Reader()
+
+        def data_received(self, data: bytes) -> None:
+            self.reader.feed(data)
+            reply = self.reader.gets()
+            while reply is not False:
+                waiting.popleft().set_result(reply)
+                reply = self.reader.gets()
+
+    transport, _ = await connect(Protocol)
+    write = transport.write
+
+    def send(command: bytes) -> asyncio.Future[Any]:
+        future = loop.create_future()
+        waiting.append(future)
+        write(command)
+        return future
+
+    await send(_accel.encode_command("SCRIPT", "LOAD", script_source))
+    return transport, send
 
 
 LIMITS_STRATEGIES = {

@@ -11,11 +11,14 @@ tenant, scope, algorithm tags and windows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from . import _accel
 from .errors import RateLimitConfigError
 from .policy import Policy
+
+if TYPE_CHECKING:
+    from .plans import Plan
 
 Identity = Union[str, bytes]
 
@@ -92,6 +95,33 @@ class KeySpace:
         except (TypeError, ValueError) as error:
             raise KeyPartError(str(error)) from None
         return keys
+
+    def plan_keys(
+        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
+    ) -> list[bytes]:
+        """``decision_keys`` for a check's plan: a backend's ``decision_keys`` (bound to
+        it by ``KeySpaceBound.bind``). The commonest check (text identity and scope, no
+        tenant, no burst) builds its keys in one call: this is on every check's path."""
+        if (
+            tenant_type is None
+            and type(key) is str
+            and type(scope) is str
+            and plan.policy.burst is None
+        ):
+            try:
+                keys: list[bytes] = _accel.build_keys(
+                    self.prefix,
+                    plan.key_tag,
+                    "",
+                    scope,
+                    key,
+                    plan.windows_s,
+                    self.identity_secret,
+                )
+            except (TypeError, ValueError) as error:
+                raise KeyPartError(str(error)) from None
+            return keys
+        return self.decision_keys(plan.key_tag, plan.policy, key, tenant_type, scope)
 
     def reset_keys(
         self,

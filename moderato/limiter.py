@@ -13,7 +13,7 @@ from .backends.base import AsyncBackend, Backend, SynchronousBackend
 from .backends.denial_cache import with_denial_cache
 from .backends.replies import DecisionReply, split_replies
 from .backends.schemes import make_backend
-from .breaker import CLOSED
+from .breaker import CLOSED, CircuitBreaker
 from .errors import BackendError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
@@ -278,7 +278,9 @@ class RateLimiter(LimiterCore):
         started_s = time.perf_counter() if timed else 0.0
         try:
             charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
-            result = await self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
+            result = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
+            if type(result) is not CheckResult:  # a remote backend's: awaited
+                result = await result  # type: ignore[misc]
         except BackendError as error:
             if self.recorder is not None:
                 return self._recorded_undecided(plan, cost, scope, error)
@@ -313,7 +315,9 @@ class RateLimiter(LimiterCore):
         if tenant is not None:
             tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
         plan = self._plans.get(rate, algorithm, burst)
-        result = await self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
+        result = self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
+        if type(result) is not CheckResult:
+            result = await result  # type: ignore[misc]
         return usage_of(result)
 
     async def reset(
@@ -438,7 +442,7 @@ class RateLimiter(LimiterCore):
         except BaseException as error:  # the rules (_checks_decision) raise it
             return error
 
-    async def _decision(
+    def _decision(
         self,
         operation: str,
         plan: Plan,
@@ -448,35 +452,54 @@ class RateLimiter(LimiterCore):
         charged_scaled: int,
         *,
         apply: bool = True,
-    ) -> CheckResult:
-        """One decision (or peek) by the backend, through the circuit breaker.
+    ) -> Union[CheckResult, Awaitable[CheckResult]]:
+        """One decision (or peek) by the backend, through the circuit breaker: the
+        result itself from a backend that answers at once (memory://: no coroutine
+        on its checks' path), else a coroutine to await for it.
 
         _guarded's steps (allow, _short_circuit, _failed, _succeeded) without its
-        coroutine: this is the path of every check; the in-process backend
-        answers at once, and a remote one's client future is awaited here.
+        coroutine: this is the path of every check.
         """
         keys = self._backend.decision_keys(plan, key, tenant_type, scope)  # the backend's keys
         breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
         if breaker.state != CLOSED and not breaker.allow():  # closed: allow() says yes
             raise self._short_circuit(operation, breaker)
+        check_now = self._check_now
+        if check_now is None:
+            return self._remote_decision(operation, plan, keys, breaker, charged_scaled, apply)
         try:
-            check_now = self._check_now
-            if check_now is not None:
-                result = check_now(plan, keys, charged_scaled, apply)
-            else:
-                pending = self._start_check(plan, keys, charged_scaled, apply)
-                if type(pending) is CheckResult:
-                    # Answered without asking (a denial the backend remembers): no
-                    # backend call was made, so the breaker and its metrics saw none.
-                    return pending
-                try:
-                    reply = await pending  # type: ignore[misc]  # not a CheckResult: awaitable
-                except BaseException as error:  # the client's own errors, translated here
-                    refusal = self._remote.check_failed(plan, pending, error)
-                    if refusal is error:
-                        raise
-                    raise refusal from None
-                result = self._remote.finish_check(plan, pending, reply)
+            result = check_now(plan, keys, charged_scaled, apply)
+        except BaseException as error:
+            self._failed(operation, error, breaker)
+            raise
+        if not breaker.settled or self.failure_log.active or self.metrics is not None:
+            self._succeeded(operation, breaker)  # else it would change nothing
+        return result
+
+    async def _remote_decision(
+        self,
+        operation: str,
+        plan: Plan,
+        keys: list[bytes],
+        breaker: CircuitBreaker,
+        charged_scaled: int,
+        apply: bool,
+    ) -> CheckResult:
+        """``_decision`` by a remote backend: its client's future, awaited here."""
+        try:
+            pending = self._start_check(plan, keys, charged_scaled, apply)
+            if type(pending) is CheckResult:
+                # Answered without asking (a denial the backend remembers): no
+                # backend call was made, so the breaker and its metrics saw none.
+                return pending
+            try:
+                reply = await pending  # type: ignore[misc]  # not a CheckResult: awaitable
+            except BaseException as error:  # the client's own errors, translated here
+                refusal = self._remote.check_failed(plan, pending, error)
+                if refusal is error:
+                    raise
+                raise refusal from None
+            result = self._remote.finish_check(plan, pending, reply)
         except BaseException as error:
             self._failed(operation, error, breaker)
             raise

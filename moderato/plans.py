@@ -33,13 +33,25 @@ BURST_ALGORITHMS = tuple(name for name, entry in ALGORITHMS.items() if entry.bur
 class Plan:
     """A rate string and an algorithm, ready for the backend and for the result."""
 
-    __slots__ = ("algorithm", "policy", "result_shape", "script_args", "script_name", "unit_args")
+    __slots__ = (
+        "algorithm",
+        "key_tag",
+        "policy",
+        "result_shape",
+        "script_args",
+        "script_name",
+        "unit_args",
+        "windows_s",
+    )
 
     def __init__(self, policy: Policy, algorithm: Algorithm) -> None:
         algorithm.check_exact_range(policy)
         algorithm.check_burst(policy)
         self.policy = policy
         self.algorithm = algorithm
+        # What every check's keys are built from (KeySpace.plan_keys), read once here.
+        self.key_tag = algorithm.key_tag
+        self.windows_s = policy.windows_s
         args = [arg for rate in policy.rates for arg in algorithm.policy_args(rate)]
         limits: tuple[tuple[int, ...], ...]
         if policy.burst is None:

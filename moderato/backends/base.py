@@ -183,16 +183,12 @@ class KeySpaceBound:
     from the bound KeySpace with the algorithm's key tag, whatever the store."""
 
     keyspace: KeySpace
+    decision_keys: Callable[[Plan, object, Optional[str], object], list[bytes]]
+    """The bound KeySpace's ``plan_keys`` itself: a check asks it with no call between."""
 
     def bind(self, keyspace: KeySpace) -> None:
         self.keyspace = keyspace
-
-    def decision_keys(
-        self, plan: Plan, key: object, tenant_type: Optional[str], scope: object
-    ) -> list[bytes]:
-        return self.keyspace.decision_keys(
-            plan.algorithm.key_tag, plan.policy, key, tenant_type, scope
-        )
+        self.decision_keys = keyspace.plan_keys
 
 
 NodeOf = Callable[[bytes], Optional[str]]

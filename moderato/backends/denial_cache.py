@@ -359,13 +359,13 @@ class DenialCachingBackend(DirectDecisions):
         # check_failed takes each one out (a dict, not an object around the future:
         # awaiting the future itself costs the check nothing more).
         self._in_flight: dict[object, Ticket] = {}
-        # The wrapped backend's own, unchanged (bound here: decision_keys is on every check).
-        self.decision_keys = backend.decision_keys
         self.delete_matching = backend.delete_matching
 
     def bind(self, keyspace: KeySpace) -> None:
         self.keyspace = keyspace
         self.backend.bind(keyspace)
+        # The wrapped backend's own, unchanged (taken here: decision_keys is on every check).
+        self.decision_keys = self.backend.decision_keys
 
     # -- a check ---------------------------------------------------------------------
 

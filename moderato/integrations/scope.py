@@ -113,16 +113,25 @@ def route_scope(scope: Scope, endpoint: Optional[Callable[..., Any]] = None) -> 
     return _fallback(method, endpoint if endpoint is not None else scope.get("endpoint"))
 
 
+_ROUTE_TEMPLATE = "moderato.route_template"
+"""The request's template in its scope, with the endpoint and router it was found for:
+a decorated request asks for it twice (its route's limits, then its default scope)."""
+
+
 def route_template(scope: Scope) -> Optional[_Template]:
     """The template the routed request came through; None when it cannot be discovered."""
     routed = scope.get("endpoint")
     router = scope.get("router")
     if routed is None or router is None:
         return None
+    known = scope.get(_ROUTE_TEMPLATE)
+    # A mount routes on with the same scope: another endpoint is another answer.
+    if known is not None and known[0] is routed and known[1] is router:
+        return known[2]  # type: ignore[no-any-return]
     templates = _templates_for(router, routed)
-    if not templates:
-        return None
-    return _choose(templates, scope, _original_root_path(scope))
+    template = _choose(templates, scope, _original_root_path(scope)) if templates else None
+    scope[_ROUTE_TEMPLATE] = (routed, router, template)
+    return template
 
 
 def route_templates(router: Any) -> list[_Template]:

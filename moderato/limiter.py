@@ -503,9 +503,15 @@ class RateLimiter(LimiterCore):
         except BaseException as error:
             self._failed(operation, error, breaker)
             raise
-        if not breaker.settled or self.failure_log.active or self.metrics is not None:
-            self._succeeded(operation, breaker)  # else it would change nothing
+        self._answered(operation, breaker)
         return result
+
+    def _answered(self, operation: str, breaker: CircuitBreaker) -> None:
+        """``_succeeded``, unless it would change nothing (a closed breaker that counted
+        no failure, no outage being logged, no metrics): the remote check's last step
+        (memory://'s checks ask the same inline)."""
+        if not breaker.settled or self.failure_log.active or self.metrics is not None:
+            self._succeeded(operation, breaker)
 
     # -- HTTP integration (moderato.integrations) ---------------------------------
     #

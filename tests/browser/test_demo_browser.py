@@ -258,7 +258,14 @@ async def test_burst_button_shows_allowed_and_denied_counts(
             f"{text_of('message')}.startsWith('quotas reset') && {text_of('message')}"
         )
         await page.click("send-one")
-        await page.wait_for(f"{text_of('allowed')} === '1'")
+        try:
+            await page.wait_for(f"{text_of('allowed')} === '1'")
+        except AssertionError as error:  # say what the page showed instead
+            state = await page.evaluate(
+                "['allowed', 'denied', 'remaining', 'last-status', 'message']"
+                ".map((id) => document.getElementById(id).textContent).join(' | ')"
+            )
+            raise AssertionError(f"{error}; the page shows: {state}") from None
         shown["single"] = await page.evaluate(
             "['allowed', 'denied', 'remaining', 'last-status']"
             ".map((id) => document.getElementById(id).textContent)"

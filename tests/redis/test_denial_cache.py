@@ -253,10 +253,17 @@ async def test_every_local_denial_is_one_redis_gives_as_time_advances(redis_url:
     registry = CollectorRegistry()
     peeked_admits = local_total = 0
     async with (
+        # 1,500 steps: a loaded machine's stall past the default 0.5 s command
+        # timeout would fail a step that is about the cache, not the timeout.
         RateLimiter(
-            redis_url, key_prefix="adv", enable_metrics=True, metrics_registry=registry, **CACHED
+            redis_url,
+            key_prefix="adv",
+            enable_metrics=True,
+            metrics_registry=registry,
+            command_timeout_s=5,
+            **CACHED,
         ) as cached,
-        RateLimiter(redis_url, key_prefix="adv", denial_cache_size=0) as plain,
+        RateLimiter(redis_url, key_prefix="adv", denial_cache_size=0, command_timeout_s=5) as plain,
     ):
         for _ in range(2):
             await cached.check_with_info("warm", "1/hour")

@@ -199,5 +199,10 @@ def test_no_leaks(
     call(function, args, kwargs, CALLS)
 
     gc.collect()
-    assert [sys.getrefcount(value) for value in objects] == refcounts
+    # A leaked reference per call would add CALLS references. Shared singletons
+    # ('' and small ints before Python 3.12 made them immortal) also move by a few
+    # when anything else in the process touches them, so only growth that could
+    # come from these calls counts.
+    grown = [sys.getrefcount(value) - before for value, before in zip(objects, refcounts)]
+    assert all(abs(delta) < CALLS // 100 for delta in grown), grown
     assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES

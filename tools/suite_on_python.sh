@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the whole test suite on another Python (default: the 3.9 floor), in its
-# own venv, with whatever dependency releases pip picks for that Python.
+# Run the test suite on another Python (default: the 3.9 floor), in its own venv,
+# with whatever dependency releases pip picks for that Python. Arguments after
+# the minor version go to pytest (make test-py39 passes -m "not slow").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minor=${1:-9}
@@ -19,4 +20,4 @@ venv=".venv-suite-3.${minor}"
 "$venv/bin/python" -m pip install -q --upgrade pip setuptools wheel
 "$venv/bin/python" -m pip install -q -e '.[test]'
 "$venv/bin/python" setup.py -q build_ext --inplace
-"$venv/bin/python" -m pytest -q -p no:cacheprovider
+"$venv/bin/python" -m pytest -q -p no:cacheprovider "${@:2}"

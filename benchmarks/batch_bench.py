@@ -9,10 +9,11 @@ system) just before and after its timed window; Redis CPU per decision is that
 difference over the checks decided in the window, and one Redis core's
 capacity is its inverse. Checks/s is the client's own rate.
 
-Subjects, per algorithm: moderato as it is here ("after": the checks of one
-loop turn go to Redis as one batch script call) and moderato from another
-checkout (``--before DIR``: a tree with moderato built in it, or at least
-its ``_accel`` extension copied in), and the peers of the same family with
+Subjects, per algorithm: moderato as it is here with
+``RedisBackend.batch_checks`` on ("after": the checks of one loop turn go to
+Redis as one batch script call) and moderato from another checkout
+(``--before DIR``: a tree with moderato built in it, or at least its
+``_accel`` extension copied in), and the peers of the same family with
 asyncio Redis clients: limits (``limits.aio``, redis-py) and throttled-py
 (``throttled.asyncio``). Trials interleave every subject, so drift on a shared
 machine spreads over all of them; medians (and the min..max spread) are
@@ -119,6 +120,11 @@ async def _open(subject: Subject, port: int) -> tuple[Callable[[str], Awaitable[
     url = f"redis://127.0.0.1:{port}"
     if subject.library.startswith("moderato"):
         from moderato import RateLimiter
+
+        if subject.library == "moderato after":
+            from moderato.backends.redis import RedisBackend
+
+            RedisBackend.batch_checks = True  # experimental, off by default
 
         limiter = RateLimiter(url, key_prefix=subject.library.replace(" ", "-"))
         await limiter.connect()

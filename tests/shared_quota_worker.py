@@ -5,7 +5,8 @@
 
 (SHARED_QUOTA_WORKERS and SHARED_QUOTA_CHECKS_EACH in the environment change the
 50 threads or tasks and the 2 checks each; SHARED_QUOTA_TIMEOUT_S the asyncio
-limiter's command timeout.) Tests start the processes with ``run_workers``.
+limiter's command timeout; SHARED_QUOTA_BATCH_CHECKS=1 turns RedisBackend.batch_checks
+on.) Tests start the processes with ``run_workers``.
 
 It connects and loads the scripts first (a check on another key), prints
 ``ready`` and reads the start instant (a wall-clock time) from its standard
@@ -27,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from moderato import RateLimiter
+from moderato.backends.redis import RedisBackend
 from moderato.sync import RateLimiter as BlockingRateLimiter
 
 WORKERS = int(os.environ.get("SHARED_QUOTA_WORKERS", "50"))
@@ -67,6 +69,8 @@ def blocking(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
 
 
 async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
+    if os.environ.get("SHARED_QUOTA_BATCH_CHECKS") == "1":
+        RedisBackend.batch_checks = True
     limiter = RateLimiter(
         url,
         key_prefix=prefix,

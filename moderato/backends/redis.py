@@ -38,15 +38,25 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
     synchronous = False
     """Every decision waits for a reply."""
 
+    batch_checks = False
+    """Experimental, off: decide a single server's checks of one event-loop turn in one
+    call of the batch script (one TIME, one call, one reply; each decision what it is
+    alone, in order). Read when a backend is made. Measured, it saved no Redis CPU and
+    no client CPU per check (BENCHMARKS.md, "Batched decisions"), so checks are sent
+    one script call each, pipelined, as before."""
+
     def __init__(
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:
         self.client = client
         self.node_of, self.reload_routes = cluster_routes(client, isinstance(client, ClusterClient))
-        # One server's checks of one loop turn are decided by one batch script call
-        # (lua/batch.lua; connection.py joins them): one TIME, one call, one reply
-        # for all of them, each decision what it would be alone, in order.
-        self._in_batch = client.evalsha_in_batch if isinstance(client, RedisClient) else None
+        # With batch_checks, one server's checks of one loop turn are decided by one
+        # batch script call (lua/batch.lua; connection.py joins them).
+        self._in_batch = (
+            client.evalsha_in_batch
+            if self.batch_checks and isinstance(client, RedisClient)
+            else None
+        )
 
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool

@@ -109,8 +109,7 @@ _EVALSHA_RESENDS = 2
 # start to end with nothing else in between, and a part costs it about as
 # much as the script alone, 5-20 us (benchmarks/batch_bench.py --floors), so
 # eight keep one call near ~100 us. The saving per call (one call overhead,
-# one TIME, one reply) is nearly all had at eight; a hot key's state is read
-# and written once per eight checks.
+# one TIME, one reply) is nearly all had at eight.
 BATCH_MAX_PARTS = 8
 # ... and carries at most about this many bytes of keys and arguments (an
 # argument counted at its longest, 20 bytes), so a batch of long keys stays small.

@@ -1,6 +1,7 @@
 """One script call per loop turn on one server: the asyncio limiter's checks batched.
 
-The checks one event-loop turn sends to one server leave as one call of the batch
+With ``RedisBackend.batch_checks`` on (experimental, off by default), the checks one
+event-loop turn sends to one server leave as one call of the batch
 script (lua/batch.lua, joined by moderato/redis/connection.py): exactly the limit
 admitted from four processes at once, on every algorithm and over TLS and a unix
 socket; a lost batch reply fails every check of it (closed, or open under fail_open)
@@ -20,12 +21,18 @@ from shared_quota_worker import run_workers
 
 from moderato import BackendUnavailableError, RateLimiter
 from moderato.algorithms import ALGORITHMS
+from moderato.backends.redis import RedisBackend
 from moderato.redis.connection import BATCH_MAX_PARTS
 from moderato.scripts import batch_script
 
 PROCESSES = 4
 TASKS = 125
 LIMIT = 300
+
+
+@pytest.fixture(autouse=True)
+def batching(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RedisBackend, "batch_checks", True)
 
 
 def burst_from_processes(url: str, prefix: str) -> dict[str, int]:
@@ -36,6 +43,7 @@ def burst_from_processes(url: str, prefix: str) -> dict[str, int]:
         "SHARED_QUOTA_CHECKS_EACH": "1",
         # Exactness is the test, not the machine's speed under load.
         "SHARED_QUOTA_TIMEOUT_S": "10",
+        "SHARED_QUOTA_BATCH_CHECKS": "1",
     }
     reports = run_workers(
         ["async"] * PROCESSES, url, prefix, f"{LIMIT}/day", algorithms, environment

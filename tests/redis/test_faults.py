@@ -24,7 +24,6 @@ from redis_servers import RedisServer
 from moderato import BackendError, RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisClient
-from moderato.redis.connection import BATCH_MAX_PARTS
 
 pytestmark = pytest.mark.slow
 
@@ -424,9 +423,8 @@ async def test_a_cold_script_cache_under_a_burst_is_decided_like_a_warm_one(
 ) -> None:
     """4,000 checks in flight when the script cache is empty: all answered NOSCRIPT.
 
-    The checks leave as batch script calls of BATCH_MAX_PARTS checks each (one loop
-    turn); the connection loads the batch script once and re-sends each batch once,
-    as EVALSHA: every check is decided, one identity gets exactly its limit, and
+    The connection loads the script once and re-sends each call once, as
+    EVALSHA: every check is decided, one identity gets exactly its limit, and
     Redis sees one SCRIPT LOAD, no EVAL. (A generous timeout: the counts are
     the test, not the machine's speed.)
     """
@@ -450,10 +448,9 @@ async def test_a_cold_script_cache_under_a_burst_is_decided_like_a_warm_one(
                    f"{len(set(identities))} identities: admitted {admitted} / denied "
                    f"{COLD_BURST - admitted - len(errors)} / failed {len(errors)}")  # fmt: skip
             assert errors == []
-            # Each batch answered NOSCRIPT once, then re-sent once behind the one load.
-            batches = -(-COLD_BURST // BATCH_MAX_PARTS)
+            # Each call answered NOSCRIPT once, then re-sent once behind the one load.
             assert script_calls(port) == {
-                "evalsha": (2 * batches, batches),
+                "evalsha": (2 * COLD_BURST, COLD_BURST),
                 "eval": (0, 0),
                 "script|load": (1, 0),
             }

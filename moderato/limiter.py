@@ -381,41 +381,17 @@ class RateLimiter(LimiterCore):
         self._succeeded(operation, breaker)
         return result
 
-    def _recorded_undecided(
-        self, plan: Plan, cost: int, scope: object, error: BackendError
-    ) -> CheckResult:
-        """``_undecided``, its outcome (a bypass, or the error raised) told to the recorder."""
-        recorder = self.recorder
-        assert recorder is not None
-        try:
-            bypass = self._undecided(plan, cost, error)
-        except BackendError:
-            recorder.failed(plan, scope, error, False)
-            raise
-        recorder.failed(plan, scope, error, True)
-        return bypass
-
     async def _check_together(self, checks: Sequence[Check]) -> Together:
         """``_decide_together``, each check's outcome told to the recorder if one is attached."""
-        recorder = self.recorder
-        if recorder is None:
+        if self.recorder is None:
             return await self._decide_together(checks)
         started_s = time.perf_counter()
         try:
             together = await self._decide_together(checks)
         except BackendError as error:
-            for check in checks:
-                recorder.failed(
-                    self._plans.get(check.rate, check.algorithm, check.burst),
-                    check.scope,
-                    error,
-                    False,
-                )
+            self._record_together(checks, None, started_s, error)
             raise
-        for check, result in zip(checks, together.results):
-            if result is not None:  # None: a shadow check left undecided
-                plan = self._plans.get(check.rate, check.algorithm, check.burst)
-                recorder.decided(plan, check.key, check.scope, result, started_s)
+        self._record_together(checks, together, started_s)
         return together
 
     async def _decide_together(self, checks: Sequence[Check]) -> Together:

@@ -34,6 +34,7 @@ from .metrics import WANTED_BY_FAIL_OPEN, WANTED_BY_OPTION, Metrics, metrics_for
 from .options import count_option, seconds_option
 from .plans import Plan, Plans, burst_policy
 from .policy import cost_scaled, policy_for, validate_cost
+from .recording import CheckRecorder
 from .results import CheckResult, PolicyState
 from .together import (
     CallPart,
@@ -86,6 +87,10 @@ class LimiterCore:
     breaker: CircuitBreaker
     failure_log: OutageLog
     _node_of: Optional[Callable[[bytes], Optional[str]]]
+
+    recorder: Optional[CheckRecorder] = None
+    """Told every check's outcome when set (recording.py; the operator's dashboard
+    attaches one); None, the default, keeps the check path free of it."""
 
     _other_limiters_options: tuple[tuple[str, str], ...] = ()
     """Keywords of the other RateLimiter (asyncio or blocking) this one does not take,
@@ -175,6 +180,43 @@ class LimiterCore:
             self.failure_log.failed("denied", error)
             raise error
         return self._bypass(plan, error)
+
+    def _recorded_undecided(
+        self, plan: Plan, cost: int, scope: object, error: BackendError
+    ) -> CheckResult:
+        """``_undecided``, its outcome (a bypass, or the error raised) told to the recorder."""
+        recorder = self.recorder
+        assert recorder is not None
+        try:
+            bypass = self._undecided(plan, cost, error)
+        except BackendError:
+            recorder.failed(plan, scope, error, False)
+            raise
+        recorder.failed(plan, scope, error, True)
+        return bypass
+
+    def _record_together(
+        self,
+        checks: Sequence[Check],
+        together: Optional[Together],
+        started_s: float,
+        error: Optional[BackendError] = None,
+    ) -> None:
+        """Tell the recorder how checks decided together ended: each one's result, or
+        the ``error`` that kept every one of them undecided."""
+        recorder = self.recorder
+        assert recorder is not None
+        plans = self._plans
+        if together is None:
+            assert error is not None
+            for check in checks:
+                plan = plans.get(check.rate, check.algorithm, check.burst)
+                recorder.failed(plan, check.scope, error, False)
+            return
+        for check, result in zip(checks, together.results):
+            if result is not None:  # None: a shadow check left undecided
+                plan = plans.get(check.rate, check.algorithm, check.burst)
+                recorder.decided(plan, check.key, check.scope, result, started_s)
 
     def _observe(self, plan: Plan, result: CheckResult, started_s: float) -> None:
         """Count a decided check in the metrics (only called when they are on)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # First: without Starlette, an ImportError naming the extra to install.
 from ..integrations import _starlette  # noqa: F401
-from .app import Auth, Dashboard
+from .app import Auth, Dashboard, record
 from .recorder import OUTCOMES, DecisionRecorder
 
-__all__ = ["OUTCOMES", "Auth", "Dashboard", "DecisionRecorder"]
+__all__ = ["OUTCOMES", "Auth", "Dashboard", "DecisionRecorder", "record"]

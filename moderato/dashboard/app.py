@@ -51,7 +51,7 @@ from ..errors import ModeratoError, RateLimitConfigError
 from ..options import seconds_option
 from ..redis import RedisClientError
 from . import identity_usage
-from .fleet import FleetKeys, Publisher, read_fleet, remote_client
+from .fleet import FleetKeys, Publisher, ThreadPublisher, read_fleet, remote_client
 from .health import describe_backend, redis_info
 from .identities import shown_identity
 from .limits import DeclaredLimit, declared_limits, limit_rows
@@ -61,6 +61,7 @@ from .view import WINDOW_S, local_series, local_views, summary
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
+    from .snapshot import AnyLimiter
 
 logger = logging.getLogger("moderato.dashboard")
 
@@ -80,24 +81,44 @@ _SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 
-_attached: weakref.WeakKeyDictionary[RateLimiter, tuple[DecisionRecorder, Optional[Publisher]]] = (
-    weakref.WeakKeyDictionary()
-)
+AnyPublisher = Union[Publisher, ThreadPublisher]
+Attached = tuple[DecisionRecorder, Optional[AnyPublisher]]
+"""A limiter's recorder and its publisher (None on memory://)."""
+_attached: weakref.WeakKeyDictionary[AnyLimiter, Attached] = weakref.WeakKeyDictionary()
 
 
-def attach(limiter: RateLimiter) -> tuple[DecisionRecorder, Optional[Publisher]]:
-    """The limiter's recorder (and publisher, on Redis), made and attached on first use."""
+def attach(limiter: AnyLimiter) -> Attached:
+    """The limiter's recorder (and publisher, on Redis), made and attached on first use:
+    a task's for the asyncio limiter, a daemon thread's for the blocking one."""
     existing = _attached.get(limiter)
     if existing is not None:
         return existing
+    from ..limiter import RateLimiter
+
     recorder = DecisionRecorder()
     client = remote_client(limiter)
-    publisher = None if client is None else Publisher(recorder, limiter, client)
-    if publisher is not None:
+    publisher: Optional[AnyPublisher] = None
+    if client is not None:
+        kind = Publisher if isinstance(limiter, RateLimiter) else ThreadPublisher
+        publisher = kind(recorder, limiter, client)
         recorder.on_second = publisher.ensure_running
     limiter.recorder = recorder
     _attached[limiter] = (recorder, publisher)
     return recorder, publisher
+
+
+def record(limiter: AnyLimiter) -> DecisionRecorder:
+    """Record ``limiter``'s checks for the dashboard and, on Redis, publish them.
+
+    For a process that serves no Dashboard itself, most often one with the
+    blocking ``moderato.sync.RateLimiter`` (a WSGI app, a worker): from its
+    first check on, a daemon thread publishes its figures once a second, and
+    every Dashboard on the same Redis and ``key_prefix`` lists it with the
+    rest of the fleet. Idempotent (one recorder per limiter, the one a
+    Dashboard of it would use); returns the recorder.
+    """
+    recorder, _ = attach(limiter)
+    return recorder
 
 
 class Dashboard:

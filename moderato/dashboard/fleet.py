@@ -1,7 +1,8 @@
 """Every process's figures in Redis: each publishes its own, the dashboard reads them all.
 
-With a Redis backend, every process with a recorder publishes once a second,
-in ONE script call (publish.lua): its snapshot as a small hash that expires
+With a Redis backend, every process with a recorder publishes once a second
+(an asyncio limiter's from a task on its loop, a blocking limiter's from a
+daemon thread), in ONE script call (publish.lua): its snapshot as a small hash that expires
 ``ttl_s`` after its last publication (so a stopped process drops out within
 that time), its entry in the index of live processes, and what it decided
 since its previous publication, added into per-minute hashes that every
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
@@ -38,7 +40,7 @@ from .recorder import OUTCOME_COUNT, DecisionRecorder
 from .snapshot import ProcessView, backend_secrets, process_snapshot, read_snapshot
 
 if TYPE_CHECKING:
-    from ..limiter import RateLimiter
+    from .snapshot import AnyLimiter
 
 logger = logging.getLogger("moderato.dashboard")
 
@@ -119,25 +121,22 @@ class FleetKeys:
         return f"{self.base}:series:{minute}"
 
 
-def remote_client(limiter: RateLimiter) -> Any:
-    """The backend's Redis client, or None for a backend in this process (memory://)."""
-    if limiter.backend.synchronous:
+def remote_client(limiter: AnyLimiter) -> Any:
+    """The backend's Redis client (an asyncio one for the asyncio limiter, a blocking one
+    for the blocking limiter), or None for a backend in this process (memory://)."""
+    backend = limiter.backend
+    if getattr(backend, "synchronous", False):  # memory://, either limiter's
         return None
-    return getattr(limiter.backend, "client", None)
+    return getattr(backend, "client", None)
 
 
-class Publisher:
-    """Publishes one recorder's figures once a second from a task of its own.
-
-    The task starts on the event loop of the first check (or dashboard
-    request) that finds it not running, and again on another loop if that
-    one has closed.
-    """
+class _Publications:
+    """What a publisher sends and remembers, whichever way it runs (a task, a thread)."""
 
     def __init__(
         self,
         recorder: DecisionRecorder,
-        limiter: RateLimiter,
+        limiter: AnyLimiter,
         client: Any,
         *,
         interval_s: float = PUBLISH_INTERVAL_S,
@@ -152,36 +151,13 @@ class Publisher:
         self.publications = 0
         """Publications sent and answered (for tests and the benchmark)."""
         self._secrets = backend_secrets(limiter)
-        self._task: Optional[asyncio.Task[None]] = None
         self._sent_second = recorder.current_second
         self._sent_counts = recorder.counts_at(self._sent_second)
         self._failing = False
         self._process_id = recorder.process_id
 
-    def ensure_running(self) -> None:
-        """Start the publishing task on the running loop unless it already runs."""
-        task = self._task
-        if task is not None and not task.done() and not task.get_loop().is_closed():
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._task = loop.create_task(self._run(), name="moderato-dashboard-publisher")
-
-    def stop(self) -> None:
-        if self._task is not None and not self._task.get_loop().is_closed():
-            self._task.cancel()
-        self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            started_s = time.monotonic()
-            await self.publish_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started_s)))
-
-    async def publish_once(self) -> bool:
-        """Send one publication; False (logged once per outage) when Redis did not take it."""
+    def _publication(self) -> tuple[list[Union[str, bytes]], list[Union[str, int]], int, list[int]]:
+        """The publish script's keys and arguments, and the watermark they bring us to."""
         recorder = self.recorder
         if recorder.process_id != self._process_id:  # forked: a new process, counted afresh
             self._process_id = recorder.process_id
@@ -206,9 +182,13 @@ class Publisher:
             arguments.append(len(pairs))
             for pair in pairs:
                 arguments += pair
-        try:
-            await self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
-        except Exception as error:  # the client's own errors: Redis did not take it
+        return keys, arguments, sent_second, sent_counts
+
+    def _answered(
+        self, error: Optional[Exception], sent_second: int, sent_counts: list[int]
+    ) -> bool:
+        """Note how a publication went (logged once per outage); True when Redis took it."""
+        if error is not None:
             if not self._failing:
                 self._failing = True
                 logger.warning("moderato dashboard: publishing to Redis failed: %s", error)
@@ -237,6 +217,102 @@ class Publisher:
                         (f"{second}:{outcome}", delta)
                     )
         return by_minute, current, list(counts)
+
+
+class Publisher(_Publications):
+    """Publishes one recorder's figures once a second from a task of its own.
+
+    The task starts on the event loop of the first check (or dashboard
+    request) that finds it not running, and again on another loop if that
+    one has closed.
+    """
+
+    _task: Optional[asyncio.Task[None]] = None
+
+    def ensure_running(self) -> None:
+        """Start the publishing task on the running loop unless it already runs."""
+        task = self._task
+        if task is not None and not task.done() and not task.get_loop().is_closed():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._task = loop.create_task(self._run(), name="moderato-dashboard-publisher")
+
+    def stop(self) -> None:
+        if self._task is not None and not self._task.get_loop().is_closed():
+            self._task.cancel()
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            started_s = time.monotonic()
+            await self.publish_once()
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started_s)))
+
+    async def publish_once(self) -> bool:
+        """Send one publication; False (logged once per outage) when Redis did not take it."""
+        keys, arguments, sent_second, sent_counts = self._publication()
+        try:
+            await self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
+        except Exception as error:  # the client's own errors: Redis did not take it
+            return self._answered(error, sent_second, sent_counts)
+        return self._answered(None, sent_second, sent_counts)
+
+
+class ThreadPublisher(_Publications):
+    """Publishes a blocking limiter's recorder once a second from a daemon thread.
+
+    A blocking process has no event loop to run a task on. The thread starts
+    with the first check that opens a second (``recorder.on_second``), so a
+    process that never checks starts none; after a fork the child's first
+    such check starts its own. Being a daemon, it never keeps the process
+    alive: a process that exits stops publishing, and drops out of the
+    fleet when its hash expires (``ttl_s``).
+    """
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+
+    def ensure_running(self) -> None:
+        """Start the publishing thread unless it already runs (in this process: a forked
+        child has none). Called as the recorder's ``on_second``, under its lock, so two
+        threads never start one each."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return
+        self._stopping = stopping = threading.Event()
+        thread = threading.Thread(
+            target=self._run, args=(stopping,), name="moderato-dashboard-publisher", daemon=True
+        )
+        thread.start()
+        self._thread = thread
+
+    def stop(self) -> None:
+        """Stop the thread (it ends within one interval); a later second's first check
+        starts it again."""
+        self._stopping.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.interval_s + 1.0)
+
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            started_s = time.monotonic()
+            self.publish_once()
+            stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started_s)))
+
+    def publish_once(self) -> bool:
+        """Send one publication; False (logged once per outage) when Redis did not take it."""
+        keys, arguments, sent_second, sent_counts = self._publication()
+        try:
+            self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
+        except Exception as error:  # the client's own errors: Redis did not take it
+            return self._answered(error, sent_second, sent_counts)
+        return self._answered(None, sent_second, sent_counts)
 
 
 class FleetReading:

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .identities import shown_identity
 from .recorder import OUTCOME_COUNT, DecisionRecorder, LimitKey
@@ -24,6 +24,10 @@ from .sketches import merge_hitters
 
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
+    from ..sync.limiter import RateLimiter as BlockingRateLimiter
+
+    AnyLimiter = Union[RateLimiter, BlockingRateLimiter]
+    """The asyncio or the blocking limiter: a recorder and its publisher serve either."""
 
 SNAPSHOT_VERSION = 1
 MAX_PUBLISHED_HITTERS = 32
@@ -44,7 +48,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return text[:MAX_MESSAGE_CHARS]
 
 
-def backend_secrets(limiter: RateLimiter) -> list[str]:
+def backend_secrets(limiter: AnyLimiter) -> list[str]:
     """The passwords of the limiter's backend address, to keep out of anything served."""
     client = getattr(limiter.backend, "client", None)
     address = getattr(client, "address", None)
@@ -61,7 +65,7 @@ def backend_secrets(limiter: RateLimiter) -> list[str]:
 
 
 def process_snapshot(
-    recorder: DecisionRecorder, limiter: RateLimiter, updated_s: float, secrets: Iterable[str]
+    recorder: DecisionRecorder, limiter: AnyLimiter, updated_s: float, secrets: Iterable[str]
 ) -> dict[str, str]:
     """This process's figures, as the fields of its hash (JSON text each)."""
     secret = limiter._keyspace.identity_secret
@@ -89,7 +93,7 @@ def process_snapshot(
         "errors": _dump(
             [
                 [at, kind, redact(message, secrets), count]
-                for at, kind, message, count in recorder.errors
+                for at, kind, message, count in recorder.last_errors()
             ]
         ),
     }

@@ -231,16 +231,22 @@ class RateLimiter(LimiterCore):
         plan = self._plans.get(rate, algorithm, burst)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
-        started_s = time.perf_counter() if self.metrics is not None else 0.0
+        recorder = self.recorder
+        timed = self.metrics is not None or recorder is not None
+        started_s = time.perf_counter() if timed else 0.0
         try:
             charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
             result = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
         except BackendError as error:
+            if recorder is not None:
+                return self._recorded_undecided(plan, cost, scope, error)
             return self._undecided(plan, cost, error)  # raises, or bypasses under fail-open
         if not result.allowed and (self.shadow if shadow is None else shadow):
             result = shadowed(result, scope)
         if self.metrics is not None:
             self._observe(plan, result, started_s)
+        if recorder is not None:
+            recorder.decided(plan, key, scope, result, started_s)
         return result
 
     def get_usage(
@@ -370,8 +376,21 @@ class RateLimiter(LimiterCore):
         return result
 
     def _check_together(self, checks: Sequence[Check]) -> Together:
+        """``_decide_together``, each check's outcome told to the recorder if one is attached."""
+        if self.recorder is None:
+            return self._decide_together(checks)
+        started_s = time.perf_counter()
+        try:
+            together = self._decide_together(checks)
+        except BackendError as error:
+            self._record_together(checks, None, started_s, error)
+            raise
+        self._record_together(checks, together, started_s)
+        return together
+
+    def _decide_together(self, checks: Sequence[Check]) -> Together:
         """Decide several checks as one (together.py), as the asyncio limiter's
-        ``_check_together`` does: admitted only if every one admits, and then every one
+        ``_decide_together`` does: admitted only if every one admits, and then every one
         is charged; when one refuses, none is (``LimiterCore._together_steps``)."""
         return run(self._together_steps(checks, self._backend.decision_keys), self._decide_checks)
 

@@ -5,29 +5,41 @@ shows its own process and says so."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import blocking_dashboard_worker as blocking
+import httpx
 import pytest
 import redis.asyncio
 from cluster import RedisCluster
 from redis_servers import RedisServer, SentinelDeployment
+from uvicorn_helpers import TESTS_DIR as TESTS
+from uvicorn_helpers import running
 
 from moderato import RateLimiter, _accel
+from moderato.dashboard import OUTCOMES, Dashboard, record
 from moderato.dashboard.app import attach
 from moderato.dashboard.fleet import (
     PROCESS_TTL_S,
     PUBLISH_SCRIPT,
     FleetKeys,
+    ThreadPublisher,
     read_fleet,
     remote_client,
 )
 from moderato.dashboard.health import redis_info
 from moderato.dashboard.snapshot import merge
+from moderato.dashboard.view import TOP_SHOWN
 from moderato.scripts import load_script
+from moderato.sync import RateLimiter as SyncRateLimiter
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +184,105 @@ async def test_a_process_publishes_once_a_second_and_drops_out_when_it_stops(
     await asyncio.sleep(PROCESS_TTL_S + 0.5)  # stopped: its hash expires, it drops out
     assert (await read_fleet(client, keys, time.time(), 0)).processes == []
     await limiter.close()
+
+
+# -- a blocking process in the fleet ----------------------------------------------------
+
+
+async def test_a_blocking_process_of_16_threads_is_listed_with_exact_totals(
+    redis_url: str,
+) -> None:
+    """A process checking with moderato.sync in 16 threads, recorded and published from
+    its daemon thread (tests/blocking_dashboard_worker.py); a dashboard served by uvicorn
+    here, on the same Redis and prefix, lists it with every decision counted."""
+    prefix = "fleet-blocking"
+    worker = subprocess.Popen(
+        [sys.executable, str(TESTS / "blocking_dashboard_worker.py"), redis_url, prefix],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+    )
+    try:
+        assert worker.stdout is not None
+        line = await asyncio.get_running_loop().run_in_executor(None, worker.stdout.readline)
+        word, process_id = line.split()
+        assert word == "done"
+        own_denied = blocking.CHECKS_PER_THREAD - blocking.OWN_LIMIT
+        shared_denied = blocking.SHARED_CHECKS - blocking.SHARED_LIMIT
+        allowed = blocking.THREADS * blocking.OWN_LIMIT + blocking.SHARED_LIMIT
+        denied = blocking.THREADS * own_denied + shared_denied
+
+        limiter = RateLimiter(redis_url, key_prefix=prefix)
+        async with running(Dashboard(limiter, allow_anonymous=True)) as port:
+            client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}")
+            deadline_s = time.monotonic() + 10
+            while True:  # its next publication (once a second) carries the last checks
+                summary = (await client.get("/api/summary")).json()
+                listed = {p["id"]: p for p in summary["processes"]["list"]}
+                if listed.get(process_id, {}).get("decisions") == allowed + denied:
+                    break
+                assert time.monotonic() < deadline_s, summary["processes"]
+                await asyncio.sleep(0.2)
+            await client.aclose()
+        await limiter.close()
+    finally:
+        if worker.stdin is not None:
+            worker.stdin.close()
+        worker.wait(timeout=10)
+
+    assert worker.returncode == 0
+    # This process (the dashboard's, no checks) and the blocking one.
+    assert summary["processes"]["count"] == 2
+    assert listed[process_id]["pid"] == worker.pid
+    # The fleet's series: every decision of the blocking process, by outcome.
+    assert summary["totals"] == {**dict.fromkeys(OUTCOMES, 0), "allowed": allowed, "denied": denied}
+    rows = {(row["rate"], row["scope"]): row["counts"] for row in summary["limits"]}
+    assert rows == {
+        (blocking.OWN_RATE, "own"): {
+            **dict.fromkeys(OUTCOMES, 0),
+            "allowed": blocking.THREADS * blocking.OWN_LIMIT,
+            "denied": blocking.THREADS * own_denied,
+        },
+        (blocking.SHARED_RATE, "shared"): {
+            **dict.fromkeys(OUTCOMES, 0),
+            "allowed": blocking.SHARED_LIMIT,
+            "denied": shared_denied,
+        },
+    }
+    top = [(row["identity"], row["denials"]) for row in summary["top_identities"]["rows"]]
+    assert top[0] == ("shared", shared_denied)
+    threads = {f"t{thread}" for thread in range(blocking.THREADS)}
+    assert len(top) == min(TOP_SHOWN, 1 + blocking.THREADS)
+    assert all(identity in threads and count == own_denied for identity, count in top[1:])
+
+
+def test_a_blocking_limiter_publishes_from_a_daemon_thread_from_its_first_check(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    limiter = SyncRateLimiter(redis_url, key_prefix="fleet-thread")
+    recorder = record(limiter)
+    assert record(limiter) is recorder and limiter.recorder is recorder
+    _, publisher = attach(limiter)
+    assert isinstance(publisher, ThreadPublisher)
+
+    def publishing() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "moderato-dashboard-publisher"]
+
+    assert publishing() == []  # nothing runs until a check
+    for identity in ("a", "b", "a"):
+        limiter.check_with_info(identity, "2/minute")
+    limiter.check_with_info("a", "2/minute")  # denied
+    (thread,) = publishing()
+    assert thread.daemon
+    deadline_s = time.monotonic() + 5
+    while publisher.publications < 2:
+        assert time.monotonic() < deadline_s
+        time.sleep(0.05)
+    publisher.stop()
+    assert publishing() == []
+    keys = FleetKeys("fleet-thread")
+    index = redis_server.command("ZRANGE", keys.index, "0", "-1")
+    assert recorder.process_id.encode() in index
+    assert recorder.all_totals() == [3, 1, 0, 0, 0, 0]
+    limiter.close()

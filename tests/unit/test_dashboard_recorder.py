@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from redis_servers import free_port
@@ -14,6 +18,8 @@ from moderato.dashboard.recorder import OTHER_SCOPES, OUTCOMES, DecisionRecorder
 from moderato.dashboard.sketches import bucket_bounds, latency_bucket
 from moderato.errors import BackendError
 from moderato.results import CheckResult
+from moderato.sync import RateLimiter as SyncRateLimiter
+from moderato.together import Check
 
 
 class Clock:
@@ -90,7 +96,7 @@ async def test_bypasses_and_errors_are_counted_with_their_last_messages() -> Non
         await open_limiter.check_with_info("x", "5/minute", cost=6)
     assert open_recorder.all_totals() == counts(bypassed=3, error=1)
     assert closed_recorder.all_totals() == counts(error=3)
-    errors = list(open_recorder.errors)
+    errors = open_recorder.last_errors()
     assert sum(error[3] for error in errors) == 4
     assert {error[1] for error in errors} <= {"BackendUnavailableError", "BackendError"}
     assert open_recorder.top_denied() == {}
@@ -168,3 +174,89 @@ def test_the_inlined_latency_bucket_is_the_histograms() -> None:
             low, high = bucket_bounds(latency_bucket(elapsed))
             slack = max(1e-6, elapsed / 8192)
             assert low - slack <= elapsed < high + slack, elapsed
+
+
+# -- the blocking limiter, from many threads ------------------------------------------------
+
+THREADS = 16
+CHECKS_PER_THREAD = 400
+THREAD_LIMIT = 250
+
+
+@pytest.fixture
+def frequent_thread_switches() -> Iterator[None]:
+    """Threads switch every microsecond instead of every 5 ms: an increment left
+    unguarded between its read and its store is then soon lost."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_sixteen_threads_of_the_blocking_limiter_are_counted_exactly(
+    frequent_thread_switches: None,
+) -> None:
+    limiter = SyncRateLimiter("memory://", key_prefix="recorder-threads")
+    recorder = DecisionRecorder()
+    limiter.recorder = recorder
+    start = threading.Barrier(THREADS)
+
+    def work(thread: int) -> None:
+        start.wait()
+        for n in range(CHECKS_PER_THREAD):
+            # Its own identity on a shared limit, and every 4th check one quota all share.
+            limiter.check_with_info(f"t{thread}", f"{THREAD_LIMIT}/hour", scope="own")
+            if n % 4 == 0:
+                limiter.check_with_info("shared", "1000/hour", scope="shared")
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(work, range(THREADS)))
+
+    own_denied = CHECKS_PER_THREAD - THREAD_LIMIT
+    shared = THREADS * CHECKS_PER_THREAD // 4  # 1,600 checks: 1,000 admitted
+    assert recorder.all_totals() == counts(
+        allowed=THREADS * THREAD_LIMIT + 1000, denied=THREADS * own_denied + shared - 1000
+    )
+    assert dict(recorder.limit_rows()) == {
+        (f"{THREAD_LIMIT}/hour", "fixed_window", "own", None): counts(
+            allowed=THREADS * THREAD_LIMIT, denied=THREADS * own_denied
+        ),
+        ("1000/hour", "fixed_window", "shared", None): counts(allowed=1000, denied=shared - 1000),
+    }
+    assert recorder.top_denied() == {
+        **{f"t{thread}": own_denied for thread in range(THREADS)},
+        "shared": shared - 1000,
+    }
+    # Misra-Gries' bound (denials / 65 counters): every count above is exact all the same.
+    assert recorder.denial_error_bound() == (THREADS * own_denied + shared - 1000) // 65
+    assert sum(recorder.latency_buckets().values()) == THREADS * CHECKS_PER_THREAD + shared
+
+
+def test_the_blocking_limiter_records_bypasses_errors_and_checks_decided_together() -> None:
+    url = f"redis://127.0.0.1:{free_port()}"  # nothing answers there
+    clock = Clock()
+    open_limiter = SyncRateLimiter(
+        url, fail_open=True, breaker_failures=1000, connect_timeout_s=0.2
+    )
+    open_recorder = recorder_on(open_limiter, clock)
+    for _ in range(3):
+        assert open_limiter.check_with_info("x", "5/minute").bypassed
+    with pytest.raises(BackendError):
+        open_limiter.check_with_info("x", "5/minute", cost=6)
+    assert open_recorder.all_totals() == counts(bypassed=3, error=1)
+    assert sum(error[3] for error in open_recorder.last_errors()) == 4
+
+    limiter = SyncRateLimiter("memory://", key_prefix="recorder-together")
+    recorder = recorder_on(limiter, clock)
+    checks = [
+        Check("u", "2/minute", "a"),
+        Check("u", "5/minute", "b"),
+    ]
+    outcomes = [limiter._check_together(checks).allowed for _ in range(3)]
+    assert outcomes == [True, True, False]
+    # Admitted twice by both; the third time "a" refused, and "b" was not charged.
+    rows = dict(recorder.limit_rows())
+    assert rows[("2/minute", "fixed_window", "a", None)] == counts(allowed=2, denied=1)
+    assert sum(rows[("5/minute", "fixed_window", "b", None)]) == 3

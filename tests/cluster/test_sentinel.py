@@ -777,8 +777,13 @@ async def test_no_identity_gets_more_than_its_quota_across_a_change_of_primary(
     assert max(admitted) <= QUOTA, admitted
     if how == "switchover":
         # Nothing the old primary decided after the promotion was let through,
-        # and it charged nothing that stayed: each identity got exactly its quota.
-        assert admitted == [QUOTA] * IDENTITIES, admitted
+        # and it charged nothing that stayed: each identity got its quota, less
+        # any check that ran and replicated while its reply was lost in the
+        # switchover (answered 503: fail closed when the outcome is unknown).
+        assert all(QUOTA - lost <= count for count, lost in zip(admitted, unavailable)), (
+            admitted,
+            unavailable,
+        )
     else:
         # A check whose reply died with the primary may have been charged and
         # replicated: that identity is short by as many (at most one in flight).

@@ -69,7 +69,8 @@ def seed_app(limiter: RateLimiter, hits: list[str]) -> FastAPI:
 
 async def test_seed_burst_over_tcp(redis_url: str, serve: Serve) -> None:
     hits: list[str] = []
-    limiter = RateLimiter(redis_url, key_prefix="tcp")
+    # 201 concurrent requests: a busy machine must not turn a late reply into a 503.
+    limiter = RateLimiter(redis_url, key_prefix="tcp", command_timeout_s=10)
     base_url = await serve(seed_app(limiter, hits))
     limits = httpx.Limits(max_connections=50)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=10) as http:

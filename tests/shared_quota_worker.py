@@ -4,9 +4,10 @@
     python shared_quota_worker.py sync|async URL PREFIX RATE ALGORITHM...
 
 (SHARED_QUOTA_WORKERS and SHARED_QUOTA_CHECKS_EACH in the environment change the
-50 threads or tasks and the 2 checks each; SHARED_QUOTA_TIMEOUT_S the asyncio
-limiter's command timeout; SHARED_QUOTA_BATCH_CHECKS=1 turns RedisBackend.batch_checks
-on.) Tests start the processes with ``run_workers``.
+50 threads or tasks and the 2 checks each; SHARED_QUOTA_TIMEOUT_S both limiters'
+command timeout, 10 s by default, since the counts are what is checked and a busy
+machine must not turn a late reply into an error; SHARED_QUOTA_BATCH_CHECKS=1
+turns RedisBackend.batch_checks on.) Tests start the processes with ``run_workers``.
 
 It connects and loads the scripts first (a check on another key), prints
 ``ready`` and reads the start instant (a wall-clock time) from its standard
@@ -47,7 +48,12 @@ def ready() -> float:
 
 
 def blocking(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
-    limiter = BlockingRateLimiter(url, key_prefix=prefix, max_connections=WORKERS)
+    limiter = BlockingRateLimiter(
+        url,
+        key_prefix=prefix,
+        max_connections=WORKERS,
+        command_timeout_s=float(os.environ.get("SHARED_QUOTA_TIMEOUT_S", "10")),
+    )
     for algorithm in algorithms:
         limiter.check_with_info("warm-up", rate, algorithm=algorithm)
     start_at = ready()
@@ -74,7 +80,7 @@ async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) 
     limiter = RateLimiter(
         url,
         key_prefix=prefix,
-        command_timeout_s=float(os.environ.get("SHARED_QUOTA_TIMEOUT_S", "0.5")),
+        command_timeout_s=float(os.environ.get("SHARED_QUOTA_TIMEOUT_S", "10")),
     )
     for algorithm in algorithms:
         await limiter.check_with_info("warm-up", rate, algorithm=algorithm)

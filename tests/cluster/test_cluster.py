@@ -206,7 +206,7 @@ async def test_every_shard_admits_exactly_the_limit(cluster: RedisCluster, algor
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 async def test_multi_policy_decisions_on_every_shard(cluster: RedisCluster, algorithm: str) -> None:
-    limiter = RateLimiter(cluster.url, key_prefix=f"multi-{algorithm}")
+    limiter = RateLimiter(cluster.url, key_prefix=f"multi-{algorithm}", command_timeout_s=10.0)
     for port, (name,) in identities_per_shard(cluster.shards(), 1, stem="multi").items():
         results = await asyncio.gather(
             *(
@@ -246,7 +246,7 @@ async def test_reset_and_usage_on_every_shard(cluster: RedisCluster) -> None:
 
 
 async def test_script_flush_on_every_primary_mid_load(cluster: RedisCluster) -> None:
-    limiter = RateLimiter(cluster.url, key_prefix="flush")
+    limiter = RateLimiter(cluster.url, key_prefix="flush", command_timeout_s=10.0)
     admin = ClusterClient.from_url(cluster.url)
     names = [
         n for group in identities_per_shard(cluster.shards(), 1, "flush").values() for n in group

@@ -211,7 +211,7 @@ async def test_without_script_load_a_flushed_cache_is_repaired_by_one_eval(
     and the others follow it by SHA1. Every check is decided, exactly once."""
     port = own_redis_server.port
     set_user(own_redis_server, [c for c in needed_commands() if c != "script|load"])
-    limiter = RateLimiter(user_url(port), key_prefix=PREFIX)
+    limiter = RateLimiter(user_url(port), key_prefix=PREFIX, command_timeout_s=10)
     burst, limit = 200, 100
     try:
         assert (await limiter.check_with_info("warm-up", "1/day")).allowed

@@ -73,7 +73,9 @@ async def charged_units(execute: Any, prefix: str) -> dict[bytes, int]:
 async def test_burst_after_script_flush_over_tls(tls_only_server: RedisServer) -> None:
     assert tls_only_server.tls is not None
     context = tls_only_server.tls.client_context()
-    limiter = RateLimiter(tls_only_server.url, key_prefix="tlsburst", ssl_context=context)
+    limiter = RateLimiter(
+        tls_only_server.url, key_prefix="tlsburst", ssl_context=context, command_timeout_s=10
+    )
     admin = RedisClient.from_url(tls_only_server.url, ssl_context=context)
     try:
         await admin.execute("FLUSHALL")
@@ -148,7 +150,11 @@ def test_blocking_limiter_bursts_after_script_flush_over_tls(tls_only_server: Re
     assert tls_only_server.tls is not None
     context = tls_only_server.tls.client_context()
     limiter = BlockingRateLimiter(
-        tls_only_server.url, key_prefix="synctls", ssl_context=context, max_connections=8
+        tls_only_server.url,
+        key_prefix="synctls",
+        ssl_context=context,
+        max_connections=8,
+        command_timeout_s=10,
     )
     admin = BlockingRedisClient.from_url(tls_only_server.url, ssl_context=context)
     try:
@@ -187,7 +193,9 @@ async def test_burst_after_script_flush_on_a_tls_cluster(
 ) -> None:
     identities = [names[0] for names in identities_per_shard(tls_cluster.shards(), 1).values()]
     context = tls_files.client_context()
-    limiter = RateLimiter(tls_cluster.url, key_prefix="tlsclu", ssl_context=context)
+    limiter = RateLimiter(
+        tls_cluster.url, key_prefix="tlsclu", ssl_context=context, command_timeout_s=10
+    )
     try:
         for shard in tls_cluster.shards():
             assert call(shard.primary, "SCRIPT", "FLUSH") == b"OK"

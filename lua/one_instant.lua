@@ -1,5 +1,5 @@
--- moderato: what a script running other scripts as parts does first (lua/together.lua,
--- lua/batch.lua), spliced in at its include line: read TIME once, and hand the parts a
+-- moderato: what a script running other scripts as parts does first (lua/together.lua),
+-- spliced in at its include line: read TIME once, and hand the parts a
 -- `redis` whose TIME answers that instant, so every part decides at one instant.
 local real_redis = redis
 local instant = real_redis.call('TIME')

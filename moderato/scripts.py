@@ -21,8 +21,6 @@ _INCLUDE = b"--#include "
 RESET_SCRIPT = "reset"
 TOGETHER_SCRIPT = "together"
 """The composite's own part (lua/together.lua): several decisions as one."""
-BATCH_SCRIPT = "batch"
-"""The batch's own part (lua/batch.lua): several independent decisions in one call."""
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
 
@@ -192,19 +190,3 @@ def composite_script(names: tuple[str, ...]) -> Script:
     return Script(
         name=f"together({'+'.join(names)})", source=source, sha=hashlib.sha1(source).hexdigest()
     )
-
-
-@cache
-def batch_script() -> Script:
-    """One script deciding any number of independent decisions in order (lua/batch.lua).
-
-    It holds every decision script of the registry, so one SHA1 serves every mix
-    of algorithms; a part names its script by its 1-based index in the registry
-    (``BATCH_INDEX``).
-    """
-    source = _functions_then(tuple(ALGORITHMS), BATCH_SCRIPT)
-    return Script(name=BATCH_SCRIPT, source=source, sha=hashlib.sha1(source).hexdigest())
-
-
-BATCH_INDEX = {name: index for index, name in enumerate(ALGORITHMS, 1)}
-"""A decision script's index in the batch script's table."""

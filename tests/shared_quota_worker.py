@@ -6,8 +6,8 @@
 (SHARED_QUOTA_WORKERS and SHARED_QUOTA_CHECKS_EACH in the environment change the
 50 threads or tasks and the 2 checks each; SHARED_QUOTA_TIMEOUT_S both limiters'
 command timeout, 10 s by default, since the counts are what is checked and a busy
-machine must not turn a late reply into an error; SHARED_QUOTA_BATCH_CHECKS=1
-turns RedisBackend.batch_checks on.) Tests start the processes with ``run_workers``.
+machine must not turn a late reply into an error.) Tests start the processes with
+``run_workers``.
 
 It connects and loads the scripts first (a check on another key), prints
 ``ready`` and reads the start instant (a wall-clock time) from its standard
@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from moderato import RateLimiter
-from moderato.backends.redis import RedisBackend
 from moderato.sync import RateLimiter as BlockingRateLimiter
 
 WORKERS = int(os.environ.get("SHARED_QUOTA_WORKERS", "50"))
@@ -75,8 +74,6 @@ def blocking(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
 
 
 async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) -> None:
-    if os.environ.get("SHARED_QUOTA_BATCH_CHECKS") == "1":
-        RedisBackend.batch_checks = True
     limiter = RateLimiter(
         url,
         key_prefix=prefix,

@@ -10,7 +10,7 @@ from ..plans import Plan
 from ..policy import SCALE
 from ..redis import ClusterClient, RedisClient, RedisClientError, SentinelClient
 from ..results import CheckResult
-from ..scripts import BATCH_INDEX, RESET_SCRIPT, batch_script, load_script
+from ..scripts import RESET_SCRIPT, load_script
 from ..steps import run_async
 from .announce import announcement_failed, reset_announcement
 from .base import DirectDecisions, KeySpaceBound, Part, cluster_routes
@@ -38,25 +38,11 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
     synchronous = False
     """Every decision waits for a reply."""
 
-    batch_checks = False
-    """Experimental, off: decide a single server's checks of one event-loop turn in one
-    call of the batch script (one TIME, one call, one reply; each decision what it is
-    alone, in order). Read when a backend is made. Measured, it saved no Redis CPU and
-    no client CPU per check (BENCHMARKS.md, "Batched decisions"), so checks are sent
-    one script call each, pipelined, as before."""
-
     def __init__(
         self, client: Union[RedisClient, ClusterClient, SentinelClient, RedisPyClient]
     ) -> None:
         self.client = client
         self.node_of, self.reload_routes = cluster_routes(client, isinstance(client, ClusterClient))
-        # With batch_checks, one server's checks of one loop turn are decided by one
-        # batch script call (lua/batch.lua; connection.py joins them).
-        self._in_batch = (
-            client.evalsha_in_batch
-            if self.batch_checks and isinstance(client, RedisClient)
-            else None
-        )
 
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
@@ -66,11 +52,7 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
         else:
             args = (cost_scaled, 1 if apply else 0, *plan.script_args)
         # The client's future itself, no coroutine around it: this is every check's path.
-        name = plan.script_name
-        in_batch = self._in_batch
-        if in_batch is not None:
-            return in_batch(batch_script(), BATCH_INDEX[name], load_script(name), keys, args)
-        return self.client.evalsha(load_script(name), keys, args)
+        return self.client.evalsha(load_script(plan.script_name), keys, args)
 
     def finish_check(self, plan: Plan, sent: object, reply: Any) -> CheckResult:
         return decoded(plan, reply)

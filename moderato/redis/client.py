@@ -347,28 +347,6 @@ class RedisClient(FromUrl):
         """
         return self._send(encode_evalsha(script.sha, keys, args), script, keys, args)
 
-    def evalsha_in_batch(
-        self,
-        batch: ScriptLike,
-        index: int,
-        script: ScriptLike,
-        keys: Sequence[bytes],
-        args: Sequence[Arg],
-    ) -> asyncio.Future[Any]:
-        """Run ``script`` as evalsha() does, joined with this loop turn's other calls on
-        the same connection into one call of ``batch``, the batch script, whose table
-        holds ``script`` at ``index`` (connection.py's module doc gives the layout).
-
-        A turn's lone call is sent as ``script`` itself. The future resolves to
-        this call's own reply; a timeout or a lost connection fails every call
-        of the batch alike (each may have run), as it fails every call of a pipeline.
-        """
-        try:
-            connection = self._connection()
-        except RedisClientError as error:
-            return self._current_pool().failed(error)
-        return connection.send_in_batch(batch, index, script, keys, args)
-
     def _send(
         self,
         payload: bytes,
@@ -377,22 +355,16 @@ class RedisClient(FromUrl):
         args: Sequence[Arg],
     ) -> asyncio.Future[Any]:
         """Queue one encoded command (an EVALSHA of ``script`` when given) on this loop's pool."""
-        try:
-            connection = self._connection()
-        except RedisClientError as error:
-            return self._current_pool().failed(error)
-        if script is None:
-            return connection.send(payload)
-        return connection.send_script(payload, script, keys, args)
-
-    def _connection(self) -> RedisConnection:
-        """The connection this loop turn's commands go to; RedisClientError when none can
-        take them (every slot waiting out a reconnect backoff)."""
         pool = self._pools.get(get_running_loop()) or self._current_pool()
         connection = pool.only
         if connection is None or not connection.usable:
-            connection = pool.pick()
-        return connection
+            try:
+                connection = pool.pick()
+            except RedisClientError as error:
+                return pool.failed(error)
+        if script is None:
+            return connection.send(payload)
+        return connection.send_script(payload, script, keys, args)
 
     async def execute_many(
         self, commands: Iterable[Sequence[Arg]], *, raise_on_error: bool = True

@@ -38,18 +38,6 @@ How a command travels:
   thus costs one load and N small commands, not N copies of the source. A
   call answered NOSCRIPT again (the load was refused, or the cache was flushed
   once more) is re-sent as EVAL, whose source cannot be missing.
-- Script calls of one loop turn may be joined into one call of a *batch
-  script* (``send_in_batch``): the parts are gathered until the turn's write
-  and encoded then, as one ``EVALSHA batch KEYS ARGV`` (keys: every part's,
-  part after part; ARGV: per part its script's index in the batch script,
-  its key count, its argument count, then its arguments), whose reply is an
-  array of one reply per part; each part's future gets its own (an error
-  reply in place is that part's error). A turn with one part sends that
-  part's own script instead: a lone call is a batch of one, and never waits.
-  A batch is capped (``BATCH_MAX_PARTS``, ``BATCH_MAX_ARGUMENT_BYTES``);
-  past a cap the next part opens another batch in the same write. The batch
-  is one command to everything else here: one timeout, one NOSCRIPT reload,
-  one lost reply failing every part with RedisConnectionError.
 - Losing the connection fails every pending future with RedisConnectionError naming the
   server and the reason; the connection is then dead for good (the client opens
   a new one). A command that never left this process (still in the write
@@ -81,14 +69,7 @@ from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .handshake import greeting, open_transport, refused_steps
 from .url import RedisAddress
 
-__all__ = [
-    "BATCH_MAX_ARGUMENT_BYTES",
-    "BATCH_MAX_PARTS",
-    "STALL_FACTOR",
-    "CommandNotSentError",
-    "RedisConnection",
-    "ScriptLike",
-]
+__all__ = ["STALL_FACTOR", "CommandNotSentError", "RedisConnection", "ScriptLike"]
 
 # The oldest unanswered command may wait this many command timeouts before the
 # connection is presumed dead. Above 1 so that one slow command (a big script,
@@ -104,17 +85,6 @@ _DEADLINE_SLACK_S = 0.001
 # behind another call's EVAL (the load was refused, or the cache was flushed
 # again meanwhile): a cache flushed over and over cannot keep a call going round.
 _EVALSHA_RESENDS = 2
-
-# A batch script call decides at most this many parts: Redis runs a script
-# start to end with nothing else in between, and a part costs it about as
-# much as the script alone, 5-20 us (benchmarks/batch_bench.py --floors), so
-# eight keep one call near ~100 us. The saving per call (one call overhead,
-# one TIME, one reply) is nearly all had at eight.
-BATCH_MAX_PARTS = 8
-# ... and carries at most about this many bytes of keys and arguments (an
-# argument counted at its longest, 20 bytes), so a batch of long keys stays small.
-BATCH_MAX_ARGUMENT_BYTES = 32 * 1024
-_ARGUMENT_BYTES = 20
 
 # Large enough for a full batch of small replies in one read; bigger replies
 # simply take several reads.
@@ -148,16 +118,6 @@ class ScriptLike(Protocol):
     def source(self) -> bytes: ...
 
 
-class _Waiter(Protocol):
-    """What waits in ``_pending`` for one reply: a future, or a batch of them."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: Any, /) -> None: ...
-
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-
 class _ScriptCall(NamedTuple):
     """An EVALSHA in flight: what re-sending it after a NOSCRIPT reply takes."""
 
@@ -174,111 +134,6 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
     """Read the outcome of a future nobody awaits, so asyncio does not log it."""
     if not future.cancelled():
         future.exception()
-
-
-def _copy(error: BaseException) -> BaseException:
-    """The same error as a fresh exception: one instance raised in many tasks would
-    collect all their tracebacks."""
-    if isinstance(error, RedisReplyError):
-        return type(error)(error.message)
-    if isinstance(error, RedisClientError):
-        return type(error)(*error.args)
-    return error
-
-
-class _BatchCall:
-    """The script calls of one loop turn joined into one (see the module doc).
-
-    It stands in ``_pending`` for its one command, answering to what the
-    connection does with a future there (``done``, ``set_result``,
-    ``set_exception``), and in ``_scripts`` as the script call to re-send after
-    NOSCRIPT (``sha``, ``source``, and the final ``keys`` and ``args`` lists).
-    """
-
-    __slots__ = ("args", "argument_bytes", "batch", "futures", "keys", "lone")
-
-    def __init__(self, batch: ScriptLike) -> None:
-        self.batch = batch
-        # The batch's keys and arguments, growing at their ends as parts join.
-        self.keys: list[Arg] = []
-        self.args: list[Arg] = []
-        self.futures: list[asyncio.Future[Any]] = []
-        self.argument_bytes = 0
-        # The part's own script while there is one part (None past one).
-        self.lone: ScriptLike | None = None
-
-    def join(
-        self,
-        future: asyncio.Future[Any],
-        index: int,
-        script: ScriptLike,
-        keys: Sequence[bytes],
-        args: Sequence[Arg],
-        part_bytes: int,
-    ) -> None:
-        self.lone = script if not self.futures else None
-        self.futures.append(future)
-        self.keys.extend(keys)
-        self.args.extend((index, len(keys), len(args)))
-        self.args.extend(args)
-        self.argument_bytes += part_bytes
-
-    def fits(self, part_bytes: int) -> bool:
-        return (
-            len(self.futures) < BATCH_MAX_PARTS
-            and self.argument_bytes + part_bytes <= BATCH_MAX_ARGUMENT_BYTES
-        )
-
-    def encoded(self) -> bytes:
-        """The call, as it is written; a lone part is its own script's call."""
-        if self.lone is not None:
-            del self.args[:3]  # its place in a batch: not needed alone
-        try:
-            return encode_evalsha(self.sha, self.keys, self.args)
-        except TypeError as error:
-            # A part's argument the encoder refuses (evalsha() would have raised it at
-            # the call): its callers get the error, and the stream a harmless command,
-            # so the replies stay in step.
-            self.set_exception(error)
-            return encode_command("PING")
-
-    @property
-    def sha(self) -> str:
-        return self.lone.sha if self.lone is not None else self.batch.sha
-
-    @property
-    def source(self) -> bytes:
-        return self.lone.source if self.lone is not None else self.batch.source
-
-    def done(self) -> bool:
-        # Every caller gone (cancelled, timed out): the reply only frees the slot.
-        return all(future.done() for future in self.futures)
-
-    def set_result(self, reply: Any) -> None:
-        futures = self.futures
-        if self.lone is not None:
-            if not futures[0].done():
-                futures[0].set_result(reply)
-            return
-        if type(reply) is not list or len(reply) != len(futures):
-            self.set_exception(
-                RedisConnectionError(
-                    f"a batch of {len(futures)} script calls got a reply of another shape: "
-                    f"{reply!r:.80}"
-                )
-            )
-            return
-        for future, part in zip(futures, reply):
-            if not future.done():
-                if type(part) is RedisReplyError:
-                    future.set_exception(part)
-                else:
-                    future.set_result(part)
-
-    def set_exception(self, error: BaseException) -> None:
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(_copy(error))
 
 
 # Called once when the connection closes: (connection, error or None if closed
@@ -333,7 +188,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         # memoryview is a window onto the same memory. Plain sockets (recv_into)
         # and 3.9/3.10's TLS layer (slice assignment) accept either.
         self._read_view = memoryview(self._read_buffer)
-        self._pending: deque[_Waiter] = deque()
+        self._pending: deque[asyncio.Future[Any]] = deque()
         self._write_buffer: list[bytes] = []
         # How many payloads at the head of _write_buffer already belong to a batch:
         # non-zero only while connecting, when batches are held back.
@@ -361,10 +216,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         # script (a SCRIPT LOAD, or an EVAL): a call sent before it and answered
         # NOSCRIPT is re-sent behind it without loading again.
         self._loads: dict[str, int] = {}
-        # The batch script call of this loop turn parts may still join, if any, and
-        # the batch calls whose payload the flush encodes (at their buffer index).
-        self._batch_call: _BatchCall | None = None
-        self._unencoded: list[tuple[int, _BatchCall]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._ready_waiters: list[asyncio.Future[None]] = []
@@ -417,39 +268,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._scripts.append(_ScriptCall(self._queued_total(), script, keys, args, 0))
         return future
 
-    def send_in_batch(
-        self,
-        batch: ScriptLike,
-        index: int,
-        script: ScriptLike,
-        keys: Sequence[bytes],
-        args: Sequence[Arg],
-    ) -> asyncio.Future[Any]:
-        """Queue ``EVALSHA script keys args`` as a part of this turn's call of ``batch``
-        (the batch script, whose table holds ``script`` at ``index``): see the module doc.
-
-        The future resolves to this part's reply, as send_script()'s would; an
-        error reply of this part alone, or of the whole call, raises RedisReplyError.
-        """
-        if not self.usable:
-            raise self._closed_error(sent=False)
-        future: asyncio.Future[Any] = _Future(loop=self._loop)
-        part_bytes = _ARGUMENT_BYTES * (len(args) + 3)
-        for key in keys:
-            part_bytes += len(key)
-        call = self._batch_call
-        if call is None or call.batch is not batch or not call.fits(part_bytes):
-            call = _BatchCall(batch)
-            self._batch_call = call
-            buffer = self._write_buffer
-            self._unencoded.append((len(buffer), call))
-            self._pending.append(call)
-            buffer.append(b"")  # encoded by the flush, once no part can join any more
-            self._scripts.append(_ScriptCall(self._queued_total(), call, call.keys, call.args, 0))
-            self._schedule_flush()
-        call.join(future, index, script, keys, args, part_bytes)
-        return future
-
     def send_many(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
         """Queue several encoded commands at once; one future per command, in order."""
         if not self.usable:
@@ -462,7 +280,7 @@ class RedisConnection(asyncio.BufferedProtocol):
             self._schedule_flush()
         return futures
 
-    def _queue(self, future: _Waiter, payload: bytes) -> None:
+    def _queue(self, future: asyncio.Future[Any], payload: bytes) -> None:
         """Put one command at the end of the pipeline, answered through ``future``."""
         self._pending.append(future)
         self._write_buffer.append(payload)
@@ -489,12 +307,6 @@ class RedisConnection(asyncio.BufferedProtocol):
             return  # the flag stays down: nothing is sent any more
         self._flush_due = True
         buffer = self._write_buffer
-        self._batch_call = None
-        unencoded = self._unencoded
-        if unencoded:
-            for at, call in unencoded:
-                buffer[at] = call.encoded()
-            unencoded.clear()
         new = len(buffer) - self._held
         if new > 0:
             batched_total = self._batched_total + new
@@ -561,7 +373,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         except hiredis.ProtocolError as error:
             self._abort(RedisConnectionError(f"{self._label} sent malformed RESP: {error}"))
 
-    def _resend_after_noscript(self, future: _Waiter) -> bool:
+    def _resend_after_noscript(self, future: asyncio.Future[Any]) -> bool:
         """Re-send the script call just answered NOSCRIPT, for the same future.
 
         Behind a SCRIPT LOAD of its script: the one queued since this call was
@@ -790,8 +602,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._write_buffer.clear()
         self._batches.clear()
         self._scripts.clear()
-        self._batch_call = None
-        self._unencoded.clear()
         self._timer = None
         transport, self._transport = self._transport, None
         if transport is not None:
@@ -818,8 +628,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._write_buffer.clear()
         self._batches.clear()
         self._scripts.clear()
-        self._batch_call = None
-        self._unencoded.clear()
         self._ready_waiters.clear()
         self._timer = None  # if it ever fires here, it finds the connection closed
         self._connect_task = None
@@ -869,8 +677,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._write_buffer.clear()
         self._batches.clear()
         self._scripts.clear()
-        self._batch_call = None
-        self._unencoded.clear()
         self._transport = None
         # A fresh exception per future: one instance raised in many tasks would
         # collect all their tracebacks.

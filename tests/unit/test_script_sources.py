@@ -8,15 +8,13 @@ from pathlib import Path
 import pytest
 from lua_harness import CLOCK_KEY, TIME_LINE, shipped_source
 
-from moderato.algorithms import ALGORITHMS
-from moderato.scripts import SCRIPT_NAMES, batch_script, load_script, scripts_dir, without_comments
+from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir, without_comments
 
 
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir() == Path(__file__).resolve().parents[2] / "lua"
-    # spliced into scripts, never run on their own (together.lua: into the composite
-    # scripts.composite_script() assembles; batch.lua: into scripts.batch_script();
-    # one_instant.lua: into both)
+    # spliced into scripts, never run on their own (together.lua and one_instant.lua:
+    # into the composite scripts.composite_script() assembles)
     included = (
         "prelude",
         "accrual",
@@ -24,7 +22,6 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "one_policy",
         "window_counter",
         "together",
-        "batch",
         "one_instant",
     )
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)
@@ -37,15 +34,6 @@ def test_each_script_reads_the_clock_once(name: str) -> None:
     assert source.count(TIME_LINE) == 1
     assert source.count(b"'TIME'") == 1
     assert CLOCK_KEY.encode() not in source
-
-
-def test_the_batch_script_reads_the_clock_once_for_every_part() -> None:
-    source = batch_script().source
-    # Its own TIME read; each part's TIME call is answered from it.
-    assert source.count(b"real_redis.call('TIME')") == 1
-    assert source.count(TIME_LINE) == len(ALGORITHMS)
-    for name in ALGORITHMS:
-        assert load_script(name).source in source, name
 
 
 def test_decision_scripts_include_the_prelude_once() -> None:

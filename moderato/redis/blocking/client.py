@@ -135,13 +135,7 @@ class RedisClient(FromUrl):
         the server cannot be reached or does not reply in time.
         """
         payload = encode_command(*args)  # a TypeError before any I/O
-        connection = self._take()
-        try:
-            reply = connection.call(payload)
-        except BaseException:
-            self._free_place()
-            raise
-        self._give(connection)
+        reply = self._on_one_connection(lambda link: link.call(payload))
         if type(reply) is RedisReplyError:
             raise reply
         return reply
@@ -245,8 +239,8 @@ class RedisClient(FromUrl):
     def _on_one_connection(
         self, use: Callable[[BlockingConnection], Any], *, force: bool = False
     ) -> Any:
-        """``use(connection)`` on a connection of the pool (execute() and evalsha() do the
-        same inline: they are every check's path)."""
+        """``use(connection)`` on a connection of the pool (evalsha() does the same
+        inline: it is every check's path)."""
         connection = self._take(force=force)
         try:
             outcome = use(connection)

@@ -23,6 +23,8 @@ local MAX_POLICIES = 16
 local MAX_STATE_TIME_MS = 4503599627370496
 
 -- Refusals are raised as tables; the pcall in decide() turns them into error replies.
+--#include replied.lua
+
 local function fail(kind, message)
   error({ moderato_error = kind .. ' ' .. message }, 0)
 end
@@ -458,12 +460,5 @@ local function decide(fields_per_policy, parse_extra, evaluate, write, long_wind
       burst_field = fields_per_policy
     end
   end
-  local ok, result = pcall(decide_valid, width, evaluate, write)
-  if ok then
-    return result
-  end
-  if type(result) == 'table' and result.moderato_error then
-    return redis.error_reply(result.moderato_error)
-  end
-  error(result, 0)
+  return replied(pcall(decide_valid, width, evaluate, write))
 end

@@ -23,6 +23,8 @@ local function fail(message)
   error({ moderato_error = 'MODERATO_ARG ' .. message }, 0)
 end
 
+--#include replied.lua
+
 local function shown(value)
   if type(value) ~= 'string' then
     return tostring(value)
@@ -112,11 +114,4 @@ local function reset()
   return redis.call('DEL', unpack(doomed))
 end
 
-local ok, result = pcall(reset)
-if ok then
-  return result
-end
-if type(result) == 'table' and result.moderato_error then
-  return redis.error_reply(result.moderato_error)
-end
-error(result, 0)
+return replied(pcall(reset))

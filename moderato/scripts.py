@@ -77,12 +77,13 @@ def load_script(name: str) -> Script:
 
 
 def _with_includes(directory: Path, source: bytes) -> bytes:
-    """Replace each ``--#include <file>`` line with that file's text (one level)."""
+    """Replace each ``--#include <file>`` line with that file's text, its own includes
+    spliced in too (prelude.lua includes replied.lua, which reset.lua includes alone)."""
     lines = source.split(b"\n")
     for index, line in enumerate(lines):
         if line.startswith(_INCLUDE):
             included = line[len(_INCLUDE) :].strip().decode()
-            lines[index] = _read(directory / included).rstrip(b"\n")
+            lines[index] = _with_includes(directory, _read(directory / included)).rstrip(b"\n")
     return b"\n".join(lines)
 
 

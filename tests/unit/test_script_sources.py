@@ -14,7 +14,8 @@ from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir, without_com
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir() == Path(__file__).resolve().parents[2] / "lua"
     # spliced into scripts, never run on their own (together.lua and one_instant.lua:
-    # into the composite scripts.composite_script() assembles)
+    # into the composite scripts.composite_script() assembles; replied.lua: into
+    # prelude.lua and reset.lua)
     included = (
         "prelude",
         "accrual",
@@ -23,6 +24,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "window_counter",
         "together",
         "one_instant",
+        "replied",
     )
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)
     assert sorted(SCRIPT_NAMES) == shipped
@@ -37,8 +39,13 @@ def test_each_script_reads_the_clock_once(name: str) -> None:
 
 
 def test_decision_scripts_include_the_prelude_once() -> None:
-    # As the loader sends it: without its comments (and so without the blank lines).
-    prelude = without_comments((scripts_dir() / "prelude.lua").read_bytes()).rstrip(b"\n")
+    # As the loader sends it: replied.lua spliced in, without its comments (and so
+    # without the blank lines).
+    replied = (scripts_dir() / "replied.lua").read_bytes().rstrip(b"\n")
+    prelude_raw = (scripts_dir() / "prelude.lua").read_bytes()
+    assert prelude_raw.count(b"--#include replied.lua") == 1
+    prelude = without_comments(prelude_raw.replace(b"--#include replied.lua", replied))
+    prelude = prelude.rstrip(b"\n")
     decision_scripts = [name for name in SCRIPT_NAMES if name != "reset"]
     assert len(decision_scripts) == 6
     for name in decision_scripts:
@@ -46,3 +53,10 @@ def test_decision_scripts_include_the_prelude_once() -> None:
         assert raw.count(b"--#include prelude.lua") == 1, name
         source = load_script(name).source
         assert source.count(prelude) == 1 and b"--#include" not in source, name
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_script_turns_its_outcome_into_a_reply_through_replied_once(name: str) -> None:
+    source = load_script(name).source
+    assert source.count(b"local function replied(") == 1
+    assert source.count(b"return replied(pcall(") == 1

@@ -22,8 +22,8 @@ charged by none.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
-from typing import Any, Callable, Optional, TypeVar, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
@@ -33,24 +33,18 @@ from .decisions import has_middleware
 from .errors import ModeratoImproperlyConfigured
 from .limiters import get_settings
 from .responses import aanswer, add_quota_headers, answer
-from .rule import ALL, CostOption, LimitRule, RateOption, TenantOption
+from .rule import LimitOptions, LimitRule, RateOption
 from .together import LIMITS_ATTRIBUTE, Limit, adecide, check_stack, decide, decided, view_limits
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 View = TypeVar("View", bound=Callable[..., Any])
 
 _ANSWERED_ERRORS = (RateLimitExceeded, BackendError, RateLimitCallbackError)
 
 
-def limit(
-    rate: RateOption,
-    *,
-    key: object = None,
-    algorithm: Optional[str] = None,
-    cost: Optional[CostOption] = None,
-    scope: Optional[str] = None,
-    tenant: TenantOption = None,
-    methods: Union[str, Iterable[str], None] = ALL,
-) -> Callable[[View], View]:
+def limit(rate: RateOption, **options: Unpack[LimitOptions]) -> Callable[[View], View]:
     """A decorator limiting a view to ``rate`` per identity.
 
     - ``rate``: ``"10/minute"``, ``"5/m"``, ``"100/hour;1000/day"`` (every policy
@@ -71,15 +65,7 @@ def limit(
     here, when the views module is imported.
     """
     try:
-        rule = LimitRule(
-            rate,
-            key=key,
-            algorithm=algorithm,
-            cost=cost,
-            scope=scope,
-            tenant=tenant,
-            methods=methods,
-        )
+        rule = LimitRule(rate, **options)
     except RateLimitConfigError as error:
         raise ModeratoImproperlyConfigured(f"limit({rate!r:.40}): {error}") from None
 

@@ -19,7 +19,7 @@ decides every view (its calls never wait), so that they share it too.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypedDict, Union
 
 from django.http import HttpRequest
 
@@ -44,6 +44,18 @@ UNSAFE = ("DELETE", "PATCH", "POST", "PUT")
 
 Arguments = tuple[Identity, str, int, Optional[str], str]
 """A check's identity, rate, cost, tenant and scope, as one request resolves them."""
+
+
+class LimitOptions(TypedDict, total=False):
+    """A limit's options besides its rate, declared once: LimitRule's keywords, which the
+    ``limit()`` decorator takes and forwards (its docstring says what each means)."""
+
+    key: object
+    algorithm: Optional[str]
+    cost: Optional[CostOption]
+    scope: Optional[str]
+    tenant: TenantOption
+    methods: Union[str, Iterable[str], None]
 
 
 class LimitRule:

@@ -19,7 +19,7 @@ from .errors import exceeded as exceeded  # its home is errors.py; kept importab
 from .failure_log import DEFAULT_INTERVAL_S
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
-from .limiter_core import Decided, LimiterCore, shadowed, tenant_alias, usage_of
+from .limiter_core import Decided, LimiterCore, ResetTargets, shadowed, tenant_alias, usage_of
 from .options import count_option, seconds_option
 from .plans import Plan
 from .policy import SCALE, cost_scaled, validate_cost
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class RateLimiter(LimiterCore):
+class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
     """Decides whether a request may proceed, atomically, on Redis's clock.
 
     ``redis_url`` selects the backend: ``redis://``, ``rediss://`` (TLS),
@@ -294,60 +294,15 @@ class RateLimiter(LimiterCore):
             recorder.decided(plan, key, scope, result, started_s)
         return result
 
-    async def get_usage(
-        self,
-        key: Identity,
-        rate: str,
-        *,
-        tenant_type: Optional[str] = None,
-        scope: str = GLOBAL_SCOPE,
-        algorithm: Optional[str] = None,
-        tenant: Optional[str] = None,
-        burst: Optional[int] = None,
+    async def _usage(
+        self, plan: Plan, key: Identity, tenant_type: Optional[str], scope: str
     ) -> dict[str, Any]:
-        """A read-only snapshot (not a reservation) of the identity's quota.
-
-        ``current`` and ``remaining`` are whole requests of the most
-        restrictive policy; ``policies`` lists every policy of ``rate``.
-        ``tenant`` is an alias of ``tenant_type``; ``burst`` as ``check``'s (the
-        snapshot's ``limit`` is then the burst, its ``refill`` the rate's limit).
-        """
-        if tenant is not None:
-            tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
-        plan = self._plans.get(rate, algorithm, burst)
         result = self._decision("usage", plan, key, tenant_type, scope, 0, apply=False)
         if type(result) is not CheckResult:
             result = await result  # type: ignore[misc]
         return usage_of(result)
 
-    async def reset(
-        self,
-        key: Identity,
-        *,
-        rate: Optional[str] = None,
-        tenant_type: Optional[str] = None,
-        scope: Optional[str] = None,
-        algorithm: Optional[str] = None,
-        tenant: Optional[str] = None,
-        burst: Optional[int] = None,
-    ) -> int:
-        """Forget the identity's usage; returns the number of keys deleted.
-
-        ``scope=None`` (the default) means every scope: the identity's usage on
-        every route, whatever the rate and algorithm. ``tenant_type`` (alias
-        ``tenant``) selects one tenant's keys; without it only the keys checked
-        without a tenant are reset. ``rate`` and ``algorithm`` narrow the reset
-        to those policies' windows and that algorithm; ``burst`` (with ``rate``)
-        to that rate's burst, whose keys are its own.
-
-        With both ``rate`` and ``scope`` the keys are known exactly and deleted
-        in one script call. Otherwise they are found with SCAN, which walks the
-        whole keyspace (every primary of a cluster when no scope is given):
-        fine for an admin action, not for a request path.
-        """
-        if tenant is not None:
-            tenant_type = tenant_alias("reset()", tenant_type, tenant)
-        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm, burst)
+    async def _reset(self, targets: ResetTargets) -> int:
         if targets.keys:
             call = self._backend.reset(targets.keys, targets.windows_s)
         else:

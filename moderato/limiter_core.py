@@ -4,9 +4,12 @@ Everything about a check except waiting for the backend: the options and
 their checks, plans, keys, the circuit breakers, metrics, the failure policy
 (fail closed, or a counted bypass), shadow mode, usage snapshots and the
 keys and patterns of a reset. Each limiter calls these from its own
-``check_with_info``, ``get_usage`` and ``reset``, awaiting or blocking on the
-backend in between, so a sync and an async limiter on one URL and
-``key_prefix`` decide every check by the same rules on the same keys.
+``check_with_info``, awaiting or blocking on the backend in between, so a sync
+and an async limiter on one URL and ``key_prefix`` decide every check by the
+same rules on the same keys. ``get_usage`` and ``reset`` are defined here once,
+for both: each limiter gives the one step that waits for the backend
+(``_usage``, ``_reset``), a coroutine for the asyncio limiter (so its calls
+are awaited) and the value itself for the blocking one.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import replace
-from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
+from typing import Any, Callable, Generic, NamedTuple, Optional, TypeVar, Union
 
 from .algorithms import ALGORITHMS, Algorithm, get_algorithm
 from .backends.replies import DecisionReply
@@ -56,7 +59,11 @@ Decided = tuple[bool, list[CheckResult]]
 DecisionKeys = Callable[[Plan, Any, Optional[str], Any], list[bytes]]
 """A backend's ``decision_keys``: a check's keys from its plan, identity, tenant and scope."""
 
-_Limiter = TypeVar("_Limiter", bound="LimiterCore")
+_Limiter = TypeVar("_Limiter", bound="LimiterCore[Any, Any]")
+Usage = TypeVar("Usage")
+"""What ``get_usage`` returns: the snapshot (blocking), or an awaitable of it (asyncio)."""
+Deleted = TypeVar("Deleted")
+"""What ``reset`` returns: the count of keys deleted, or an awaitable of it."""
 
 logger = logging.getLogger("moderato")
 
@@ -80,7 +87,7 @@ class ResetTargets(NamedTuple):
     """A key or pattern whose node's circuit breaker answers for the reset (None: all)."""
 
 
-class LimiterCore:
+class LimiterCore(Generic[Usage, Deleted]):
     """The state and rules both RateLimiters share (see the module doc)."""
 
     metrics: Optional[Metrics]
@@ -159,6 +166,68 @@ class LimiterCore:
         """``rate`` and ``algorithm`` (default: the limiter's), and a burst if any, worked
         out for checks, once; RateLimitConfigError for a bad rate, algorithm, burst or pair."""
         return self._plans.get(rate, algorithm, burst)
+
+    def get_usage(
+        self,
+        key: Identity,
+        rate: str,
+        *,
+        tenant_type: Optional[str] = None,
+        scope: str = GLOBAL_SCOPE,
+        algorithm: Optional[str] = None,
+        tenant: Optional[str] = None,
+        burst: Optional[int] = None,
+    ) -> Usage:
+        """A read-only snapshot (not a reservation) of the identity's quota (awaited
+        on the asyncio limiter).
+
+        ``current`` and ``remaining`` are whole requests of the most
+        restrictive policy; ``policies`` lists every policy of ``rate``.
+        ``tenant`` is an alias of ``tenant_type``; ``burst`` as ``check``'s (the
+        snapshot's ``limit`` is then the burst, its ``refill`` the rate's limit).
+        """
+        if tenant is not None:
+            tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
+        return self._usage(self._plans.get(rate, algorithm, burst), key, tenant_type, scope)
+
+    def reset(
+        self,
+        key: Identity,
+        *,
+        rate: Optional[str] = None,
+        tenant_type: Optional[str] = None,
+        scope: Optional[str] = None,
+        algorithm: Optional[str] = None,
+        tenant: Optional[str] = None,
+        burst: Optional[int] = None,
+    ) -> Deleted:
+        """Forget the identity's usage; returns the number of keys deleted (awaited on
+        the asyncio limiter).
+
+        ``scope=None`` (the default) means every scope: the identity's usage on
+        every route, whatever the rate and algorithm. ``tenant_type`` (alias
+        ``tenant``) selects one tenant's keys; without it only the keys checked
+        without a tenant are reset. ``rate`` and ``algorithm`` narrow the reset
+        to those policies' windows and that algorithm; ``burst`` (with ``rate``)
+        to that rate's burst, whose keys are its own.
+
+        With both ``rate`` and ``scope`` the keys are known exactly and deleted
+        in one script call. Otherwise they are found with SCAN, which walks the
+        whole keyspace (every primary of a cluster when no scope is given):
+        fine for an admin action, not for a request path.
+        """
+        if tenant is not None:
+            tenant_type = tenant_alias("reset()", tenant_type, tenant)
+        return self._reset(self._reset_targets(key, rate, tenant_type, scope, algorithm, burst))
+
+    def _usage(self, plan: Plan, key: Identity, tenant_type: Optional[str], scope: str) -> Usage:
+        """``get_usage``'s peek by the backend, through the breaker (each limiter's own)."""
+        raise NotImplementedError
+
+    def _reset(self, targets: ResetTargets) -> Deleted:
+        """``reset``'s deletion through the breaker, then its announcement (each
+        limiter's own)."""
+        raise NotImplementedError
 
     def _bound(self, backend: Any) -> None:
         """``backend`` builds its keys from this limiter's KeySpace from now on."""

@@ -20,6 +20,7 @@ from ..limiter_core import (
     GLOBAL_SCOPE,
     Decided,
     LimiterCore,
+    ResetTargets,
     shadowed,
     tenant_alias,
     usage_of,
@@ -38,7 +39,7 @@ T = TypeVar("T")
 __all__ = ["RateLimiter"]
 
 
-class RateLimiter(LimiterCore):
+class RateLimiter(LimiterCore[dict[str, Any], int]):
     """Decides whether a call may proceed, atomically, on Redis's clock; every method blocks.
 
     The asyncio ``moderato.RateLimiter``'s constructor, methods, results,
@@ -249,45 +250,12 @@ class RateLimiter(LimiterCore):
             recorder.decided(plan, key, scope, result, started_s)
         return result
 
-    def get_usage(
-        self,
-        key: Identity,
-        rate: str,
-        *,
-        tenant_type: Optional[str] = None,
-        scope: str = GLOBAL_SCOPE,
-        algorithm: Optional[str] = None,
-        tenant: Optional[str] = None,
-        burst: Optional[int] = None,
+    def _usage(
+        self, plan: Plan, key: Identity, tenant_type: Optional[str], scope: str
     ) -> dict[str, Any]:
-        """A read-only snapshot (not a reservation) of the identity's quota; as the
-        asyncio limiter's ``get_usage()``."""
-        if tenant is not None:
-            tenant_type = tenant_alias("get_usage()", tenant_type, tenant)
-        plan = self._plans.get(rate, algorithm, burst)
         return usage_of(self._decision("usage", plan, key, tenant_type, scope, 0, apply=False))
 
-    def reset(
-        self,
-        key: Identity,
-        *,
-        rate: Optional[str] = None,
-        tenant_type: Optional[str] = None,
-        scope: Optional[str] = None,
-        algorithm: Optional[str] = None,
-        tenant: Optional[str] = None,
-        burst: Optional[int] = None,
-    ) -> int:
-        """Forget the identity's usage; returns the number of keys deleted.
-
-        As the asyncio limiter's ``reset()``: ``scope=None`` means every scope;
-        with both ``rate`` and ``scope`` the keys are known exactly (one script
-        call), otherwise they are found with SCAN (an admin action); ``burst``
-        (with ``rate``) narrows it to that rate's burst, whose keys are its own.
-        """
-        if tenant is not None:
-            tenant_type = tenant_alias("reset()", tenant_type, tenant)
-        targets = self._reset_targets(key, rate, tenant_type, scope, algorithm, burst)
+    def _reset(self, targets: ResetTargets) -> int:
         backend = self._backend
         if targets.keys:
             deleted = self._guarded(
@@ -302,7 +270,7 @@ class RateLimiter(LimiterCore):
                 route=targets.route,
             )
         # The asyncio limiters that remember denials of these keys forget them.
-        self._backend.announce_reset_now()
+        backend.announce_reset_now()
         return deleted
 
     def limit(

@@ -11,7 +11,7 @@ import pytest
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from http_helpers import client, rate_headers
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
@@ -34,7 +34,9 @@ from moderato.integrations import (
 
 @pytest.fixture
 async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(redis_url, key_prefix="edge") as limiter:
+    async with RateLimiter(
+        redis_url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="edge"
+    ) as limiter:
         yield limiter
 
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pytest
 from fastapi import FastAPI
 from http_helpers import client
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware
@@ -18,7 +18,12 @@ from moderato.web.addresses import MAX_FORWARDED_HOPS, parse_address
 
 @pytest.fixture
 async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(redis_url, key_prefix="it", default_algorithm="token_bucket") as limiter:
+    async with RateLimiter(
+        redis_url,
+        command_timeout_s=PATIENT_TIMEOUT_S,
+        key_prefix="it",
+        default_algorithm="token_bucket",
+    ) as limiter:
         yield limiter
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from http_helpers import QUOTA_HEADERS, client, rate_headers
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -24,7 +24,12 @@ from moderato.integrations import RateLimitHeadersMiddleware, RateLimitMiddlewar
 
 @pytest.fixture
 async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(redis_url, key_prefix="it", default_algorithm="token_bucket") as limiter:
+    async with RateLimiter(
+        redis_url,
+        command_timeout_s=PATIENT_TIMEOUT_S,
+        key_prefix="it",
+        default_algorithm="token_bucket",
+    ) as limiter:
         yield limiter
 
 

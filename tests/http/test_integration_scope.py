@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi import APIRouter, FastAPI, Request
 from http_helpers import client
+from redis_servers import PATIENT_TIMEOUT_S
 from same_name import alpha, beta
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -23,7 +24,12 @@ from moderato.integrations import scope as scope_module
 
 @pytest.fixture
 async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(redis_url, key_prefix="it", default_algorithm="token_bucket") as limiter:
+    async with RateLimiter(
+        redis_url,
+        command_timeout_s=PATIENT_TIMEOUT_S,
+        key_prefix="it",
+        default_algorithm="token_bucket",
+    ) as limiter:
         yield limiter
 
 

@@ -8,6 +8,7 @@ import pytest
 from fastapi import Depends, FastAPI
 from http_helpers import client
 from prometheus_client import CollectorRegistry
+from redis_servers import PATIENT_TIMEOUT_S
 
 from moderato import RateLimiter
 from moderato.integrations import RateLimitHeadersMiddleware, RateLimitMiddleware
@@ -24,7 +25,11 @@ def shadow_denials(registry: CollectorRegistry) -> float:
 async def observed(redis_url: str) -> AsyncIterator[tuple[RateLimiter, CollectorRegistry]]:
     registry = CollectorRegistry()
     limiter = RateLimiter(
-        redis_url, key_prefix="shadow", enable_metrics=True, metrics_registry=registry
+        redis_url,
+        key_prefix="shadow",
+        enable_metrics=True,
+        metrics_registry=registry,
+        command_timeout_s=PATIENT_TIMEOUT_S,
     )
     yield limiter, registry
     await limiter.close()

@@ -21,7 +21,7 @@ import websockets
 from cluster import RedisCluster
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from http_helpers import client
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 from starlette.applications import Starlette
 from starlette.endpoints import HTTPEndpoint
 from starlette.responses import JSONResponse
@@ -47,7 +47,7 @@ async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[RateLimiter]:
         server.command("FLUSHALL")
         url = server.url
         await clear_of_minute_edge()
-    limiter = RateLimiter(url, key_prefix="st")
+    limiter = RateLimiter(url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="st")
     if request.param == "memory":
         limiter.backend.clock = lambda: FROZEN_MS  # type: ignore[attr-defined]
     async with limiter:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.algorithms import ALGORITHMS
@@ -56,7 +56,9 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
         url, server = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_server")
     else:
         url, server = "memory://", None
-    async with RateLimiter(url, key_prefix="direct") as limiter:
+    async with RateLimiter(
+        url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="direct"
+    ) as limiter:
         yield Store(limiter, server)
 
 

@@ -14,6 +14,7 @@ import redis.asyncio.cluster
 from cluster import RedisCluster
 from fastapi import FastAPI, Request
 from http_helpers import client
+from redis_servers import PATIENT_TIMEOUT_S
 
 from moderato import RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
@@ -25,7 +26,7 @@ from moderato.policy import policy_for
 @pytest.fixture(params=["redis", "memory"])
 async def limiter(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[RateLimiter]:
     url = redis_url if request.param == "redis" else "memory://"
-    async with RateLimiter(url, key_prefix="rs") as made:
+    async with RateLimiter(url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="rs") as made:
         yield made
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 from prometheus_client import CollectorRegistry
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 
 import moderato
 from moderato import (
@@ -48,7 +48,7 @@ def memory() -> Iterator[RateLimiter]:
 
 @pytest.fixture
 def on_redis(redis_url: str) -> Iterator[RateLimiter]:
-    limiter = RateLimiter(redis_url, key_prefix="s")
+    limiter = RateLimiter(redis_url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="s")
     yield limiter
     limiter.close()
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
-from redis_servers import RedisServer
+from redis_servers import PATIENT_TIMEOUT_S, RedisServer
 
 from moderato import BackendError, RateLimitConfigError, RateLimiter
 from moderato.algorithms import ALGORITHMS
@@ -36,7 +36,9 @@ async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[RateLimiter]:
     server: RedisServer = request.getfixturevalue("redis_server")
     server.command("FLUSHALL")
     if request.param == "built-in":
-        async with RateLimiter(server.url, key_prefix="tg") as limiter:
+        async with RateLimiter(
+            server.url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="tg"
+        ) as limiter:
             yield limiter
         return
     import redis.asyncio

@@ -190,7 +190,13 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         await self._backend.connect()
 
     async def close(self) -> None:
-        await self._backend.close()
+        """Stop what ``on_close`` registered (the dashboard's publisher: its task ends,
+        awaited), then close the connections. The limiter stays usable: the next check
+        reconnects, and a recorded limiter's publisher starts again with it."""
+        try:
+            await self._close_hooks_awaited()
+        finally:
+            await self._backend.close()
 
     async def __aenter__(self) -> RateLimiter:
         await self.connect()

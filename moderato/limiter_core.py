@@ -99,6 +99,9 @@ class LimiterCore(Generic[Usage, Deleted]):
     """Told every check's outcome when set (recording.py; the operator's dashboard
     attaches one); None, the default, keeps the check path free of it."""
 
+    _close_hooks: tuple[Callable[[], Any], ...] = ()
+    """What ``on_close`` registered, called in that order by every ``close()``."""
+
     _other_limiters_options: tuple[tuple[str, str], ...] = ()
     """Keywords of the other RateLimiter (asyncio or blocking) this one does not take,
     with what it takes instead."""
@@ -228,6 +231,47 @@ class LimiterCore(Generic[Usage, Deleted]):
         """``reset``'s deletion through the breaker, then its announcement (each
         limiter's own)."""
         raise NotImplementedError
+
+    # -- closing ---------------------------------------------------------------------
+
+    def on_close(self, hook: Callable[[], Any]) -> None:
+        """Call ``hook`` at every ``close()``, before the connections close, so what runs
+        beside the limiter (the dashboard's publisher) stops with it and can still send
+        its last word. The asyncio limiter awaits what a hook returns; the blocking
+        one's hooks must return None. A hook that raises is logged; the rest still run
+        and the connections still close. Registered once, it stays for a limiter that
+        is used (reopened) after closing."""
+        self._close_hooks = (*self._close_hooks, hook)
+
+    def _closing(self) -> list[Any]:
+        """Every ``on_close`` hook called; the awaitables they returned."""
+        pending = []
+        for hook in self._close_hooks:
+            try:
+                outcome = hook()
+            except Exception:  # one failing hook must not keep the connections open
+                logger.exception("moderato: an on_close hook failed")
+                continue
+            if inspect.isawaitable(outcome):
+                pending.append(outcome)
+        return pending
+
+    async def _close_hooks_awaited(self) -> None:
+        """The asyncio limiter's closing: every hook called, what it returned awaited."""
+        for pending in self._closing():
+            try:
+                await pending
+            except Exception:
+                logger.exception("moderato: an on_close hook failed")
+
+    def _close_hooks_called(self) -> None:
+        """The blocking limiter's closing: every hook called; one that returned an
+        awaitable (nothing here would ever run it) is logged and its coroutine closed."""
+        for pending in self._closing():
+            logger.error("moderato: an on_close hook of a blocking limiter returned %r", pending)
+            close = getattr(pending, "close", None)
+            if close is not None:
+                close()
 
     def _bound(self, backend: Any) -> None:
         """``backend`` builds its keys from this limiter's KeySpace from now on."""

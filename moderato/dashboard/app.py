@@ -89,7 +89,8 @@ _attached: weakref.WeakKeyDictionary[AnyLimiter, Attached] = weakref.WeakKeyDict
 
 def attach(limiter: AnyLimiter) -> Attached:
     """The limiter's recorder (and publisher, on Redis), made and attached on first use:
-    a task's for the asyncio limiter, a daemon thread's for the blocking one."""
+    a task's for the asyncio limiter, a daemon thread's for the blocking one. The
+    limiter's ``close()`` ends the publisher; its next check starts it again."""
     existing = _attached.get(limiter)
     if existing is not None:
         return existing
@@ -102,6 +103,9 @@ def attach(limiter: AnyLimiter) -> Attached:
         kind = Publisher if isinstance(limiter, RateLimiter) else ThreadPublisher
         publisher = kind(recorder, limiter, client)
         recorder.on_second = publisher.ensure_running
+        # Closing the limiter ends the publisher (after its last publication) before
+        # the connections close: no thread or task of a closed limiter reconnects.
+        limiter.on_close(publisher.close)
     limiter.recorder = recorder
     _attached[limiter] = (recorder, publisher)
     return recorder, publisher

@@ -28,6 +28,7 @@ series increments kept until they are sent).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import threading
@@ -48,6 +49,10 @@ PUBLISH_INTERVAL_S = 1.0
 PROCESS_TTL_S = 5.0
 SERIES_BUCKET_S = 60
 SERIES_TTL_S = 900 + 2 * SERIES_BUCKET_S
+STOP_WAIT_S = 3.0
+"""How long closing a limiter waits for its publisher's last publication: two
+publications (the one under way, the last) at the default timeouts (connect 1 s,
+command 0.5 s)."""
 
 
 PUBLISH_LUA = b"""
@@ -224,10 +229,12 @@ class Publisher(_Publications):
 
     The task starts on the event loop of the first check (or dashboard
     request) that finds it not running, and again on another loop if that
-    one has closed.
+    one has closed. ``close()`` (the limiter's, through ``on_close``) ends it
+    after one last publication.
     """
 
     _task: Optional[asyncio.Task[None]] = None
+    _wake: Optional[asyncio.Event] = None
 
     def ensure_running(self) -> None:
         """Start the publishing task on the running loop unless it already runs."""
@@ -238,18 +245,48 @@ class Publisher(_Publications):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._task = loop.create_task(self._run(), name="moderato-dashboard-publisher")
+        # Made here, on the loop that runs the task (Python 3.9's Event binds to a loop
+        # when it is made), so close() can wake it before the task first runs.
+        self._wake = wake = asyncio.Event()
+        self._task = loop.create_task(self._run(wake), name="moderato-dashboard-publisher")
 
     def stop(self) -> None:
+        """Cancel the task at once, with no last publication (tests publish by hand)."""
         if self._task is not None and not self._task.get_loop().is_closed():
             self._task.cancel()
         self._task = None
 
-    async def _run(self) -> None:
-        while True:
+    async def close(self, wait_s: float = STOP_WAIT_S) -> None:
+        """End the task after one last publication (what was decided since the one
+        before), awaited for at most ``wait_s``: past that it is cancelled, and what it
+        had not sent is not sent. A task on another loop is told to end and not
+        awaited. A later second's first check starts it again."""
+        task, wake = self._task, self._wake
+        self._task = self._wake = None
+        if task is None or wake is None or task.done():
+            return
+        loop = task.get_loop()
+        if loop.is_closed():
+            return
+        if loop is not asyncio.get_running_loop():
+            loop.call_soon_threadsafe(wake.set)
+            return
+        wake.set()
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=wait_s)
+
+    async def _run(self, wake: asyncio.Event) -> None:
+        while not wake.is_set():
             started_s = time.monotonic()
             await self.publish_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started_s)))
+            pause_s = max(0.0, self.interval_s - (time.monotonic() - started_s))
+            with contextlib.suppress(asyncio.TimeoutError):  # the pause ended unwoken
+                await asyncio.wait_for(wake.wait(), pause_s)
+        # Woken by close(): the decisions since the last publication, the current
+        # second's among them, would otherwise never reach the fleet's series.
+        await self.publish_once()
 
     async def publish_once(self) -> bool:
         """Send one publication; False (logged once per outage) when Redis did not take it."""
@@ -269,13 +306,15 @@ class ThreadPublisher(_Publications):
     process that never checks starts none; after a fork the child's first
     such check starts its own. Being a daemon, it never keeps the process
     alive: a process that exits stops publishing, and drops out of the
-    fleet when its hash expires (``ttl_s``).
+    fleet when its hash expires (``ttl_s``). ``close()`` (the limiter's,
+    through ``on_close``) ends it after one last publication.
     """
 
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
+        self._abandoned = threading.Event()
 
     def ensure_running(self) -> None:
         """Start the publishing thread unless it already runs (in this process: a forked
@@ -285,25 +324,49 @@ class ThreadPublisher(_Publications):
         if thread is not None and thread.is_alive():
             return
         self._stopping = stopping = threading.Event()
+        self._abandoned = abandoned = threading.Event()
         thread = threading.Thread(
-            target=self._run, args=(stopping,), name="moderato-dashboard-publisher", daemon=True
+            target=self._run,
+            args=(stopping, abandoned),
+            name="moderato-dashboard-publisher",
+            daemon=True,
         )
         thread.start()
         self._thread = thread
 
     def stop(self) -> None:
-        """Stop the thread (it ends within one interval); a later second's first check
-        starts it again."""
+        """Stop the thread with no last publication (it ends within one interval); a
+        later second's first check starts it again."""
+        self._abandoned.set()
         self._stopping.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.interval_s + 1.0)
 
-    def _run(self, stopping: threading.Event) -> None:
+    def close(self, wait_s: float = STOP_WAIT_S) -> None:
+        """End the thread after one last publication (what was decided since the one
+        before), joined for at most ``wait_s``; past that it is told to send nothing
+        more, and ends with the publication it is in. A later second's first check
+        starts it again."""
+        thread, self._thread = self._thread, None
+        self._stopping.set()
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(wait_s)
+        if thread.is_alive():
+            self._abandoned.set()
+
+    def _run(self, stopping: threading.Event, abandoned: threading.Event) -> None:
         while not stopping.is_set():
             started_s = time.monotonic()
             self.publish_once()
             stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started_s)))
+        # Told to stop by close(): the decisions since the last publication, the current
+        # second's among them, would otherwise never reach the fleet's series. Not once
+        # close() has given up waiting: the connections may be closed by then, and a
+        # publication would open one again.
+        if not abandoned.is_set():
+            self.publish_once()
 
     def publish_once(self) -> bool:
         """Send one publication; False (logged once per outage) when Redis did not take it."""

@@ -154,8 +154,13 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
         self._backend.connect_now()
 
     def close(self) -> None:
-        """Close the connections (the limiter stays usable: the next check reconnects)."""
-        self._backend.close_now()
+        """Stop what ``on_close`` registered (the dashboard's publisher: its thread ends,
+        joined), then close the connections. The limiter stays usable: the next check
+        reconnects, and a recorded limiter's publisher starts again with it."""
+        try:
+            self._close_hooks_called()
+        finally:
+            self._backend.close_now()
 
     def __enter__(self) -> RateLimiter:
         self.connect()

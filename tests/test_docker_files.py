@@ -23,16 +23,15 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
-import uvicorn
 import yaml
 from example_helpers import EXAMPLES, ROOT, load_example
 from redis_servers import free_port
+from uvicorn_helpers import Start, serving
 
 COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_DEV = ROOT / "docker-compose.dev.yml"
@@ -149,30 +148,13 @@ def test_benchmark_profile_keeps_its_reports_in_a_volume() -> None:
 
 # -- the health check, run for real ----------------------------------------------
 
-Serve = Callable[[Any], Awaitable[int]]
-
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
-
-    async def start(app: Any) -> int:
-        port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        deadline = time.monotonic() + 5
-        while not server.started:
-            if task.done() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            await asyncio.sleep(0.01)
-        running.append((server, task))
-        return port
-
-    yield start
-    for server, task in running:
-        server.should_exit = True
-        await asyncio.wait_for(task, timeout=5)
+async def serve() -> AsyncIterator[Start]:
+    """Apps under uvicorn in this event loop, with uvicorn's own defaults as the image runs
+    them (lifespan "auto", the access log, proxy headers trusted); each answers its port."""
+    async with serving(lifespan="auto", access_log=True, proxy_headers=True) as start:
+        yield start
 
 
 async def run_healthcheck(code: str, compose_port: int, port: int) -> int:
@@ -186,7 +168,7 @@ async def run_healthcheck(code: str, compose_port: int, port: int) -> int:
 
 @pytest.mark.parametrize("name", list(DEMO_APPS))
 async def test_healthcheck_passes_only_while_redis_decides(
-    name: str, redis_url: str, serve: Serve
+    name: str, redis_url: str, serve: Start
 ) -> None:
     app_path, compose_port = DEMO_APPS[name]
     example = app_path.split(":")[0].split(".")[1]

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import httpx
 import uvicorn
+from process_helpers import stop_session
 from redis_servers import free_port
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -22,20 +22,18 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 @asynccontextmanager
 async def running(app: Any, **options: Any) -> AsyncIterator[int]:
-    """Serve ``app`` in this event loop; yields the port. ``options`` go to uvicorn.Config."""
+    """Serve ``app`` in this event loop; yields the port. ``options`` go to uvicorn.Config
+    (over the settings here)."""
     port = free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
+    settings: dict[str, Any] = {
+        "log_level": "warning",
+        "access_log": False,
+        "lifespan": "on",
         # uvicorn would otherwise rewrite the client from X-Forwarded-For itself
         # (it trusts 127.0.0.1); moderato's own identity rules are under test.
-        proxy_headers=False,
-        **options,
-    )
+        "proxy_headers": False,
+    }
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, **{**settings, **options})
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     deadline_s = time.monotonic() + 5
@@ -48,6 +46,26 @@ async def running(app: Any, **options: Any) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, timeout=5)
+
+
+Start = Callable[[Any], Awaitable[int]]
+"""Serve an app (``running``) until the ``serving`` block ends; answers its port."""
+
+Serve = Callable[[Any], Awaitable[str]]
+"""The ``serve`` fixture (tests/http/conftest.py): serve an app under uvicorn for the
+rest of the test; answers its base URL."""
+
+
+@asynccontextmanager
+async def serving(**options: Any) -> AsyncIterator[Start]:
+    """Start apps under uvicorn in this event loop (``running``, with ``options``); every
+    one of them stops when the block ends."""
+    async with AsyncExitStack() as servers:
+
+        async def start(app: Any) -> int:
+            return await servers.enter_async_context(running(app, **options))
+
+        yield start
 
 
 @contextmanager
@@ -65,46 +83,74 @@ def app_processes(
         logs = [log_dir / f"uvicorn-{n}.log" for n in range(count)]
         started = [stack.enter_context(_app_process(app_path, env, log)) for log in logs]
         for (url, process), log in zip(started, logs):
-            _wait_until_serving(url + ready_path, process, log)
+            wait_until_serving(url + ready_path, process, log.read_text)
         yield [url for url, _ in started]
 
 
 @contextmanager
+def app_process(
+    app_path: str,
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    app_dir: Optional[Path] = TESTS_DIR,
+    cwd: Optional[Path] = None,
+    ready_path: str = "/healthz",
+    timeout_s: float = 20,
+) -> Iterator[str]:
+    """One process of ``uvicorn <app_path>`` on a free port (``app_dir`` None: the app is
+    found from ``cwd``, as a user's shell finds it); yields its base URL once it answers
+    ``ready_path`` with 200, as ``app_processes`` does."""
+    with _app_process(app_path, env, log_path, app_dir=app_dir, cwd=cwd) as (url, process):
+        wait_until_serving(url + ready_path, process, log_path.read_text, timeout_s=timeout_s)
+        yield url
+
+
+@contextmanager
 def _app_process(
-    app_path: str, env: dict[str, str], log_path: Path
+    app_path: str,
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    app_dir: Optional[Path] = TESTS_DIR,
+    cwd: Optional[Path] = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
+    found_in = ["--app-dir", str(app_dir)] if app_dir is not None else []
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", app_path, "--app-dir", str(TESTS_DIR),
+            [sys.executable, "-m", "uvicorn", app_path, *found_in,
              "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
-            env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+            cwd=cwd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         try:
             yield f"http://127.0.0.1:{port}", process
         finally:
-            _stop(process)
+            stop_session(process, term_wait_s=10)
 
 
-def _wait_until_serving(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + 20
+def wait_until_serving(
+    url: str,
+    process: subprocess.Popen[bytes],
+    output: Callable[[], str],
+    *,
+    timeout_s: float = 20,
+    poll_s: float = 0.05,
+    name: str = "uvicorn",
+) -> None:
+    """Return once ``url`` answers 200; a RuntimeError with the server's ``output`` (its
+    log) if ``process`` exits first or ``timeout_s`` passes (a loaded machine starts
+    servers slowly)."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return
-        except httpx.TransportError:
+        except httpx.HTTPError:
             pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"uvicorn did not start serving {url}:\n{log_path.read_text()}")
-        time.sleep(0.05)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited ({process.returncode}):\n{output()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not start serving {url} in {timeout_s} s:\n{output()}")
+        time.sleep(poll_s)

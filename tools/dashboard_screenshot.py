@@ -5,7 +5,7 @@ tests/browser/test_dashboard_browser.py does), sends them varying traffic for
 ``--minutes`` (steady reads, a search flood from one identity that comes and
 goes, exports of which some cost more than the limit holds), then opens the
 first process's dashboard in headless Chromium (driven over the DevTools
-protocol as tests/browser/test_demo_browser.py drives it), inspects the flooded
+protocol as tests/browser/devtools.py drives it), inspects the flooded
 identity and saves the whole page.
 
     python tools/dashboard_screenshot.py [--minutes 3] [--out docs/dashboard.png]
@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 
+from devtools import DevTools, chromium_binary  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
-from test_demo_browser import DevTools, chromium_binary  # noqa: E402
 
 
 def start_workers(redis_url: str, count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:

@@ -8,6 +8,22 @@ run here with the install hint, and never turns into skipped tests.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
 from redis_servers import redis_server_binary
+from uvicorn_helpers import Serve, serving
 
 redis_server_binary()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start apps under uvicorn in this event loop; stop them after the test."""
+    async with serving() as start:
+
+        async def started(app: Any) -> str:
+            return f"http://127.0.0.1:{await start(app)}"
+
+        yield started

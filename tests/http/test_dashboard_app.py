@@ -5,9 +5,7 @@ served that gives away a password, the identity secret or an API key."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import AsyncExitStack
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
-from uvicorn_helpers import running
+from uvicorn_helpers import Serve
 
 from moderato import RateLimitConfigError, RateLimiter, install
 from moderato.dashboard import Dashboard
@@ -27,7 +25,6 @@ from moderato.dashboard.fleet import FleetKeys
 from moderato.errors import BackendError
 from moderato.integrations import ClientIdentity, RateLimitMiddleware
 
-Serve = Callable[[Any], Awaitable[str]]
 ROUTES = [
     ("GET", "/ratelimits/"),
     ("GET", "/ratelimits/api/summary"),
@@ -35,17 +32,6 @@ ROUTES = [
     ("POST", "/ratelimits/api/reset"),
     ("GET", "/ratelimits/no/such/page"),
 ]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    async with AsyncExitStack() as servers:
-
-        async def start(app: Any) -> str:
-            port = await servers.enter_async_context(running(app))
-            return f"http://127.0.0.1:{port}"
-
-        yield start
 
 
 def fastapi_app(limiter: RateLimiter, dashboard: Dashboard, app_rate: str = "100/minute") -> Any:

@@ -23,6 +23,7 @@ skip_unsupported_python()
 
 import httpx  # noqa: E402
 from redis_servers import RedisServer, free_port  # noqa: E402
+from uvicorn_helpers import wait_until_serving  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
 
@@ -62,19 +63,14 @@ class Server:
         )
 
     def wait_ready(self, timeout_s: float = 90) -> None:
-        deadline_s = time.monotonic() + timeout_s
-        while time.monotonic() < deadline_s:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited ({self.process.returncode}):\n{self.output()}"
-                )
-            try:
-                if httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not answer within {timeout_s} s:\n{self.output()}")
+        wait_until_serving(
+            self.base_url + "/healthz",
+            self.process,
+            self.output,
+            timeout_s=timeout_s,
+            poll_s=0.2,
+            name=self.name,
+        )
 
     def wait_exit(self, timeout_s: float = 90) -> int:
         return self.process.wait(timeout=timeout_s)

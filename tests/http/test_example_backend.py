@@ -8,7 +8,6 @@ the probe is pointed at the suite's own servers, or at a port nobody listens on.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from example_helpers import EXAMPLES, ROOT
+from process_helpers import stop_session
 from redis_servers import RedisServer, free_port
 
 from examples import backend_choice  # example_helpers put the repository's root on the path
@@ -64,15 +64,6 @@ def test_passwords_never_reach_the_log() -> None:
     assert backend_choice.shown("memory://") == "memory://"
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
 def example_env(backend_url: str) -> dict[str, str]:
     """The environment as a user's shell has it: no PYTHONPATH, the backend chosen."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -85,7 +76,7 @@ def served(tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     yield processes
     for process, _ in processes:
-        stop(process)
+        stop_session(process, term_wait_s=10)
 
 
 @pytest.mark.parametrize("example", ["fastapi_app", "multi_tenant"])

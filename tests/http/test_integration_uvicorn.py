@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx
-import pytest
 from fastapi import FastAPI, Request
 from http_helpers import rate_headers
 from redis_servers import RedisServer
-from uvicorn_helpers import running
+from uvicorn_helpers import Serve
 
 from moderato import RateLimiter, install
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware, RateLimitMiddleware
-
-Serve = Callable[[Any], Awaitable[str]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    """Start apps under uvicorn in this event loop; stop them after the test."""
-    async with AsyncExitStack() as servers:
-
-        async def start(app: Any) -> str:
-            port = await servers.enter_async_context(running(app))
-            return f"http://127.0.0.1:{port}"
-
-        yield start
 
 
 def seed_app(limiter: RateLimiter, hits: list[str]) -> FastAPI:

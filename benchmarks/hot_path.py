@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,10 @@ from moderato.policy import SCALE  # noqa: E402
 from moderato.scripts import load_script  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from callgrind_steps import (  # noqa: E402
+    add_callgrind_options,
+    instructions_per_call,
+)
 from subjects import bare_client  # noqa: E402
 
 RATE = "1000000/minute"
@@ -208,20 +211,9 @@ async def one_step(redis_socket: str | None, chosen: str, count: int) -> None:
             await step()
 
 
-def callgrind_total(argv: list[str]) -> int:
-    with tempfile.TemporaryDirectory() as directory:
-        out = os.path.join(directory, "callgrind.out")
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        match = re.search(r"Collected : (\d+)", done.stderr)
-        assert match, done.stderr[-2000:]
-        return int(match.group(1))
-
-
 def callgrind_all(redis: bool, count: int, only: list[str] | None) -> dict[str, Any]:
     script = [sys.executable, str(Path(__file__).resolve())]
     extra = ["--no-redis"] if not redis else []
-    base = callgrind_total([*script, *extra, "--callgrind", "none", "0"])
     names = only or [
         "noop_await",
         "store_decide",
@@ -233,13 +225,12 @@ def callgrind_all(redis: bool, count: int, only: list[str] | None) -> dict[str, 
         "check_with_info",
         *(["redis_bare", "redis_evalsha", "redis_check"] if redis else []),
     ]
-    figures: dict[str, Any] = {"baseline_instructions": base, "count": count}
-    for name in names:
-        total = callgrind_total([*script, *extra, "--callgrind", name, str(count)])
-        per_call = (total - base) / count
-        figures[name] = per_call
-        print(f"{name:16} {per_call:9.0f} instructions per call", flush=True)
-    return figures
+    return instructions_per_call(
+        [*script, *extra],
+        names,
+        count,
+        lambda name, per_call: f"{name:16} {per_call:9.0f} instructions per call",
+    )
 
 
 def main() -> None:
@@ -247,9 +238,7 @@ def main() -> None:
     parser.add_argument("--no-redis", action="store_true", help="memory:// steps only")
     parser.add_argument("--count", type=int, default=100_000, help="calls per timed trial")
     parser.add_argument("--trials", type=int, default=7)
-    parser.add_argument("--callgrind", nargs=2, metavar=("STEP", "COUNT"))
-    parser.add_argument("--callgrind-all", action="store_true")
-    parser.add_argument("--callgrind-count", type=int, default=5_000)
+    add_callgrind_options(parser, default_count=5_000)
     parser.add_argument("--steps", help="comma-separated steps for --callgrind-all")
     parser.add_argument("--json", help="write the figures here")
     options = parser.parse_args()

@@ -47,7 +47,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.hot_path import callgrind_total  # noqa: E402
+from benchmarks.callgrind_steps import callgrind_total  # noqa: E402
 from moderato import RateLimiter  # noqa: E402
 from moderato.dashboard.recorder import DecisionRecorder  # noqa: E402
 from moderato.sync import RateLimiter as SyncRateLimiter  # noqa: E402

@@ -217,11 +217,17 @@ async def bare_client(connect: Callable[[Any], Awaitable[Any]], script_source: s
 
 
 LIMITS_STRATEGIES = {
-    # limits' strategy class name -> (slug, the rate law in words)
-    "MovingWindowRateLimiter": ("moving-window", "sliding log"),
-    "FixedWindowRateLimiter": ("fixed-window", "fixed window"),
-    "SlidingWindowCounterRateLimiter": ("sliding-window-counter", "sliding window counter"),
+    # limits' strategy class name -> (its slug, the moderato algorithm of the same rate law)
+    "MovingWindowRateLimiter": ("moving-window", "sliding_log"),
+    "FixedWindowRateLimiter": ("fixed-window", "fixed_window"),
+    "SlidingWindowCounterRateLimiter": ("sliding-window-counter", "sliding_window"),
 }
+
+
+def _both_apis(asynchronous_api: str, blocking_api: str) -> list[tuple[bool, str, str]]:
+    """A peer's asyncio API and its blocking one: (asynchronous, its name, how a check is
+    called, for the subject's note)."""
+    return [(True, asynchronous_api, " (awaited)"), (False, blocking_api, " (plain call)")]
 
 
 def limits_redis_subjects(port: int, implementations: tuple[str, ...]) -> list[Subject]:
@@ -259,13 +265,13 @@ def limits_redis_subjects(port: int, implementations: tuple[str, ...]) -> list[S
 
     subjects = []
     for implementation in implementations:
-        for strategy_name, (slug, family) in LIMITS_STRATEGIES.items():
+        for strategy_name, (slug, pair) in LIMITS_STRATEGIES.items():
             default = " (the default client)" if implementation == "coredis" else ""
             subjects.append(
                 Subject(
                     name=f"limits {slug} ({implementation})",
                     library="limits",
-                    algorithm=family,
+                    algorithm=ALGORITHM_FAMILY[pair],
                     open=opener(implementation, strategy_name, slug),
                     note=(
                         f"limits.aio.strategies.{strategy_name} over "
@@ -375,33 +381,23 @@ def in_process_subjects(rate: str = RATE) -> list[Subject]:
 
         return open_
 
-    for asynchronous in (True, False):
-        api = "limits.aio" if asynchronous else "limits"
-        for strategy_name, (slug, family) in LIMITS_STRATEGIES.items():
+    for asynchronous, api, called in _both_apis("limits.aio", "limits"):
+        for strategy_name, (slug, pair) in LIMITS_STRATEGIES.items():
             subjects.append(
                 Subject(
                     name=f"{api} MemoryStorage {slug}",
                     library="limits",
-                    algorithm=family,
+                    algorithm=ALGORITHM_FAMILY[pair],
                     open=limits_opener(strategy_name, asynchronous),
                     note=f"{api}.strategies.{strategy_name} over {api}.storage.MemoryStorage"
-                    + (" (awaited)" if asynchronous else " (plain call)"),
-                    extra={
-                        "strategy": strategy_name,
-                        "api": api,
-                        "moderato_pair": LIMITS_PAIRS[strategy_name],
-                    },
+                    + called,
+                    extra={"strategy": strategy_name, "api": api, "moderato_pair": pair},
                 )
             )
     return subjects + throttled_memory_subjects(rate) + traffik_memory_subjects(rate)
 
 
 # Each in-process peer's algorithm -> the moderato algorithm with the same rate law.
-LIMITS_PAIRS = {
-    "MovingWindowRateLimiter": "sliding_log",
-    "FixedWindowRateLimiter": "fixed_window",
-    "SlidingWindowCounterRateLimiter": "sliding_window",
-}
 THROTTLED_PAIRS = {
     "fixed_window": "fixed_window",
     "sliding_window": "sliding_window",
@@ -449,8 +445,7 @@ def throttled_memory_subjects(rate: str) -> list[Subject]:
         return open_
 
     subjects = []
-    for asynchronous in (True, False):
-        api = "throttled-py asyncio" if asynchronous else "throttled-py"
+    for asynchronous, api, called in _both_apis("throttled-py asyncio", "throttled-py"):
         for algorithm, pair in THROTTLED_PAIRS.items():
             subjects.append(
                 Subject(
@@ -459,7 +454,7 @@ def throttled_memory_subjects(rate: str) -> list[Subject]:
                     algorithm=ALGORITHM_FAMILY[pair],
                     open=opener(algorithm, asynchronous),
                     note=f"{api} Throttled(using={algorithm!r}, store=MemoryStore()).limit"
-                    + (" (awaited)" if asynchronous else " (plain call)"),
+                    + called,
                     extra={"api": api, "strategy": algorithm, "moderato_pair": pair},
                 )
             )

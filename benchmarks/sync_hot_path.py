@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -45,8 +44,10 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import redis  # noqa: E402
+from callgrind_steps import add_callgrind_options, instructions_per_call  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 
 import moderato  # noqa: E402
@@ -148,19 +149,6 @@ def per_call(loop: Loop, count: int, trials: int) -> tuple[float, float]:
     return min(cpu), min(wall)
 
 
-def callgrind_total(argv: list[str]) -> int:
-    with tempfile.TemporaryDirectory() as directory:
-        out = os.path.join(directory, "callgrind.out")
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-        subprocess.run(command, check=True, capture_output=True)
-        text = Path(out).read_text()
-    match = re.search(r"^summary:\s+(\d+)", text, re.MULTILINE) or re.search(
-        r"^totals:\s+(\d+)", text, re.MULTILINE
-    )
-    assert match, "no totals in callgrind's output"
-    return int(match.group(1))
-
-
 def syscall_run(subject: str, url: str, threads: int, per_thread: int) -> None:
     """``threads`` threads, each making ``per_thread`` checks of a sync_bench.py subject."""
     import threading
@@ -237,9 +225,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20_000, help="calls per trial")
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--callgrind", nargs=2, metavar=("STEP", "COUNT"))
-    parser.add_argument("--callgrind-all", action="store_true")
-    parser.add_argument("--callgrind-count", type=int, default=2_000)
+    add_callgrind_options(parser, default_count=2_000)
     parser.add_argument("--syscalls", action="store_true")
     parser.add_argument("--syscall-checks", type=int, default=8_000, help="per subject")
     parser.add_argument("--syscall-run", nargs=4, metavar=("SUBJECT", "URL", "THREADS", "N"))
@@ -254,13 +240,13 @@ def main() -> None:
         return
 
     if options.callgrind_all:
-        script = [sys.executable, __file__]
-        base = callgrind_total([*script, "--callgrind", "none", "0"])
         print(f"load average {os.getloadavg()}; instructions per call (callgrind):")
-        for name in STEPS:
-            count = options.callgrind_count
-            total = callgrind_total([*script, "--callgrind", name, str(count)])
-            print(f"{name:<20} {(total - base) / count:>10,.0f}", flush=True)
+        instructions_per_call(
+            [sys.executable, __file__],
+            STEPS,
+            options.callgrind_count,
+            lambda name, per_call: f"{name:<20} {per_call:>10,.0f}",
+        )
         return
 
     server = RedisServer().start()

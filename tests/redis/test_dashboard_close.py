@@ -207,6 +207,35 @@ def test_closing_a_blocking_limiter_whose_redis_hangs_returns_within_the_bound(
     assert publisher_threads() == []
 
 
+def test_a_publication_that_outlives_the_bound_is_the_blocking_publishers_last(
+    own_redis_server: Any, publisher_threads: Callable[[], list[threading.Thread]]
+) -> None:
+    limiter = recorded_blocking(
+        own_redis_server.url, client_name=CLIENT_NAME, command_timeout_s=10
+    )[0]
+    limiter.check_with_info("a", RATE, scope="api")
+    assert len(publisher_threads()) == 1
+    own_redis_server.pause()  # the next publication waits for its reply
+    try:
+        started_s = time.monotonic()
+        limiter.close()
+        waited_s = time.monotonic() - started_s
+    finally:
+        own_redis_server.resume()
+    assert STOP_WAIT_S <= waited_s < STOP_WAIT_S + 1.0
+    # Answered once Redis resumes, that publication is the thread's last: it ends, and
+    # neither publishes again nor leaves a connection open.
+    deadline_s = time.monotonic() + 5.0
+    while publisher_threads() and time.monotonic() < deadline_s:
+        time.sleep(INTERVAL_S)
+    assert publisher_threads() == []
+    inspector = redis.Redis.from_url(own_redis_server.url, decode_responses=True)
+    try:
+        nothing_more_reaches_redis(inspector)
+    finally:
+        inspector.close()
+
+
 def publisher_tasks() -> list[asyncio.Task[Any]]:
     return [task for task in asyncio.all_tasks() if task.get_name() == PUBLISHER]
 

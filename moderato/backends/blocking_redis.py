@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable, Union
 
+from .. import _accel
 from ..algorithms import RESET_SUFFIXES, Algorithm, ScriptArg
 from ..plans import Plan
 from ..policy import SCALE
@@ -23,7 +24,7 @@ from .announce import announcement_failed, reset_announcement
 from .base import KeySpaceBound, Part, cluster_routes
 from .composite import composite_call
 from .redis_py_blocking import BlockingRedisPyClient
-from .replies import DecisionReply, decoded, split_replies, translated
+from .replies import DecisionReply, malformed, split_replies, translated
 from .scan import as_count, deletion, literal_hash_tag
 
 __all__ = ["BlockingRedisBackend"]
@@ -50,7 +51,11 @@ class BlockingRedisBackend(KeySpaceBound):
             reply = self.client.evalsha(load_script(plan.script_name), keys, args)
         except RedisClientError as error:
             raise translated(error, plan.algorithm.name) from None
-        return decoded(plan, reply)
+        try:  # decoded(plan, reply), written out: this is every check's path
+            result: CheckResult = _accel.check_result(reply, plan.result_shape)
+        except (TypeError, ValueError) as error:
+            raise malformed(plan.algorithm.name, error) from None
+        return result
 
     def decide_now(
         self, algorithm: Algorithm, keys: Sequence[bytes], args: Sequence[ScriptArg]

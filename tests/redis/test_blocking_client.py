@@ -137,6 +137,44 @@ def test_a_paused_server_times_out_every_thread_and_no_connection_stays_out_of_s
     assert client.execute("INCR", "n") == 8 + ran + 1
 
 
+def test_a_paused_server_times_a_script_call_out_within_its_bound_and_the_next_is_in_step(
+    own_redis_server: RedisServer,
+) -> None:
+    # A check's path: evalsha() on an idle connection, where the socket's own
+    # (kernel) timeout bounds the wait for the reply.
+    client = RedisClient.from_url(own_redis_server.url, command_timeout_s=0.3, max_connections=1)
+    key = b"paused:{one}:86400"
+    assert client.evalsha(FIXED, [key], fixed_window_args(100))[:3] == [1, 0, 99_000]
+    own_redis_server.pause()
+    try:
+        begun = time.monotonic()
+        with pytest.raises(RedisConnectionError, match=r"within 0\.3 s \(command timeout\)"):
+            client.evalsha(FIXED, [key], fixed_window_args(100))
+        took = time.monotonic() - begun
+    finally:
+        own_redis_server.resume()
+    assert 0.25 <= took < 1.0, took  # the timeout, not sooner, not much later on a loaded host
+    assert client.open_connections == 0  # the timed-out connection was dropped
+    # The written call may have run once the server resumed (its reply went to the
+    # closed connection); the next call's reply is its own, with the count it saw.
+    reply = client.evalsha(FIXED, [key], fixed_window_args(100))
+    assert reply[0] == 1 and reply[2] in (98_000, 97_000)
+    ran = (99_000 - reply[2]) // 1000 - 1
+    assert client.evalsha(FIXED, [key], fixed_window_args(100))[2] == (97 - ran) * 1000
+
+
+def test_a_reply_longer_than_one_read_is_read_whole_and_the_next_is_in_step(
+    redis_server: RedisServer,
+) -> None:
+    client = RedisClient.from_url(redis_server.url, max_connections=1)
+    big = os.urandom(3 * 1024 * 1024)  # many reads of the connection's 64 KB buffer
+    assert client.execute("SET", "big", big) == b"OK"
+    assert client.execute("GET", "big") == big
+    assert client.execute("STRLEN", "big") == len(big)
+    assert client.execute_many([("GET", "big"), ("PING",)]) == [big, b"PONG"]
+    assert client.open_connections == 1
+
+
 def test_the_pool_never_opens_more_than_max_connections(redis_server: RedisServer) -> None:
     name = "bounded-pool"
     client = RedisClient.from_url(redis_server.url, max_connections=3, client_name=name)

@@ -171,6 +171,31 @@ def test_a_paused_redis_fails_every_thread_within_its_timeouts(
     limiter.close()
 
 
+def test_a_paused_redis_fails_a_check_within_the_command_timeout_and_the_next_counts_right(
+    own_redis_server: RedisServer,
+) -> None:
+    limiter = RateLimiter(
+        own_redis_server.url, key_prefix="pause-one", command_timeout_s=0.3, max_connections=1
+    )
+    assert limiter.check_with_info("one", "100/hour").remaining == 99
+    own_redis_server.pause()
+    try:
+        begun = time.monotonic()
+        with pytest.raises(BackendError):
+            limiter.check_with_info("one", "100/hour")
+        took = time.monotonic() - begun
+    finally:
+        own_redis_server.resume()
+    assert 0.25 <= took < 1.0, took  # the command timeout bounds it (a loaded host: margin)
+    # The timed-out check was written, so the resumed server may have charged it;
+    # the next check reads its own reply: one more charge than whatever ran.
+    after = limiter.check_with_info("one", "100/hour")
+    assert after.allowed and after.remaining in (98, 97)
+    usage = limiter.get_usage("one", "100/hour")
+    assert usage["remaining"] == after.remaining
+    limiter.close()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
 def test_a_limiter_made_before_fork_reconnects_in_the_child_and_both_decide_exactly(
     redis_server: RedisServer, redis_url: str

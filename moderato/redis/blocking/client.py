@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from time import monotonic
 from typing import Any, Callable, Optional, TypedDict, Union
 
-from .._encoding import Arg, encode_command
+from .._encoding import Arg, encode_command, encode_evalsha
 from ..client_options import (
     checked_client_name,
     checked_ssl_context,
@@ -147,13 +147,38 @@ class RedisClient(FromUrl):
         the connection loads it (SCRIPT LOAD) and sends the call again in the
         same write: up to twice ``command_timeout_s`` then.
         """
-        connection = self._take()
+        payload = encode_evalsha(script.sha, keys, args)  # a TypeError before any I/O
+        # Every check comes here: the pool's common cases (an idle connection, used
+        # recently, of this generation; given back to no waiting thread) are written
+        # out rather than called, _take() and _give() doing the rest.
         try:
-            reply = connection.evalsha(script, keys, args)
+            connection = self._idle.pop()
+        except IndexError:
+            connection = self._take()
+            taken_at = monotonic()
+        else:
+            taken_at = monotonic()
+            if (
+                connection.generation != self._generation
+                or taken_at - connection.idle_since > IDLE_CHECK_AFTER_S
+            ):
+                connection = self._vetted(connection)
+        try:
+            reply = connection.call(payload)
+            if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
+                reply = connection.after_noscript(script, keys, args)
         except BaseException:
             self._free_place()
             raise
-        self._give(connection)
+        if connection.generation == self._generation:
+            # Idle since the command began, not since it ended: one clock read fewer;
+            # an idle connection is then checked (one poll) sooner, never later.
+            connection.idle_since = taken_at
+            self._idle.append(connection)
+            if self._waiters:  # read after the append, as in _give()
+                self._hand_over()
+        else:
+            self._give(connection)
         if type(reply) is RedisReplyError:
             raise reply
         return reply
@@ -287,6 +312,16 @@ class RedisClient(FromUrl):
                     )
                 connection.budget_s = left_s
             return connection
+
+    def _vetted(self, connection: BlockingConnection) -> BlockingConnection:
+        """A connection just taken from the idle ones that is of an older generation or
+        sat idle long enough to be checked: itself if still usable, else another
+        (``_take()``), the stale one closed."""
+        if connection.generation == self._generation and not connection.stale():
+            return connection
+        connection.close()
+        self._free_place()
+        return self._take()
 
     def _give(self, connection: BlockingConnection) -> None:
         if connection.generation != self._generation:  # closed (or forked) meanwhile

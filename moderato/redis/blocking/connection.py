@@ -148,10 +148,36 @@ class BlockingConnection:
         Any failure closes the connection and raises RedisConnectionError (the
         command may have run: only its reply is known to be lost).
         """
+        if self.budget_s is not None:
+            return self._call_budgeted(payload)
+        # Every check's path, so written out here rather than through _read_reply:
+        # at rest the socket's timeout is the command timeout (``_retimed`` is
+        # False), the reader holds nothing (every reply was read) and a decision's
+        # reply arrives in the first read.
+        buffer = self._buffer
+        try:
+            started = monotonic()
+            sock = self._sock
+            sock.sendall(payload)
+            count = sock.recv_into(buffer)
+            if not count:
+                raise EOFError
+            reader = self._reader
+            reader.feed(buffer, 0, count)  # type: ignore[arg-type]
+            reply = reader.gets()
+            if reply is False:  # a long reply: its next reads get what is left of the time
+                reply = self._rest_of_reply(started + self._command_timeout_s)
+            return reply
+        except BaseException as error:
+            raise self._broken(error) from None
+
+    def _call_budgeted(self, payload: bytes) -> Any:
+        """``call()`` for a command that waited for its connection: ``budget_s`` in all."""
         timeout_s = self._timeout_s()
         try:
+            started = monotonic()
             self._sock.sendall(payload)
-            return self._read_reply(monotonic() + timeout_s)
+            return self._read_reply(started + timeout_s)
         except BaseException as error:
             raise self._broken(error) from None
 
@@ -160,19 +186,17 @@ class BlockingConnection:
         returned in place)."""
         timeout_s = self._timeout_s()
         try:
-            self._sock.sendall(b"".join(payloads))
             deadline = monotonic() + timeout_s
+            self._sock.sendall(b"".join(payloads))
             return [self._read_reply(deadline) for _ in payloads]
         except BaseException as error:
             raise self._broken(error) from None
 
-    def evalsha(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """Run a script by its SHA1 (loaded, then sent again after NOSCRIPT); error replies
-        are returned."""
-        reply = self.call(encode_evalsha(script.sha, keys, args))
-        if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
-            return self._after_noscript(script, keys, args, [])[0]
-        return reply
+    def after_noscript(self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """The reply of a script call (``call()`` of its EVALSHA) that was answered NOSCRIPT:
+        the script loaded and called again, or, refused again, sent as EVAL; an error
+        reply is returned."""
+        return self._after_noscript(script, keys, args, [])[0]
 
     def evalsha_followed(
         self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg], follow: bytes
@@ -264,6 +288,15 @@ class BlockingConnection:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
         else:
             self._sock.settimeout(seconds)
+
+    def _rest_of_reply(self, deadline: float) -> Any:
+        """The rest of a reply whose first read was not all of it, by ``deadline``."""
+        remaining_s = deadline - monotonic()
+        if remaining_s <= 0:
+            raise socket.timeout()
+        self._set_timeout(remaining_s)
+        self._retimed = True
+        return self._read_reply(deadline)
 
     def _read_reply(self, deadline: float) -> Any:
         """The next reply, read by ``deadline`` (the socket's timeout bounds the first read;

@@ -9,6 +9,7 @@
 #include "compat.h"
 #include "contract.h"
 #include "decode.h"
+#include "fast_check.h"
 #include "keys.h"
 #include "memory.h"
 #include "rate.h"
@@ -144,7 +145,11 @@ accel_exec(PyObject *module)
     ACCEL_CONTRACT_NUMBERS(ACCEL_EXPORT_NUMBER)
 #undef ACCEL_EXPORT_NUMBER
     /* memory://'s store, a type of this module object (memory.c). */
-    return memory_add_to_module(module);
+    if (memory_add_to_module(module) < 0) {
+        return -1;
+    }
+    /* memory://'s commonest check in one call (fast_check.c). */
+    return fast_check_add_to_module(module);
 }
 
 static int
@@ -153,6 +158,7 @@ accel_clear(PyObject *module)
     accel_state *state = PyModule_GetState(module);
     if (state != NULL) {
         results_clear_state(state);
+        fast_check_clear_state(state);
     }
     return 0;
 }
@@ -161,7 +167,11 @@ static int
 accel_traverse(PyObject *module, visitproc visit, void *arg)
 {
     accel_state *state = PyModule_GetState(module);
-    return state == NULL ? 0 : results_traverse_state(state, visit, arg);
+    if (state == NULL) {
+        return 0;
+    }
+    int visited = results_traverse_state(state, visit, arg);
+    return visited != 0 ? visited : fast_check_traverse_state(state, visit, arg);
 }
 
 static void

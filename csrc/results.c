@@ -79,6 +79,12 @@ layout_of_type(PyTypeObject *type)
 }
 
 PyObject *
+results_field(PyObject *record, int i)
+{
+    return ((record_object *)record)->values[i];
+}
+
+PyObject *
 results_new(PyTypeObject *type, PyObject **values, int count)
 {
     const record_layout *layout = layout_of_type(type);

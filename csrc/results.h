@@ -10,12 +10,23 @@
 #define POLICY_STATE_FIELDS 6
 #define CHECK_RESULT_FIELDS 12
 
+/* The names fast_check.c reads: its FAST_NAMES, counted. */
+#define FAST_NAME_COUNT 20
+
 /* The module state of moderato._accel. */
 typedef struct {
     PyTypeObject *check_result_type;
     PyTypeObject *policy_state_type;
     PyObject *frozen_error; /* dataclasses.FrozenInstanceError */
+    /* fast_check.c's types and the attribute and keyword names it reads */
+    PyTypeObject *fast_method_type;
+    PyTypeObject *fast_check_type;
+    PyTypeObject *ready_type;
+    PyObject *names[FAST_NAME_COUNT];
 } accel_state;
+
+/* A CheckResult's field i, borrowed (the record must be a CheckResult). */
+PyObject *results_field(PyObject *record, int i);
 
 /* Create both types for this module object, keep them in its state and add
  * them to it. 0, or -1 with an exception set. */

@@ -1,7 +1,7 @@
 # Type stub of the C accelerator (csrc/); docs/internals.md is the contract.
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Callable, Optional, Union
 
 _Text = Union[str, bytes]
 _Arg = Union[bytes, bytearray, memoryview, str, int]
@@ -123,3 +123,40 @@ class MemoryStore:
     def load(self, key: _Text, value: _StoredValue, expire_at_ms: int, /) -> None: ...
     def clear(self) -> None: ...
     def table_stats(self) -> dict[str, int]: ...
+
+class ReadyCheck:
+    """A check decided when it was called, as a completed coroutine (csrc/fast_check.c)."""
+
+    def __await__(self) -> Generator[Any, None, CheckResult]: ...
+    def send(self, value: None, /) -> Any: ...
+    def throw(self, *args: Any) -> Any: ...
+    def close(self) -> None: ...
+
+class FastCheck:
+    """What a memory:// limiter's one-call checks read (moderato/fast_check.py)."""
+
+    def __init__(
+        self,
+        prefix: str,
+        secret: Optional[bytes],
+        backend: object,
+        store: MemoryStore,
+        defaults: dict[str, Any],
+        plans: object,
+        breaker: object,
+        failure_log: object,
+        wall_clock: Callable[[], int],
+        finish: Callable[..., CheckResult],
+        shadowed: Callable[..., CheckResult],
+        global_scope: str,
+    ) -> None: ...
+    @property
+    def compiled_count(self) -> int: ...
+
+class FastMethod:
+    """check_with_info as a method descriptor: the commonest check on memory:// in one
+    C call, any other the Python method's."""
+
+    def __init__(self, function: Callable[..., Any], *, blocking: bool = False) -> None: ...
+    def __call__(self, *args: Any, **keywords: Any) -> Any: ...
+    def __get__(self, instance: object, owner: Optional[type] = None) -> Any: ...

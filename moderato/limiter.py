@@ -17,6 +17,7 @@ from .breaker import CLOSED, CircuitBreaker
 from .errors import BackendError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
+from .fast_check import fast_check_for, fast_method
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
 from .limiter_core import Decided, LimiterCore, ResetTargets, shadowed, tenant_alias, usage_of
@@ -173,6 +174,8 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         self.recorder: Optional[CheckRecorder] = None
         """Told every check's outcome when set (recording.py; the operator's dashboard
         attaches one); None, the default, keeps the check path free of it."""
+        # memory://'s commonest check in one C call (fast_check.py); None: never.
+        self._fast_check = fast_check_for(self, self._backend)
 
     @property
     def backend(self) -> Backend:
@@ -487,6 +490,12 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         from .integrations.websocket import MessageLimit
 
         return MessageLimit(self, rate, **options)
+
+
+# The commonest check on memory:// in one C call; any other, the method above (fast_check.py).
+RateLimiter.check_with_info = fast_method(  # type: ignore[method-assign]
+    RateLimiter.check_with_info, blocking=False
+)
 
 
 def _discard(call: Awaitable[Any]) -> None:

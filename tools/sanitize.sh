@@ -66,7 +66,7 @@ LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no te
 # The differential test drives every algorithm through the store from any stored
 # state, refusals included (it starts its own redis-server). test_memory_table.py
 # grows and shrinks the table through its incremental resizes and identity index.
-echo "== running tests/unit/test_memory_backend.py, test_differential.py, test_store_sweep.py and test_memory_table.py under the sanitizers"
+echo "== running tests/unit/test_memory_backend.py, test_differential.py, test_store_sweep.py, test_memory_table.py and test_fast_check.py under the sanitizers"
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
   -m "not slow" tests/unit/test_memory_backend.py tests/test_differential.py \
-  tests/unit/test_store_sweep.py tests/unit/test_memory_table.py
+  tests/unit/test_store_sweep.py tests/unit/test_memory_table.py tests/unit/test_fast_check.py

@@ -15,6 +15,7 @@ from ..backends.schemes import make_blocking_backend
 from ..breaker import CLOSED
 from ..errors import BackendError, RateLimitConfigError, exceeded
 from ..failure_log import DEFAULT_INTERVAL_S
+from ..fast_check import fast_check_for, fast_method
 from ..keys import Identity
 from ..limiter_core import (
     GLOBAL_SCOPE,
@@ -140,6 +141,8 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
             client_name=client_name,
         )
         self._bound(self._backend)
+        # memory://'s commonest check in one C call (fast_check.py); None: never.
+        self._fast_check = fast_check_for(self, self._backend)
 
     @property
     def backend(self) -> BlockingBackend:
@@ -396,3 +399,9 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
             raise
         self._succeeded(operation, breaker)
         return result
+
+
+# The commonest check on memory:// in one C call; any other, the method above (fast_check.py).
+RateLimiter.check_with_info = fast_method(  # type: ignore[method-assign]
+    RateLimiter.check_with_info, blocking=True
+)

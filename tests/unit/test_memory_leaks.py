@@ -278,3 +278,99 @@ def test_resizes_give_their_memory_back() -> None:
     gc.collect()
     assert len(store) == 0
     assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
+
+
+# -- the one-call check (csrc/fast_check.c) -------------------------------------------
+
+
+def fast_check_cases() -> list[Any]:
+    """The one-call path of both limiters on memory://: admissions and denials, a
+    store refusal met when awaited, and a check it hands to the Python path."""
+    from moderato import RateLimiter
+    from moderato.errors import BackendError
+    from moderato.sync import RateLimiter as BlockingRateLimiter
+
+    def asyncio_case(name: str, rate: str, **keywords: Any) -> Any:
+        key, scope = text("leak-key"), text("leak-scope")
+
+        def run(limiter: Any, clock: Clock) -> Any:
+            clock()
+            call = limiter.check_with_info(key, rate, scope=scope, **keywords)
+            try:
+                call.send(None)
+            except StopIteration as stop:
+                return stop.value
+            except BackendError:
+                return None
+            raise AssertionError("a check that did not end at once")
+
+        return pytest.param(RateLimiter, run, [key, scope, rate], id=f"fast-check-{name}")
+
+    def blocking_case(name: str, rate: str) -> Any:
+        key, scope = text("leak-key"), text("leak-scope")
+
+        def run(limiter: Any, clock: Clock) -> Any:
+            clock()
+            return limiter.check_with_info(key, rate, scope=scope)
+
+        return pytest.param(BlockingRateLimiter, run, [key, scope, rate], id=f"fast-check-{name}")
+
+    def refused(limiter: Any, clock: Clock) -> Any:
+        now_ms = clock()
+        (base,) = limiter.backend.decision_keys(
+            limiter.plan_for("1/second"), "broken", None, "global"
+        )
+        limiter.backend.store.load(base + b":" + str(now_ms // 1000).encode(), -1, now_ms)
+        # A success first ends the outage the last refusal logged, so that this one
+        # takes the one-call path again.
+        with contextlib.suppress(StopIteration):
+            limiter.check_with_info("fine", "1000000/second").send(None)
+        call = limiter.check_with_info("broken", "1/second")
+        assert type(call) is _accel.ReadyCheck
+        with contextlib.suppress(BackendError):
+            call.send(None)
+
+    return [
+        asyncio_case("admitted", text("1000000/second")),
+        asyncio_case("denied", text("1/hour")),
+        asyncio_case("algorithm", text("5/second;100/minute"), algorithm="gcra"),
+        asyncio_case("python-path", text("1000000/second"), tenant="t"),
+        blocking_case("blocking", text("1000000/second")),
+        pytest.param(RateLimiter, refused, [], id="fast-check-refused"),
+    ]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.parametrize(("limiter_class", "run", "objects"), fast_check_cases())
+def test_fast_check_no_leaks(
+    limiter_class: Any, run: Callable[..., Any], objects: list[Any]
+) -> None:
+    clock = Clock()
+    limiter = limiter_class("memory://?max_entries=10000")
+    limiter.backend.clock = clock
+    tracked = watched(objects)
+
+    def calls(times: int) -> None:
+        for _ in range(times):
+            with contextlib.suppress(StopIteration):
+                run(limiter, clock)
+
+    calls(WARM_UP_CALLS)
+    gc.collect()
+    refcounts = [sys.getrefcount(value) for value in tracked]
+    rss_before = rss_bytes()
+    calls(CALLS)
+    gc.collect()
+    assert [sys.getrefcount(value) for value in tracked] == refcounts
+    assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
+    tracemalloc.start()
+    try:
+        calls(WARM_UP_CALLS)
+        gc.collect()
+        traced_before = traced_from_here()
+        calls(TRACED_CALLS)
+        gc.collect()
+        traced_after = traced_from_here()
+    finally:
+        tracemalloc.stop()
+    assert traced_after - traced_before < TRACED_GROWTH_BOUND_BYTES

@@ -1,0 +1,943 @@
+/* memory://'s commonest check in one C call.
+ *
+ * A limiter class's check_with_info becomes a FastMethod: a method
+ * descriptor wrapping the Python method. Called with a text identity and
+ * rate and no keyword but a cost of 1, None tenant, tenant_type and burst,
+ * a text scope, a text or None algorithm and any shadow, on a limiter whose
+ * _fast_check is a FastCheck (memory://, see moderato/fast_check.py), with
+ * no metrics nor recorder, its breaker settled and no outage being logged,
+ * and a plan already made for the rate, it takes the check itself: the
+ * keys (build_keys), the store's decision (MemoryStore.decide) and the
+ * result (check_result), the very C functions the Python path calls, with
+ * the same arguments. Anything else, and anything that fails before the
+ * store is asked, goes to the Python method unchanged: it raises what it
+ * raises. What fails once the store was asked (the clock, a refusal, a
+ * reply that does not decode) goes to the FastCheck's finish(), which takes
+ * it the rest of the Python path's way.
+ *
+ * The asyncio limiter's method returns a ReadyCheck: a completed coroutine
+ * (send, throw, close, __await__) whose first step returns the result or
+ * raises the error, so `await`, asyncio.run() and create_task() take it as
+ * they take a coroutine. The check is decided when the method is called,
+ * not when it is first awaited; errors are raised when awaited, as a
+ * coroutine's are. The blocking limiter's returns the result itself.
+ *
+ * Nothing here is kept between calls but the plans' compiled fields (a
+ * dict by plan object, bounded): every condition is read on every call, so
+ * a recorder or metrics attached later, a breaker that opened or a plan
+ * cache that started over take effect on the next check.
+ */
+#include "fast_check.h"
+
+#include <structmember.h>
+
+#include "decode.h"
+#include "keys.h"
+#include "store_decide.h"
+
+/* Most compiled plans a FastCheck keeps before it starts over (plans.py's
+ * MAX_PLANS). */
+#define FAST_MAX_COMPILED 4096
+
+#define FAST_NAMES(X)                                                                    \
+    X(FAST_CHECK, "_fast_check")                                                         \
+    X(METRICS, "metrics")                                                                \
+    X(RECORDER, "recorder")                                                              \
+    X(SETTLED, "settled")                                                                \
+    X(ACTIVE, "active")                                                                  \
+    X(CLOCK, "clock")                                                                    \
+    X(SHADOW, "shadow")                                                                  \
+    X(PLANS, "_plans")                                                                   \
+    X(SCRIPT_NAME, "script_name")                                                        \
+    X(KEY_TAG, "key_tag")                                                                \
+    X(WINDOWS_S, "windows_s")                                                            \
+    X(UNIT_ARGS, "unit_args")                                                            \
+    X(RESULT_SHAPE, "result_shape")                                                      \
+    X(COST, "cost")                                                                      \
+    X(TENANT_TYPE, "tenant_type")                                                        \
+    X(SCOPE, "scope")                                                                    \
+    X(ALGORITHM, "algorithm")                                                            \
+    X(TENANT, "tenant")                                                                  \
+    X(BURST, "burst")                                                                    \
+    X(EMPTY, "")
+
+#define FAST_NAME_ENUM(name, text) NAME_##name,
+enum { FAST_NAMES(FAST_NAME_ENUM) NAME_END };
+#undef FAST_NAME_ENUM
+
+#define FAST_NAME_TEXT(name, text) text,
+static const char *const name_texts[] = {FAST_NAMES(FAST_NAME_TEXT)};
+#undef FAST_NAME_TEXT
+
+/* A compiled plan: (script_name, key_tag, windows_s, unit_args, result_shape). */
+enum { PLAN_SCRIPT, PLAN_TAG, PLAN_WINDOWS, PLAN_ARGS, PLAN_SHAPE, PLAN_FIELDS };
+
+static accel_state *
+state_of(PyTypeObject *type)
+{
+    PyObject *module = PyType_GetModule(type);
+    return module == NULL ? NULL : (accel_state *)PyModule_GetState(module);
+}
+
+/* ---- ReadyCheck: a completed coroutine --------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *result; /* or NULL */
+    PyObject *error;  /* or NULL */
+    int done;
+} ready_object;
+
+static PyObject *
+ready_new(accel_state *state, PyObject *result, PyObject *error)
+{
+    ready_object *ready = PyObject_GC_New(ready_object, state->ready_type);
+    if (ready == NULL) {
+        return NULL;
+    }
+    ready->result = result;
+    ready->error = error;
+    ready->done = 0;
+    PyObject_GC_Track(ready);
+    return (PyObject *)ready;
+}
+
+static int
+ready_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    ready_object *ready = (ready_object *)self;
+    Py_VISIT(ready->result);
+    Py_VISIT(ready->error);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int
+ready_clear(PyObject *self)
+{
+    ready_object *ready = (ready_object *)self;
+    Py_CLEAR(ready->result);
+    Py_CLEAR(ready->error);
+    return 0;
+}
+
+static void
+ready_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ready_clear(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(type);
+}
+
+/* The one step: the result (a new reference), or NULL with the error set. */
+static PyObject *
+ready_step(ready_object *ready, PyObject *value)
+{
+    if (ready->done) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
+    if (value != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
+        return NULL;
+    }
+    ready->done = 1;
+    if (ready->error != NULL) {
+        PyObject *error = ready->error;
+        ready->error = NULL;
+        Py_CLEAR(ready->result);
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_DECREF(error);
+        return NULL;
+    }
+    PyObject *result = ready->result;
+    ready->result = NULL;
+    return result;
+}
+
+/* The step as an iterator's: StopIteration(result) when it returns. */
+static int
+stop_with(PyObject *result)
+{
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return -1;
+}
+
+static PyObject *
+ready_iternext(PyObject *self)
+{
+    PyObject *result = ready_step((ready_object *)self, Py_None);
+    if (result != NULL) {
+        stop_with(result);
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_send(PyObject *self, PyObject *value)
+{
+    PyObject *result = ready_step((ready_object *)self, value);
+    if (result != NULL) {
+        stop_with(result);
+    }
+    return NULL;
+}
+
+#if PY_VERSION_HEX >= 0x030A0000
+static PySendResult
+ready_am_send(PyObject *self, PyObject *value, PyObject **presult)
+{
+    *presult = ready_step((ready_object *)self, value);
+    return *presult == NULL ? PYGEN_ERROR : PYGEN_RETURN;
+}
+#endif
+
+static PyObject *
+ready_await(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+/* throw(type[, value[, traceback]]): as into a coroutine that has not
+ * started: it ends, and the exception propagates. */
+static PyObject *
+ready_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ready_object *ready = (ready_object *)self;
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    ready->done = 1;
+    Py_CLEAR(ready->result);
+    Py_CLEAR(ready->error);
+    PyObject *thrown = args[0];
+    if (PyExceptionInstance_Check(thrown)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(thrown), thrown);
+    }
+    else if (PyExceptionClass_Check(thrown)) {
+        PyErr_SetObject(thrown, nargs >= 2 ? args[1] : Py_None);
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError,
+                        "exceptions must be classes or instances deriving from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_close(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    ready_object *ready = (ready_object *)self;
+    ready->done = 1;
+    Py_CLEAR(ready->result);
+    Py_CLEAR(ready->error);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ready_methods[] = {
+    {"send", ready_send, METH_O, "Take the one step: raise StopIteration(result) or the error."},
+    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL,
+     "Raise the exception given, as into a coroutine that has not started."},
+    {"close", ready_close, METH_NOARGS, "Drop the outcome."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(ready_doc,
+"The outcome of a check decided when it was called, as a completed\n"
+"coroutine: awaiting it returns the CheckResult or raises the error.");
+
+static PyType_Slot ready_slots[] = {
+    {Py_tp_doc, (void *)ready_doc},
+    {Py_tp_dealloc, ready_dealloc},
+    {Py_tp_traverse, ready_traverse},
+    {Py_tp_clear, ready_clear},
+    {Py_tp_iternext, ready_iternext},
+    {Py_tp_methods, ready_methods},
+    {Py_am_await, ready_await},
+#if PY_VERSION_HEX >= 0x030A0000
+    {Py_am_send, ready_am_send},
+#endif
+    {0, NULL},
+};
+
+static PyType_Spec ready_spec = {
+    .name = "moderato._accel.ReadyCheck",
+    .basicsize = (int)sizeof(ready_object),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = ready_slots,
+};
+
+/* ---- FastCheck: what one limiter's checks read ----------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *prefix;      /* the key space's prefix (str) */
+    PyObject *secret;      /* its identity secret (bytes) or None */
+    PyObject *backend;     /* the MemoryBackend: its clock is read per check */
+    PyObject *store;       /* its MemoryStore */
+    PyObject *defaults;    /* Plans.defaults: the default algorithm's plans by rate */
+    PyObject *plans;       /* the Plans: its _plans by (rate, algorithm) */
+    PyObject *breaker;     /* the limiter's breaker: settled */
+    PyObject *failure_log; /* its OutageLog: active */
+    PyObject *wall_clock;  /* the backend's default clock: the store reads its own */
+    PyObject *finish;      /* finish(limiter, plan, scope, shadow, reply, error) */
+    PyObject *shadowed;    /* shadowed(result, scope) */
+    PyObject *global_scope;
+    PyObject *compiled;    /* {plan: (script_name, key_tag, windows_s, unit_args, shape)} */
+    /* The __dict__ of backend, plans, breaker and failure_log: their attributes
+     * read on every check (clock, _plans, settled, active), without a lookup in
+     * their types first. */
+    PyObject *backend_dict;
+    PyObject *plans_dict;
+    PyObject *breaker_dict;
+    PyObject *failure_log_dict;
+} fast_check_object;
+
+#define FAST_CHECK_MEMBERS(X)                                                            \
+    X(prefix) X(secret) X(backend) X(store) X(defaults) X(plans) X(breaker) X(failure_log) \
+    X(wall_clock) X(finish) X(shadowed) X(global_scope) X(compiled) X(backend_dict)          \
+    X(plans_dict) X(breaker_dict) X(failure_log_dict)
+
+static int
+fast_check_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    fast_check_object *fast = (fast_check_object *)self;
+#define VISIT_MEMBER(name) Py_VISIT(fast->name);
+    FAST_CHECK_MEMBERS(VISIT_MEMBER)
+#undef VISIT_MEMBER
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int
+fast_check_clear(PyObject *self)
+{
+    fast_check_object *fast = (fast_check_object *)self;
+#define CLEAR_MEMBER(name) Py_CLEAR(fast->name);
+    FAST_CHECK_MEMBERS(CLEAR_MEMBER)
+#undef CLEAR_MEMBER
+    return 0;
+}
+
+static void
+fast_check_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    fast_check_clear(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+fast_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"prefix",     "secret",      "backend",      "store",
+                               "defaults",   "plans",       "breaker",      "failure_log",
+                               "wall_clock", "finish",      "shadowed",     "global_scope",
+                               NULL};
+    PyObject *values[12];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOOO!OOOOOOU:FastCheck", keywords,
+                                     &values[0], &values[1], &values[2], &values[3],
+                                     &PyDict_Type, &values[4], &values[5], &values[6],
+                                     &values[7], &values[8], &values[9], &values[10],
+                                     &values[11])) {
+        return NULL;
+    }
+    if (values[1] != Py_None && !PyBytes_Check(values[1])) {
+        PyErr_Format(PyExc_TypeError, "FastCheck() secret must be bytes or None, not %.100s",
+                     Py_TYPE(values[1])->tp_name);
+        return NULL;
+    }
+    fast_check_object *fast = (fast_check_object *)type->tp_alloc(type, 0);
+    if (fast == NULL) {
+        return NULL;
+    }
+    PyObject **dicts[4] = {&fast->backend_dict, &fast->plans_dict, &fast->breaker_dict,
+                           &fast->failure_log_dict};
+    PyObject *owners[4] = {values[2], values[5], values[6], values[7]};
+    for (int i = 0; i < 4; i++) {
+        *dicts[i] = PyObject_GenericGetDict(owners[i], NULL);
+        if (*dicts[i] == NULL || !PyDict_Check(*dicts[i])) {
+            if (*dicts[i] != NULL) {
+                PyErr_SetString(PyExc_TypeError, "FastCheck() needs objects with a __dict__");
+            }
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    PyObject *compiled = PyDict_New();
+    if (compiled == NULL) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    fast->prefix = Py_NewRef(values[0]);
+    fast->secret = Py_NewRef(values[1]);
+    fast->backend = Py_NewRef(values[2]);
+    fast->store = Py_NewRef(values[3]);
+    fast->defaults = Py_NewRef(values[4]);
+    fast->plans = Py_NewRef(values[5]);
+    fast->breaker = Py_NewRef(values[6]);
+    fast->failure_log = Py_NewRef(values[7]);
+    fast->wall_clock = Py_NewRef(values[8]);
+    fast->finish = Py_NewRef(values[9]);
+    fast->shadowed = Py_NewRef(values[10]);
+    fast->global_scope = Py_NewRef(values[11]);
+    fast->compiled = compiled;
+    return (PyObject *)fast;
+}
+
+static PyObject *
+fast_check_compiled_count(PyObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(PyDict_GET_SIZE(((fast_check_object *)self)->compiled));
+}
+
+static PyGetSetDef fast_check_getset[] = {
+    {"compiled_count", fast_check_compiled_count, NULL,
+     "Plans compiled for the one-call path so far (for tests).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(fast_check_doc,
+"FastCheck(*, prefix, secret, backend, store, defaults, plans, breaker,\n"
+"          failure_log, wall_clock, finish, shadowed, global_scope)\n"
+"--\n"
+"\n"
+"What a memory:// limiter's one-call checks read (its _fast_check; built by\n"
+"moderato/fast_check.py). A FastMethod takes a check this way only while\n"
+"it holds one.");
+
+static PyType_Slot fast_check_slots[] = {
+    {Py_tp_doc, (void *)fast_check_doc},
+    {Py_tp_new, fast_check_new},
+    {Py_tp_dealloc, fast_check_dealloc},
+    {Py_tp_traverse, fast_check_traverse},
+    {Py_tp_clear, fast_check_clear},
+    {Py_tp_getset, fast_check_getset},
+    {0, NULL},
+};
+
+#if PY_VERSION_HEX >= 0x030A0000
+#define IMMUTABLE_FLAG Py_TPFLAGS_IMMUTABLETYPE
+#else
+#define IMMUTABLE_FLAG 0
+#endif
+
+static PyType_Spec fast_check_spec = {
+    .name = "moderato._accel.FastCheck",
+    .basicsize = (int)sizeof(fast_check_object),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | IMMUTABLE_FLAG,
+    .slots = fast_check_slots,
+};
+
+/* ---- the check ----------------------------------------------------------------- */
+
+/* The plan's compiled fields, a borrowed tuple, or NULL (declined: no
+ * exception set). */
+static PyObject *
+compiled_plan(accel_state *state, fast_check_object *fast, PyObject *plan)
+{
+    PyObject *compiled = PyDict_GetItemWithError(fast->compiled, plan);
+    if (compiled != NULL || PyErr_Occurred()) {
+        PyErr_Clear();
+        return compiled;
+    }
+    compiled = PyTuple_New(PLAN_FIELDS);
+    if (compiled == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    static const int names[PLAN_FIELDS] = {NAME_SCRIPT_NAME, NAME_KEY_TAG, NAME_WINDOWS_S,
+                                           NAME_UNIT_ARGS, NAME_RESULT_SHAPE};
+    for (int i = 0; i < PLAN_FIELDS; i++) {
+        PyObject *value = PyObject_GetAttr(plan, state->names[names[i]]);
+        if (value == NULL) {
+            Py_DECREF(compiled);
+            PyErr_Clear();
+            return NULL;
+        }
+        PyTuple_SET_ITEM(compiled, i, value);
+    }
+    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_SCRIPT)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_ARGS))) {
+        Py_DECREF(compiled);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(fast->compiled) >= FAST_MAX_COMPILED) {
+        PyDict_Clear(fast->compiled);
+    }
+    int stored = PyDict_SetItem(fast->compiled, plan, compiled);
+    Py_DECREF(compiled);
+    if (stored < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    /* The dict holds it now; a collection while storing cannot have
+     * dropped it: nothing else refers to the dict. */
+    return PyDict_GetItemWithError(fast->compiled, plan);
+}
+
+/* An attribute held in an instance's __dict__, borrowed; NULL (no exception
+ * set) when it holds none. */
+static PyObject *
+dict_value(PyObject *dict, PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, name);
+    if (value == NULL) {
+        PyErr_Clear();
+    }
+    return value;
+}
+
+/* The limiter's __dict__, borrowed, or NULL (no exception set). */
+static PyObject *
+limiter_dict(PyObject *limiter)
+{
+    PyObject **where = _PyObject_GetDictPtr(limiter);
+    if (where == NULL || *where == NULL || !PyDict_CheckExact(*where)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return *where;
+}
+
+/* Whether the limiter's state lets its check take the one-call path: no
+ * metrics nor recorder, its breaker settled, no outage being logged. 1 or
+ * 0, never an exception. */
+static int
+limiter_allows(accel_state *state, PyObject *dict, fast_check_object *fast)
+{
+    return dict_value(dict, state->names[NAME_METRICS]) == Py_None &&
+           dict_value(dict, state->names[NAME_RECORDER]) == Py_None &&
+           dict_value(fast->breaker_dict, state->names[NAME_SETTLED]) == Py_True &&
+           dict_value(fast->failure_log_dict, state->names[NAME_ACTIVE]) == Py_False;
+}
+
+/* The check's plan, a new reference, or NULL (declined, no exception). */
+static PyObject *
+find_plan(accel_state *state, fast_check_object *fast, PyObject *rate, PyObject *algorithm)
+{
+    PyObject *plan;
+    if (algorithm == Py_None) {
+        plan = PyDict_GetItemWithError(fast->defaults, rate);
+        Py_XINCREF(plan);
+    }
+    else {
+        PyObject *plans = dict_value(fast->plans_dict, state->names[NAME_PLANS]);
+        PyObject *pair = plans == NULL ? NULL : PyTuple_Pack(2, rate, algorithm);
+        plan = pair == NULL || !PyDict_Check(plans) ? NULL : PyDict_GetItemWithError(plans, pair);
+        Py_XINCREF(plan);
+        Py_XDECREF(pair);
+    }
+    PyErr_Clear();
+    return plan;
+}
+
+/* The rest of the Python path for a check the store was asked: the
+ * decision's result, shadow mode on a denial. A new reference, or NULL with
+ * the error set. */
+static PyObject *
+shadow_step(accel_state *state, PyObject *limiter, fast_check_object *fast, PyObject *result,
+            PyObject *scope, PyObject *shadow)
+{
+    if (Py_TYPE(result) != state->check_result_type || results_field(result, 0) != Py_False) {
+        return result;
+    }
+    int on;
+    if (shadow == Py_None) {
+        PyObject *setting = PyObject_GetAttr(limiter, state->names[NAME_SHADOW]);
+        on = setting == NULL ? -1 : PyObject_IsTrue(setting);
+        Py_XDECREF(setting);
+    }
+    else {
+        on = PyObject_IsTrue(shadow);
+    }
+    if (on <= 0) {
+        if (on < 0) {
+            Py_CLEAR(result);
+        }
+        return result;
+    }
+    PyObject *shadowed = PyObject_CallFunctionObjArgs(fast->shadowed, result, scope, NULL);
+    Py_DECREF(result);
+    return shadowed;
+}
+
+/* The check past the point where the store was asked: the result (new
+ * reference) or NULL with the error set. */
+static PyObject *
+decide(accel_state *state, PyObject *module, PyObject *limiter, fast_check_object *fast,
+       PyObject *plan, PyObject *compiled, PyObject *keys, PyObject *scope, PyObject *shadow)
+{
+    PyObject *reply = NULL, *result = NULL, *now = NULL;
+    PyObject *clock = PyDict_GetItemWithError(fast->backend_dict, state->names[NAME_CLOCK]);
+    if (clock == NULL && !PyErr_Occurred()) {
+        clock = PyObject_GetAttr(fast->backend, state->names[NAME_CLOCK]);
+    }
+    else {
+        Py_XINCREF(clock);
+    }
+    if (clock != NULL) {
+        now = clock == fast->wall_clock ? Py_NewRef(Py_None) : PyObject_CallNoArgs(clock);
+        Py_DECREF(clock);
+    }
+    if (now != NULL) {
+        PyObject *decide_args[4] = {PyTuple_GET_ITEM(compiled, PLAN_SCRIPT), keys,
+                                    PyTuple_GET_ITEM(compiled, PLAN_ARGS), now};
+        reply = store_decide(fast->store, decide_args, 4);
+        Py_DECREF(now);
+    }
+    if (reply != NULL) {
+        PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(compiled, PLAN_SHAPE)};
+        result = decode_check_result(module, result_args, 2);
+        if (result != NULL) {
+            Py_DECREF(reply);
+            return shadow_step(state, limiter, fast, result, scope, shadow);
+        }
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
+            !PyErr_ExceptionMatches(PyExc_ValueError)) {
+            Py_CLEAR(reply); /* raised as it is, with the error */
+        }
+    }
+    /* finish() takes it from here as the Python path would: a reply that did not
+     * decode, or what the clock or the store raised. */
+    PyObject *error = accel_take_exception();
+    if (error == NULL) {
+        Py_XDECREF(reply);
+        return NULL;
+    }
+    if (reply != NULL) {
+        Py_CLEAR(error);
+    }
+    result = PyObject_CallFunctionObjArgs(fast->finish, limiter, plan, scope, shadow,
+                                          reply != NULL ? reply : Py_None,
+                                          error != NULL ? error : Py_None, NULL);
+    Py_XDECREF(reply);
+    Py_XDECREF(error);
+    return result;
+}
+
+/* ---- FastMethod: the descriptor ----------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *function; /* the Python method */
+    int blocking;       /* the blocking limiter's: the result itself, errors raised */
+    vectorcallfunc vectorcall;
+} fast_method_object;
+
+/* The one-call path of check_with_info(limiter, key, rate, **keywords): 1
+ * when taken (*out the outcome: a new reference, or NULL with the error
+ * set), 0 when declined (nothing done, no exception set). */
+static int
+fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
+          PyObject **out)
+{
+    PyObject *limiter = args[0], *key = args[1], *rate = args[2];
+    if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(rate)) {
+        return 0;
+    }
+    PyObject *module = PyType_GetModule(Py_TYPE(method));
+    accel_state *state = module == NULL ? NULL : PyModule_GetState(module);
+    if (state == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *scope = NULL, *algorithm = Py_None, *shadow = Py_None;
+    Py_ssize_t keyword_count = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < keyword_count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[3 + i];
+        if (name == state->names[NAME_COST]) {
+            int overflow;
+            if (!PyLong_CheckExact(value) || PyLong_AsLongAndOverflow(value, &overflow) != 1) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        else if (name == state->names[NAME_SCOPE]) {
+            if (!PyUnicode_CheckExact(value)) {
+                return 0;
+            }
+            scope = value;
+        }
+        else if (name == state->names[NAME_ALGORITHM]) {
+            if (value != Py_None && !PyUnicode_CheckExact(value)) {
+                return 0;
+            }
+            algorithm = value;
+        }
+        else if (name == state->names[NAME_SHADOW]) {
+            shadow = value;
+        }
+        else if (name != state->names[NAME_TENANT_TYPE] && name != state->names[NAME_TENANT] &&
+                 name != state->names[NAME_BURST]) {
+            return 0; /* a name not interned, or not the method's: the Python path's */
+        }
+        else if (value != Py_None) {
+            return 0;
+        }
+    }
+    PyObject *dict = limiter_dict(limiter);
+    PyObject *found = dict == NULL ? NULL : dict_value(dict, state->names[NAME_FAST_CHECK]);
+    if (found == NULL || Py_TYPE(found) != state->fast_check_type) {
+        return 0;
+    }
+    Py_INCREF(found);
+    fast_check_object *fast = (fast_check_object *)found;
+    if (scope == NULL) {
+        scope = fast->global_scope;
+    }
+    PyObject *plan = NULL, *keys = NULL;
+    PyObject *compiled;
+    int taken = 0;
+    if (!limiter_allows(state, dict, fast) ||
+        (plan = find_plan(state, fast, rate, algorithm)) == NULL ||
+        (compiled = compiled_plan(state, fast, plan)) == NULL) {
+        goto done;
+    }
+    Py_INCREF(compiled);
+    PyObject *key_args[7] = {fast->prefix,
+                             PyTuple_GET_ITEM(compiled, PLAN_TAG),
+                             state->names[NAME_EMPTY],
+                             scope,
+                             key,
+                             PyTuple_GET_ITEM(compiled, PLAN_WINDOWS),
+                             fast->secret};
+    keys = keys_build(module, key_args, 7, NULL);
+    if (keys == NULL) {
+        PyErr_Clear(); /* the Python path raises it, as its KeyPartError */
+        Py_DECREF(compiled);
+        goto done;
+    }
+    /* From here the store is asked: the check is taken whatever happens. */
+    taken = 1;
+    *out = decide(state, module, limiter, fast, plan, compiled, keys, scope, shadow);
+    Py_DECREF(compiled);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(plan);
+    Py_DECREF(found);
+    return taken;
+}
+
+static PyObject *
+fast_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    fast_method_object *method = (fast_method_object *)callable;
+    if (PyVectorcall_NARGS(nargsf) == 3) {
+        PyObject *result = NULL;
+        if (fast_path(method, args, kwnames, &result)) {
+            if (method->blocking) {
+                return result;
+            }
+            accel_state *state = state_of(Py_TYPE(callable));
+            if (state == NULL) {
+                Py_XDECREF(result);
+                return NULL;
+            }
+            if (result != NULL) {
+                return ready_new(state, result, NULL);
+            }
+            PyObject *error = accel_take_exception();
+            return error == NULL ? NULL : ready_new(state, NULL, error);
+        }
+    }
+    return PyObject_Vectorcall(method->function, args, nargsf, kwnames);
+}
+
+static PyObject *
+fast_method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"function", "blocking", NULL};
+    PyObject *function;
+    int blocking = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:FastMethod", keywords, &function,
+                                     &blocking)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(function)) {
+        PyErr_Format(PyExc_TypeError, "FastMethod() function must be callable, not %.100s",
+                     Py_TYPE(function)->tp_name);
+        return NULL;
+    }
+    fast_method_object *method = (fast_method_object *)type->tp_alloc(type, 0);
+    if (method == NULL) {
+        return NULL;
+    }
+    method->function = Py_NewRef(function);
+    method->blocking = blocking;
+    method->vectorcall = fast_method_vectorcall;
+    return (PyObject *)method;
+}
+
+static int
+fast_method_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(((fast_method_object *)self)->function);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int
+fast_method_clear(PyObject *self)
+{
+    Py_CLEAR(((fast_method_object *)self)->function);
+    return 0;
+}
+
+static void
+fast_method_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    fast_method_clear(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+/* A method: bound to an instance, itself on the class. */
+static PyObject *
+fast_method_get(PyObject *self, PyObject *instance, PyObject *Py_UNUSED(owner))
+{
+    if (instance == NULL || instance == Py_None) {
+        return Py_NewRef(self);
+    }
+    return PyMethod_New(self, instance);
+}
+
+/* Any other attribute is the Python method's (__name__, __doc__, __code__,
+ * __defaults__...), so that help(), inspect and the docs see it. */
+static PyObject *
+fast_method_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *function = ((fast_method_object *)self)->function;
+    if (PyUnicode_Check(name) &&
+        (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0 ||
+         PyUnicode_CompareWithASCIIString(name, "__module__") == 0)) {
+        return PyObject_GetAttr(function, name);
+    }
+    PyObject *value = PyObject_GenericGetAttr(self, name);
+    if (value == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        value = PyObject_GetAttr(function, name);
+    }
+    return value;
+}
+
+static PyObject *
+fast_method_wrapped(PyObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(((fast_method_object *)self)->function);
+}
+
+static PyGetSetDef fast_method_getset[] = {
+    {"__wrapped__", fast_method_wrapped, NULL, "The Python method.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef fast_method_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(fast_method_object, vectorcall), READONLY,
+     NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(fast_method_doc,
+"FastMethod(function, *, blocking)\n"
+"--\n"
+"\n"
+"check_with_info as a method descriptor: a limiter's commonest check on\n"
+"memory:// in one C call, any other the Python method's (function).");
+
+static PyType_Slot fast_method_slots[] = {
+    {Py_tp_doc, (void *)fast_method_doc},
+    {Py_tp_new, fast_method_new},
+    {Py_tp_dealloc, fast_method_dealloc},
+    {Py_tp_traverse, fast_method_traverse},
+    {Py_tp_clear, fast_method_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, fast_method_get},
+    {Py_tp_getattro, fast_method_getattro},
+    {Py_tp_getset, fast_method_getset},
+    {Py_tp_members, fast_method_members},
+    {0, NULL},
+};
+
+static PyType_Spec fast_method_spec = {
+    .name = "moderato._accel.FastMethod",
+    .basicsize = (int)sizeof(fast_method_object),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_METHOD_DESCRIPTOR | IMMUTABLE_FLAG,
+    .slots = fast_method_slots,
+};
+
+/* ---- the module's part ---------------------------------------------------------------- */
+
+static int
+add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **out)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(module, name, type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    *out = (PyTypeObject *)type;
+    return 0;
+}
+
+int
+fast_check_add_to_module(PyObject *module)
+{
+    Py_BUILD_ASSERT(NAME_END == FAST_NAME_COUNT);
+    accel_state *state = PyModule_GetState(module);
+    for (int i = 0; i < FAST_NAME_COUNT; i++) {
+        state->names[i] = PyUnicode_InternFromString(name_texts[i]);
+        if (state->names[i] == NULL) {
+            return -1;
+        }
+    }
+    if (add_type(module, &ready_spec, "ReadyCheck", &state->ready_type) < 0 ||
+        add_type(module, &fast_check_spec, "FastCheck", &state->fast_check_type) < 0 ||
+        add_type(module, &fast_method_spec, "FastMethod", &state->fast_method_type) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+int
+fast_check_traverse_state(accel_state *state, visitproc visit, void *arg)
+{
+    Py_VISIT(state->fast_method_type);
+    Py_VISIT(state->fast_check_type);
+    Py_VISIT(state->ready_type);
+    for (int i = 0; i < FAST_NAME_COUNT; i++) {
+        Py_VISIT(state->names[i]);
+    }
+    return 0;
+}
+
+void
+fast_check_clear_state(accel_state *state)
+{
+    Py_CLEAR(state->fast_method_type);
+    Py_CLEAR(state->fast_check_type);
+    Py_CLEAR(state->ready_type);
+    for (int i = 0; i < FAST_NAME_COUNT; i++) {
+        Py_CLEAR(state->names[i]);
+    }
+}

@@ -293,19 +293,11 @@ typedef struct {
     PyObject *shadowed;    /* shadowed(result, scope) */
     PyObject *global_scope;
     PyObject *compiled;    /* {plan: (script_name, key_tag, windows_s, unit_args, shape)} */
-    /* The __dict__ of backend, plans, breaker and failure_log: their attributes
-     * read on every check (clock, _plans, settled, active), without a lookup in
-     * their types first. */
-    PyObject *backend_dict;
-    PyObject *plans_dict;
-    PyObject *breaker_dict;
-    PyObject *failure_log_dict;
 } fast_check_object;
 
 #define FAST_CHECK_MEMBERS(X)                                                            \
     X(prefix) X(secret) X(backend) X(store) X(defaults) X(plans) X(breaker) X(failure_log) \
-    X(wall_clock) X(finish) X(shadowed) X(global_scope) X(compiled) X(backend_dict)          \
-    X(plans_dict) X(breaker_dict) X(failure_log_dict)
+    X(wall_clock) X(finish) X(shadowed) X(global_scope) X(compiled)
 
 static int
 fast_check_traverse(PyObject *self, visitproc visit, void *arg)
@@ -361,19 +353,6 @@ fast_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     fast_check_object *fast = (fast_check_object *)type->tp_alloc(type, 0);
     if (fast == NULL) {
         return NULL;
-    }
-    PyObject **dicts[4] = {&fast->backend_dict, &fast->plans_dict, &fast->breaker_dict,
-                           &fast->failure_log_dict};
-    PyObject *owners[4] = {values[2], values[5], values[6], values[7]};
-    for (int i = 0; i < 4; i++) {
-        *dicts[i] = PyObject_GenericGetDict(owners[i], NULL);
-        if (*dicts[i] == NULL || !PyDict_Check(*dicts[i])) {
-            if (*dicts[i] != NULL) {
-                PyErr_SetString(PyExc_TypeError, "FastCheck() needs objects with a __dict__");
-            }
-            Py_DECREF(fast);
-            return NULL;
-        }
     }
     PyObject *compiled = PyDict_New();
     if (compiled == NULL) {
@@ -488,40 +467,33 @@ compiled_plan(accel_state *state, fast_check_object *fast, PyObject *plan)
     return PyDict_GetItemWithError(fast->compiled, plan);
 }
 
-/* An attribute held in an instance's __dict__, borrowed; NULL (no exception
- * set) when it holds none. */
-static PyObject *
-dict_value(PyObject *dict, PyObject *name)
+/* Whether owner.<name> is wanted (by identity): 1 or 0, never an exception.
+ * Read with getattr, not from the instances' __dict__: asking for the
+ * __dict__ of an object whose attributes CPython keeps inline (3.11 on)
+ * would make one, and slow every Python read of its attributes. */
+static int
+attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
 {
-    PyObject *value = PyDict_GetItemWithError(dict, name);
+    PyObject *value = PyObject_GetAttr(owner, name);
     if (value == NULL) {
         PyErr_Clear();
+        return 0;
     }
-    return value;
-}
-
-/* The limiter's __dict__, borrowed, or NULL (no exception set). */
-static PyObject *
-limiter_dict(PyObject *limiter)
-{
-    PyObject **where = _PyObject_GetDictPtr(limiter);
-    if (where == NULL || *where == NULL || !PyDict_CheckExact(*where)) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return *where;
+    int matches = value == wanted;
+    Py_DECREF(value);
+    return matches;
 }
 
 /* Whether the limiter's state lets its check take the one-call path: no
  * metrics nor recorder, its breaker settled, no outage being logged. 1 or
  * 0, never an exception. */
 static int
-limiter_allows(accel_state *state, PyObject *dict, fast_check_object *fast)
+limiter_allows(accel_state *state, PyObject *limiter, fast_check_object *fast)
 {
-    return dict_value(dict, state->names[NAME_METRICS]) == Py_None &&
-           dict_value(dict, state->names[NAME_RECORDER]) == Py_None &&
-           dict_value(fast->breaker_dict, state->names[NAME_SETTLED]) == Py_True &&
-           dict_value(fast->failure_log_dict, state->names[NAME_ACTIVE]) == Py_False;
+    return attribute_is(limiter, state->names[NAME_METRICS], Py_None) &&
+           attribute_is(limiter, state->names[NAME_RECORDER], Py_None) &&
+           attribute_is(fast->breaker, state->names[NAME_SETTLED], Py_True) &&
+           attribute_is(fast->failure_log, state->names[NAME_ACTIVE], Py_False);
 }
 
 /* The check's plan, a new reference, or NULL (declined, no exception). */
@@ -534,11 +506,12 @@ find_plan(accel_state *state, fast_check_object *fast, PyObject *rate, PyObject 
         Py_XINCREF(plan);
     }
     else {
-        PyObject *plans = dict_value(fast->plans_dict, state->names[NAME_PLANS]);
+        PyObject *plans = PyObject_GetAttr(fast->plans, state->names[NAME_PLANS]);
         PyObject *pair = plans == NULL ? NULL : PyTuple_Pack(2, rate, algorithm);
         plan = pair == NULL || !PyDict_Check(plans) ? NULL : PyDict_GetItemWithError(plans, pair);
         Py_XINCREF(plan);
         Py_XDECREF(pair);
+        Py_XDECREF(plans);
     }
     PyErr_Clear();
     return plan;
@@ -581,13 +554,7 @@ decide(accel_state *state, PyObject *module, PyObject *limiter, fast_check_objec
        PyObject *plan, PyObject *compiled, PyObject *keys, PyObject *scope, PyObject *shadow)
 {
     PyObject *reply = NULL, *result = NULL, *now = NULL;
-    PyObject *clock = PyDict_GetItemWithError(fast->backend_dict, state->names[NAME_CLOCK]);
-    if (clock == NULL && !PyErr_Occurred()) {
-        clock = PyObject_GetAttr(fast->backend, state->names[NAME_CLOCK]);
-    }
-    else {
-        Py_XINCREF(clock);
-    }
+    PyObject *clock = PyObject_GetAttr(fast->backend, state->names[NAME_CLOCK]);
     if (clock != NULL) {
         now = clock == fast->wall_clock ? Py_NewRef(Py_None) : PyObject_CallNoArgs(clock);
         Py_DECREF(clock);
@@ -688,12 +655,12 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
             return 0;
         }
     }
-    PyObject *dict = limiter_dict(limiter);
-    PyObject *found = dict == NULL ? NULL : dict_value(dict, state->names[NAME_FAST_CHECK]);
+    PyObject *found = PyObject_GetAttr(limiter, state->names[NAME_FAST_CHECK]);
     if (found == NULL || Py_TYPE(found) != state->fast_check_type) {
+        PyErr_Clear();
+        Py_XDECREF(found);
         return 0;
     }
-    Py_INCREF(found);
     fast_check_object *fast = (fast_check_object *)found;
     if (scope == NULL) {
         scope = fast->global_scope;
@@ -701,7 +668,7 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
     PyObject *plan = NULL, *keys = NULL;
     PyObject *compiled;
     int taken = 0;
-    if (!limiter_allows(state, dict, fast) ||
+    if (!limiter_allows(state, limiter, fast) ||
         (plan = find_plan(state, fast, rate, algorithm)) == NULL ||
         (compiled = compiled_plan(state, fast, plan)) == NULL) {
         goto done;

@@ -67,30 +67,26 @@ _MAX_CONNECTIONS_PER_LOOP = 64
 class _Slot:
     """One connection position of a loop's pool, with its reconnect backoff."""
 
-    __slots__ = ("_connection", "failures", "last_error", "pool", "retry_at")
+    __slots__ = ("connection", "failures", "last_error", "pool", "retry_at")
 
     def __init__(self, pool: _Pool) -> None:
         self.pool = pool
-        self._connection: RedisConnection | None = None
+        # A plain attribute, read by pick() for every slot: set it with attach().
+        self.connection: RedisConnection | None = None
         self.failures = 0
         # loop.time() before which no new connect is attempted.
         self.retry_at = 0.0
         self.last_error: RedisClientError | None = None
 
-    @property
-    def connection(self) -> RedisConnection | None:
-        return self._connection
-
-    @connection.setter
-    def connection(self, connection: RedisConnection | None) -> None:
-        self._connection = connection
+    def attach(self, connection: RedisConnection | None) -> None:
+        self.connection = connection
         if len(self.pool.slots) == 1:
             self.pool.only = connection
 
     def connection_closed(
         self, connection: RedisConnection, error: RedisClientError | None, healthy: bool
     ) -> None:
-        if connection is not self._connection or error is None:
+        if connection is not self.connection or error is None:
             return  # a stale connection, or closed on purpose: no backoff
         if healthy:
             # It worked, then dropped (a restart, a network blip): retry at once.
@@ -139,10 +135,12 @@ class _Pool:
         the batches of successive turns spread over all of them, so Redis
         works on one batch while this process reads another's replies. A slot
         waiting out a reconnect backoff is passed over while another can take
-        the command; RedisConnectionError when none can.
+        the command; RedisConnectionError when none can. (The last connection
+        picked, while it has nothing in flight, is taken again without a look
+        at the others: no slot can have fewer, and a sequential caller stays.)
         """
         current = self.batching
-        if current is not None and current.batch_open and current.usable:
+        if current is not None and current.usable and (current.batch_open or not current._pending):
             return current
         slots = self.slots
         slot = slots[0]
@@ -152,7 +150,7 @@ class _Pool:
             for candidate in slots:
                 connection = candidate.connection
                 if connection is not None and connection.usable:
-                    in_flight = connection.pending_count
+                    in_flight = len(connection._pending)
                 else:
                     if now < 0:
                         now = self.loop.time()
@@ -231,7 +229,7 @@ class _Pool:
         """Every slot's connection, each slot left without one (before any is told)."""
         connections = [slot.connection for slot in self.slots if slot.connection is not None]
         for slot in self.slots:
-            slot.connection = None
+            slot.attach(None)
         return connections
 
 
@@ -331,7 +329,15 @@ class RedisClient(FromUrl):
         server cannot be reached or does not reply within ``command_timeout_s``.
         """
         # Encoded first: a TypeError is raised whatever else.
-        return self._send(encode_command(*args), None, (), ())
+        payload = encode_command(*args)
+        pool = self._pools.get(get_running_loop()) or self._current_pool()
+        connection = pool.only
+        if connection is None or not connection.usable:
+            try:
+                connection = pool.pick()
+            except RedisClientError as error:
+                return pool.failed(error)
+        return connection.send(payload)
 
     def evalsha(
         self, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]
@@ -345,25 +351,22 @@ class RedisClient(FromUrl):
         of it answered NOSCRIPT meanwhile; that second round trip has its own
         timeout, so such a call may take up to twice ``command_timeout_s``.
         """
-        return self._send(encode_evalsha(script.sha, keys, args), script, keys, args)
-
-    def _send(
-        self,
-        payload: bytes,
-        script: ScriptLike | None,
-        keys: Sequence[Arg],
-        args: Sequence[Arg],
-    ) -> asyncio.Future[Any]:
-        """Queue one encoded command (an EVALSHA of ``script`` when given) on this loop's pool."""
+        # execute()'s steps with pick()'s first test written out: every check's path.
+        payload = encode_evalsha(script.sha, keys, args)
         pool = self._pools.get(get_running_loop()) or self._current_pool()
         connection = pool.only
         if connection is None or not connection.usable:
-            try:
-                connection = pool.pick()
-            except RedisClientError as error:
-                return pool.failed(error)
-        if script is None:
-            return connection.send(payload)
+            # Several connections: pick()'s first test, written out.
+            connection = pool.batching
+            if (
+                connection is None
+                or not connection.usable
+                or not (connection.batch_open or not connection._pending)
+            ):
+                try:
+                    connection = pool.pick()
+                except RedisClientError as error:
+                    return pool.failed(error)
         return connection.send_script(payload, script, keys, args)
 
     async def execute_many(
@@ -508,6 +511,6 @@ class RedisClient(FromUrl):
             role=self.role,
             on_close=slot.connection_closed,
         )
-        slot.connection = connection
+        slot.attach(connection)
         connection.start(self.connect_timeout_s)
         return connection

@@ -7,6 +7,15 @@ How a command travels:
   ``_flush`` with ``loop.call_soon``; the flush joins the buffer and hands it to
   the transport in ONE ``transport.write``: every command issued during one loop
   turn leaves together (auto-pipelining, one syscall for many callers).
+- A read that answers commands schedules that flush itself, behind the
+  wake-ups of the tasks it answered: a task that sends its next command as
+  soon as it has a reply (a sequential caller; every task woken by one read)
+  has it written in the same loop turn, not one turn later. asyncio offers
+  no "end of this turn" callback, so without this the write waits for a turn
+  of its own: a sequential caller's command took three loop turns (each an
+  epoll_wait and the loop's bookkeeping) where two do. The flush runs after
+  those tasks, so their commands still leave in one write; a read that no
+  command follows costs one empty flush.
 - Redis answers in order, so ``buffer_updated`` feeds hiredis' Reader and resolves
   ``_pending`` from the left. A future whose caller was cancelled or timed out is
   already done: its reply is dropped, but its slot stays in the deque until that
@@ -60,7 +69,7 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Callable, NamedTuple, Optional, Protocol, cast
+from typing import Any, Callable, Optional, Protocol, cast
 
 import hiredis
 
@@ -118,16 +127,11 @@ class ScriptLike(Protocol):
     def source(self) -> bytes: ...
 
 
-class _ScriptCall(NamedTuple):
-    """An EVALSHA in flight: what re-sending it after a NOSCRIPT reply takes."""
-
-    sequence: int
-    """Its place in the pipeline (the count of commands queued up to it)."""
-    script: ScriptLike
-    keys: Sequence[Arg]
-    args: Sequence[Arg]
-    resends: int
-    """How often it was re-sent after NOSCRIPT already."""
+# An EVALSHA in flight, what re-sending it after a NOSCRIPT reply takes:
+# (sequence: its place in the pipeline, the count of commands queued up to it;
+# the script; its keys; its args; how often it was re-sent after NOSCRIPT
+# already). A plain tuple: a NamedTuple's constructor is a Python-level call.
+_ScriptCall = tuple[int, ScriptLike, Sequence[Arg], Sequence[Arg], int]
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -193,8 +197,13 @@ class RedisConnection(asyncio.BufferedProtocol):
         # How many payloads at the head of _write_buffer already belong to a batch:
         # non-zero only while connecting, when batches are held back.
         self._held = 0
-        # True when no flush is scheduled: the next send() schedules one.
+        # True when no flush is scheduled: the next send() schedules one. A read
+        # schedules one too (see the module doc), so a flush may be due with no
+        # command queued yet.
         self._flush_due = True
+        # True while commands of this loop turn are queued here, their write
+        # still to come: the client's pick() sends the turn's other commands here.
+        self.batch_open = False
         self._batch_deadline = 0.0
         # Commands closed into batches so far (not the handshake, whose replies
         # come before any of theirs). With the commands not yet in a batch and
@@ -231,11 +240,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         return self._transport
 
     @property
-    def batch_open(self) -> bool:
-        """Whether commands of this loop turn are queued here, their write still to come."""
-        return not self._flush_due
-
-    @property
     def pending_count(self) -> int:
         """Commands sent or queued whose reply has not arrived (timed-out slots included)."""
         return len(self._pending)
@@ -251,7 +255,12 @@ class RedisConnection(asyncio.BufferedProtocol):
         if not self.usable:
             raise self._closed_error(sent=False)
         future: asyncio.Future[Any] = _Future(loop=self._loop)
-        self._queue(future, payload)
+        self._pending.append(future)
+        self._write_buffer.append(payload)
+        if not self.batch_open:
+            self.batch_open = True
+            if self._flush_due:
+                self._schedule_flush()
         return future
 
     def send_script(
@@ -264,8 +273,20 @@ class RedisConnection(asyncio.BufferedProtocol):
         (see the module doc); the same future gets that reply, so the caller
         never sees the NOSCRIPT. The re-sent command has its own timeout.
         """
-        future = self.send(payload)
-        self._scripts.append(_ScriptCall(self._queued_total(), script, keys, args, 0))
+        # send() and _queued_total() written out: this is every check's path.
+        if not self.usable:
+            raise self._closed_error(sent=False)
+        future: asyncio.Future[Any] = _Future(loop=self._loop)
+        self._pending.append(future)
+        buffer = self._write_buffer
+        buffer.append(payload)
+        if not self.batch_open:
+            self.batch_open = True
+            if self._flush_due:
+                self._schedule_flush()
+        self._scripts.append(
+            (self._batched_total + len(buffer) - self._held, script, keys, args, 0)
+        )
         return future
 
     def send_many(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
@@ -276,25 +297,30 @@ class RedisConnection(asyncio.BufferedProtocol):
         futures: list[asyncio.Future[Any]] = [_Future(loop=loop) for _ in payloads]
         self._pending.extend(futures)
         self._write_buffer.extend(payloads)
-        if payloads:
-            self._schedule_flush()
+        if payloads and not self.batch_open:
+            self.batch_open = True
+            if self._flush_due:
+                self._schedule_flush()
         return futures
 
     def _queue(self, future: asyncio.Future[Any], payload: bytes) -> None:
         """Put one command at the end of the pipeline, answered through ``future``."""
         self._pending.append(future)
         self._write_buffer.append(payload)
-        self._schedule_flush()
+        if not self.batch_open:
+            self.batch_open = True
+            if self._flush_due:
+                self._schedule_flush()
 
     def _schedule_flush(self) -> None:
-        if self._flush_due:
-            # First command of this loop turn: schedule the one write for all of them.
-            self._flush_due = False
-            loop = self._loop
-            # Measured from the first command of the batch, so no caller of this
-            # batch waits longer than the timeout.
-            self._batch_deadline = loop.time() + self._command_timeout_s
-            loop.call_soon(self._flush)
+        """Schedule the one write of this loop turn (none is: _flush_due)."""
+        self._flush_due = False
+        loop = self._loop
+        # Measured from the first command of the batch (or from the read that
+        # scheduled it, a little earlier), so no caller of this batch waits
+        # longer than the timeout.
+        self._batch_deadline = loop.time() + self._command_timeout_s
+        loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Once per loop turn that sent commands: close them into a batch and write.
@@ -306,6 +332,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if state == _CLOSED:
             return  # the flag stays down: nothing is sent any more
         self._flush_due = True
+        self.batch_open = False
         buffer = self._write_buffer
         new = len(buffer) - self._held
         if new > 0:
@@ -318,13 +345,18 @@ class RedisConnection(asyncio.BufferedProtocol):
                 answered = batched_total - len(self._pending)
                 while batches and batches[0][1] <= answered:
                     batches.popleft()
-                while scripts and scripts[0].sequence <= answered:
+                while scripts and scripts[0][0] <= answered:
                     scripts.popleft()
             batches.append((self._batch_deadline, batched_total))
             if self._timer is None:
                 self._timer = self._loop.call_at(self._batch_deadline, self._on_timer)
         if state == _READY:
-            self._write_out()
+            # _write_out() written out: one call fewer per loop turn.
+            transport = self._transport
+            if buffer and transport is not None:
+                transport.write(buffer[0] if len(buffer) == 1 else b"".join(buffer))
+                buffer.clear()
+            self._held = 0
         else:
             self._held = len(buffer)
 
@@ -355,6 +387,8 @@ class RedisConnection(asyncio.BufferedProtocol):
         pending = self._pending
         try:
             reply = reader.gets()
+            if reply is False:
+                return  # a part of a reply: nobody to wake yet
             while reply is not False:
                 future = pending.popleft()
                 # Done means cancelled or timed out: the reply only frees the slot.
@@ -368,6 +402,14 @@ class RedisConnection(asyncio.BufferedProtocol):
                     ):
                         future.set_exception(reply)
                 reply = reader.gets()
+            if self._flush_due and self._state == _READY:
+                # Behind the wake-ups just scheduled: what the answered tasks send
+                # next leaves in this loop turn (see the module doc). Its deadline
+                # runs from now, a little before they send.
+                self._flush_due = False
+                loop = self._loop
+                self._batch_deadline = loop.time() + self._command_timeout_s
+                loop.call_soon(self._flush)
         except IndexError:
             self._abort(RedisConnectionError(f"{self._label} sent a reply nobody asked for"))
         except hiredis.ProtocolError as error:
@@ -383,29 +425,28 @@ class RedisConnection(asyncio.BufferedProtocol):
         # The reply's future was just popped: the answered count is its number.
         answered = self._answered()
         scripts = self._scripts
-        while scripts and scripts[0].sequence < answered:
+        while scripts and scripts[0][0] < answered:
             scripts.popleft()
-        if not scripts or scripts[0].sequence != answered:
+        if not scripts or scripts[0][0] != answered:
             return False
-        call = scripts.popleft()
-        script = call.script
-        loaded_after_sending = self._loads.get(script.sha, 0) > call.sequence
-        if not loaded_after_sending and call.resends == 0:
+        sequence, script, keys, args, resends = scripts.popleft()
+        loaded_after_sending = self._loads.get(script.sha, 0) > sequence
+        if not loaded_after_sending and resends == 0:
             # The first NOSCRIPT of this script since it was last loaded here.
             self._load(script)
-        elif not loaded_after_sending or call.resends >= _EVALSHA_RESENDS:
+        elif not loaded_after_sending or resends >= _EVALSHA_RESENDS:
             # The load did not take (refused, or the cache flushed again): this
             # call carries the source, and the calls answered NOSCRIPT after
             # it follow as EVALSHA.
             self._queue(
                 future,
-                encode_command("EVAL", script.source, len(call.keys), *call.keys, *call.args),
+                encode_command("EVAL", script.source, len(keys), *keys, *args),
             )
             self._loads[script.sha] = self._queued_total()
             return True
         # The future takes the new command's slot at the end of the pipeline.
-        self._queue(future, encode_evalsha(script.sha, call.keys, call.args))
-        scripts.append(call._replace(sequence=self._queued_total(), resends=call.resends + 1))
+        self._queue(future, encode_evalsha(script.sha, keys, args))
+        scripts.append((self._queued_total(), script, keys, args, resends + 1))
         return True
 
     def _load(self, script: ScriptLike) -> None:

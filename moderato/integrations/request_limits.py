@@ -73,7 +73,9 @@ def route_limits(scope: Scope, current: Optional[LimitRule] = None) -> tuple[Lim
     if overrides and plan.dependant is not None:
         rules = [*_dependency_rules(plan.dependant, overrides), *plan.endpoint_rules]
         limits = stacked(_unique_rules(rules))
-    if current is not None and all(limit.rule is not current for limit in limits):
+    if current is None or (len(limits) == 1 and limits[0].rule is current):
+        return limits  # a route with one decorator: no scan, no generator
+    if all(limit.rule is not current for limit in limits):
         limits = stacked(_unique_rules([*(limit.rule for limit in limits), current]))
     return limits
 

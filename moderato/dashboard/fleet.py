@@ -291,8 +291,18 @@ class Publisher(_Publications):
     async def publish_once(self) -> bool:
         """Send one publication; False (logged once per outage) when Redis did not take it."""
         keys, arguments, sent_second, sent_counts = self._publication()
+        call = self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
         try:
-            await self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
+            await call
+        except asyncio.CancelledError:
+            if isinstance(call, asyncio.Future):
+                # moderato's own client queued the call before returning its future,
+                # and writes a queued command even when its caller is cancelled (as
+                # stop() cancels this task): Redis takes it, and sending these counts
+                # again would add them twice. (Another client's coroutine may be
+                # cancelled before it sent anything: those counts are sent again.)
+                self._sent_second, self._sent_counts = sent_second, sent_counts
+            raise
         except Exception as error:  # the client's own errors: Redis did not take it
             return self._answered(error, sent_second, sent_counts)
         return self._answered(None, sent_second, sent_counts)

@@ -94,6 +94,35 @@ async def test_the_fleet_on_one_redis(redis_url: str) -> None:
     await two_processes_decide_and_publish(redis_url, "fleet-single")
 
 
+async def test_a_publication_cancelled_in_flight_is_not_sent_again(redis_url: str) -> None:
+    """stop() cancels the publishing task, possibly while its call is queued or on the
+    wire: Redis takes that call, so the next publication must not carry its counts too
+    (once seen in CI: 9 allowed published where 8 were decided)."""
+    prefix = "fleet-cancelled"
+    limiter = RateLimiter(redis_url, key_prefix=prefix)
+    _, publisher = attach(limiter)
+    assert publisher is not None
+    await limiter.connect()
+    assert await publisher.publish_once()  # the script loaded, the connection up
+    for _ in range(4):
+        await limiter.check_with_info("flood", "5/minute", scope="api")
+    publisher.stop()
+    in_flight = asyncio.ensure_future(publisher.publish_once())
+    await asyncio.sleep(0)  # the call is queued on the connection
+    in_flight.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await in_flight
+    for _ in range(3):
+        await limiter.check_with_info("flood", "5/minute", scope="api")
+    assert await publisher.publish_once()
+    publisher.stop()
+
+    reading = await read_fleet(remote_client(limiter), FleetKeys(prefix), time.time(), 900)
+    totals = [sum(column) for column in zip(*reading.series.values())]
+    assert totals == [5, 2, 0, 0, 0, 0]  # every decision once
+    await limiter.close()
+
+
 async def test_the_fleet_through_an_applications_redis_py_client(redis_url: str) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)  # replies as redis-py decodes them
     try:

@@ -235,6 +235,7 @@ class Publisher(_Publications):
 
     _task: Optional[asyncio.Task[None]] = None
     _wake: Optional[asyncio.Event] = None
+    _stopped: Optional[asyncio.Task[None]] = None
 
     def ensure_running(self) -> None:
         """Start the publishing task on the running loop unless it already runs."""
@@ -251,9 +252,15 @@ class Publisher(_Publications):
         self._task = loop.create_task(self._run(wake), name="moderato-dashboard-publisher")
 
     def stop(self) -> None:
-        """Cancel the task at once, with no last publication (tests publish by hand)."""
-        if self._task is not None and not self._task.get_loop().is_closed():
-            self._task.cancel()
+        """Cancel the task at once, with no last publication (tests publish by hand).
+
+        A publication the task has under way ends as its cancellation does, a loop
+        turn or more later; the next ``publish_once()`` waits for that, so it starts
+        from what that one sent and never sends the same decisions again."""
+        task = self._task
+        if task is not None and not task.get_loop().is_closed():
+            task.cancel()
+            self._stopped = task
         self._task = None
 
     async def close(self, wait_s: float = STOP_WAIT_S) -> None:
@@ -290,6 +297,14 @@ class Publisher(_Publications):
 
     async def publish_once(self) -> bool:
         """Send one publication; False (logged once per outage) when Redis did not take it."""
+        stopped, self._stopped = self._stopped, None
+        if (
+            stopped is not None
+            and not stopped.done()
+            and stopped is not asyncio.current_task()
+            and stopped.get_loop() is asyncio.get_running_loop()
+        ):
+            await asyncio.wait({stopped})
         keys, arguments, sent_second, sent_counts = self._publication()
         call = self.client.evalsha(PUBLISH_SCRIPT, keys, arguments)
         try:

@@ -255,12 +255,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         if not self.usable:
             raise self._closed_error(sent=False)
         future: asyncio.Future[Any] = _Future(loop=self._loop)
-        self._pending.append(future)
-        self._write_buffer.append(payload)
-        if not self.batch_open:
-            self.batch_open = True
-            if self._flush_due:
-                self._schedule_flush()
+        self._queue(future, payload)
         return future
 
     def send_script(
@@ -273,7 +268,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         (see the module doc); the same future gets that reply, so the caller
         never sees the NOSCRIPT. The re-sent command has its own timeout.
         """
-        # send() and _queued_total() written out: this is every check's path.
+        # send(), _queue() and _queued_total() written out: this is every check's path.
         if not self.usable:
             raise self._closed_error(sent=False)
         future: asyncio.Future[Any] = _Future(loop=self._loop)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import _accel
 from ..policy import MAX_LIMIT, SCALE
+from .base import Algorithm, PolicyArgs, capacity_and_window
 
 BUCKET_BURST_BOUND_S: int = _accel.MAX_LONG_WINDOW_S
 """A bucket's burst refills within ten 360-day years (the longest window), in whole windows."""
@@ -26,3 +27,21 @@ def accrual_max_limit(window_s: int) -> int:
     if window_ms <= ACCRUAL_EXACT_WINDOW_MS:
         return MAX_LIMIT
     return min(MAX_LIMIT, MAX_SAFE_INTEGER // window_ms // SCALE)
+
+
+def bucket_algorithm(
+    name: str,
+    key_tag: str,
+    state_suffixes: tuple[str, ...],
+    policy_args: PolicyArgs = capacity_and_window,
+) -> Algorithm:
+    """A bucket's registry entry: this exact range, and a burst refilled within
+    BUCKET_BURST_BOUND_S."""
+    return Algorithm(
+        name,
+        key_tag,
+        state_suffixes,
+        policy_args,
+        max_limit=accrual_max_limit,
+        burst_bound_s=BUCKET_BURST_BOUND_S,
+    )

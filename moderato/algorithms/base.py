@@ -19,6 +19,9 @@ from ..policy import MAX_LIMIT, MAX_LONG_WINDOW_S, Policy, Rate
 
 ScriptArg = Union[int, str]
 
+PolicyArgs = Callable[[Rate], tuple[ScriptArg, ...]]
+"""An algorithm's per-policy script arguments, after cost_scaled and apply."""
+
 MaxLimit = Callable[[int], int]
 """An algorithm's exact range: the largest limit it decides exactly for a window (0: none)."""
 
@@ -47,7 +50,7 @@ class Algorithm:
     """Short tag inside every key, so algorithms never share (and never WRONGTYPE) a key."""
     state_suffixes: tuple[str, ...]
     """The keys it keeps under a policy's base key: suffixes, or WINDOW_INDEX."""
-    policy_args: Callable[[Rate], tuple[ScriptArg, ...]] = capacity_and_window
+    policy_args: PolicyArgs = capacity_and_window
     """A policy's script arguments, after cost_scaled and apply."""
     max_limit: MaxLimit = any_limit
     """The exact range: the largest limit decided exactly for a window."""

@@ -3,13 +3,6 @@
 
 from __future__ import annotations
 
-from .accrual import BUCKET_BURST_BOUND_S, accrual_max_limit
-from .base import Algorithm
+from .accrual import bucket_algorithm
 
-ALGORITHM = Algorithm(
-    name="leaky_bucket",
-    key_tag="lb",
-    state_suffixes=(":leaky",),
-    max_limit=accrual_max_limit,
-    burst_bound_s=BUCKET_BURST_BOUND_S,
-)
+ALGORITHM = bucket_algorithm(name="leaky_bucket", key_tag="lb", state_suffixes=(":leaky",))

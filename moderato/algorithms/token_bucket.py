@@ -4,8 +4,8 @@ csrc/store_token_bucket.c)."""
 from __future__ import annotations
 
 from ..policy import Rate
-from .accrual import BUCKET_BURST_BOUND_S, accrual_max_limit
-from .base import Algorithm, ScriptArg
+from .accrual import bucket_algorithm
+from .base import ScriptArg
 
 
 def policy_args(rate: Rate) -> tuple[ScriptArg, ...]:
@@ -13,12 +13,10 @@ def policy_args(rate: Rate) -> tuple[ScriptArg, ...]:
     return (rate.capacity_scaled, rate.window_s, "")
 
 
-ALGORITHM = Algorithm(
+ALGORITHM = bucket_algorithm(
     name="token_bucket",
     key_tag="tb",
     # ":bucket" is the state of releases before v2, still deleted by reset.
     state_suffixes=(":bucket:v2", ":bucket"),
     policy_args=policy_args,
-    max_limit=accrual_max_limit,
-    burst_bound_s=BUCKET_BURST_BOUND_S,
 )

@@ -19,30 +19,46 @@ from ._accel import CheckResult, PolicyState
 
 __all__ = ["CheckResult", "PolicyState"]
 
-# The fields in order, with their types and defaults: csrc/results.c holds the
-# same table (tests/unit/test_accel.py checks the two agree).
-_POLICY_STATE_FIELDS: list[Any] = [
-    ("limit", int),
-    ("window_seconds", int),
-    ("remaining", Optional[int]),
-    ("retry_after", Optional[int]),
-    ("reset_at", Optional[float]),
-    ("refill", Optional[int], field(default=None)),
-]
-_CHECK_RESULT_FIELDS: list[Any] = [
-    ("allowed", bool),
-    ("limit", int),
-    ("remaining", Optional[int]),
-    ("retry_after", Optional[int]),
-    ("reset_at", Optional[float]),
-    ("window_seconds", int),
-    ("rate", str),
-    ("algorithm", str),
-    ("policies", tuple, field(default=())),
-    ("bypassed", bool, field(default=False)),
-    ("shadow_denied", bool, field(default=False)),
-    ("refill", Optional[int], field(default=None)),
-]
+# Every field's type, and its default where it has one, in CheckResult's order: a
+# PolicyState's fields are also CheckResult's, each typed once here.
+_FIELD_TYPES: dict[str, Any] = {
+    "allowed": bool,
+    "limit": int,
+    "remaining": Optional[int],
+    "retry_after": Optional[int],
+    "reset_at": Optional[float],
+    "window_seconds": int,
+    "rate": str,
+    "algorithm": str,
+    "policies": tuple,
+    "bypassed": bool,
+    "shadow_denied": bool,
+    "refill": Optional[int],
+}
+_FIELD_DEFAULTS: dict[str, Any] = {
+    "policies": (),
+    "bypassed": False,
+    "shadow_denied": False,
+    "refill": None,
+}
+
+
+def _field_table(*names: str) -> list[Any]:
+    """make_dataclass's fields, in this order, with their types and defaults."""
+    return [
+        (name, _FIELD_TYPES[name], field(default=_FIELD_DEFAULTS[name]))
+        if name in _FIELD_DEFAULTS
+        else (name, _FIELD_TYPES[name])
+        for name in names
+    ]
+
+
+# The fields in order: csrc/results.c holds the same tables (tests/unit/test_accel.py
+# checks the two agree).
+_POLICY_STATE_FIELDS = _field_table(
+    "limit", "window_seconds", "remaining", "retry_after", "reset_at", "refill"
+)
+_CHECK_RESULT_FIELDS = _field_table(*_FIELD_TYPES)  # every field, in the order above
 
 
 def _attach_dataclass_fields(record: type, fields: list[Any]) -> None:

@@ -57,7 +57,18 @@ if TYPE_CHECKING:
 ExemptPredicate = RequestCallback[bool]
 
 
-class RateLimitHeadersMiddleware:
+class _RoutesChecked:
+    """What both middlewares do on their first HTTP request: log every limit the
+    app's routes hold in the wrong place (the request path tests ``routes_checked``)."""
+
+    routes_checked: bool
+
+    def _check_routes(self, scope: Scope) -> None:
+        self.routes_checked = True
+        log_misplaced(scope.get("app"))
+
+
+class RateLimitHeadersMiddleware(_RoutesChecked):
     """Adds rate-limit headers to limited responses; answers 429/422/503 for moderato errors.
 
     ``headers``: ``"legacy"`` (X-RateLimit-*), ``"ietf"`` (RateLimit-Policy and
@@ -74,12 +85,11 @@ class RateLimitHeadersMiddleware:
             await self.app(scope, receive, send)
             return
         if not self.routes_checked:
-            self.routes_checked = True
-            log_misplaced(scope.get("app"))
+            self._check_routes(scope)
         await serve(self.app, scope, receive, send, self.headers)
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(_RoutesChecked):
     """An app-wide limit, enforced before the application runs; rejected requests never reach it.
 
     - ``rate``: one or more policies (``"50/second;10000/day"``), decided atomically;
@@ -178,8 +188,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if not self.routes_checked:
-            self.routes_checked = True
-            log_misplaced(scope.get("app"))
+            self._check_routes(scope)
         path = route_path(scope)
         if self._exempt_path(path):
             await serve(self.app, scope, receive, send, self.headers)

@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from redis_servers import redis_server_binary
+from redis_servers import PATIENT_TIMEOUT_S, redis_server_binary
 from uvicorn_helpers import Serve, serving
+
+from moderato import RateLimiter
 
 redis_server_binary()
 
@@ -27,3 +29,20 @@ async def serve() -> AsyncIterator[Serve]:
             return f"http://127.0.0.1:{await start(app)}"
 
         yield started
+
+
+@pytest.fixture
+async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
+    """The integration tests' limiter on the session's redis-server.
+
+    Token buckets refill continuously, so counts never jump at a window edge mid-test;
+    the patient command timeout keeps a loaded machine from failing a check the test
+    counts. A test module that needs another limiter defines its own fixture.
+    """
+    async with RateLimiter(
+        redis_url,
+        command_timeout_s=PATIENT_TIMEOUT_S,
+        key_prefix="it",
+        default_algorithm="token_bucket",
+    ) as limiter:
+        yield limiter

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request
 from http_helpers import QUOTA_HEADERS, client, next_utc_midnight, rate_headers
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
-from redis_servers import PATIENT_TIMEOUT_S, RedisServer
+from redis_servers import RedisServer
 from starlette.applications import Starlette
 from starlette.endpoints import HTTPEndpoint
 from starlette.responses import JSONResponse, PlainTextResponse
@@ -20,18 +20,6 @@ from starlette.routing import Route
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.integrations import RateLimitHeadersMiddleware
-
-
-@pytest.fixture
-async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    # Token buckets refill continuously, so counts never jump at a window edge mid-test.
-    async with RateLimiter(
-        redis_url,
-        command_timeout_s=PATIENT_TIMEOUT_S,
-        key_prefix="it",
-        default_algorithm="token_bucket",
-    ) as limiter:
-        yield limiter
 
 
 def fastapi_app() -> FastAPI:

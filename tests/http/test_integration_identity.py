@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any, Optional
 
 import pytest
 from fastapi import FastAPI
 from http_helpers import client
-from redis_servers import PATIENT_TIMEOUT_S, RedisServer
+from redis_servers import RedisServer
 
 from moderato import RateLimitConfigError, RateLimiter
 from moderato.integrations import ClientIdentity, RateLimitHeadersMiddleware
 from moderato.web import addresses as addresses_module
 from moderato.web.addresses import MAX_FORWARDED_HOPS, parse_address
-
-
-@pytest.fixture
-async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(
-        redis_url,
-        command_timeout_s=PATIENT_TIMEOUT_S,
-        key_prefix="it",
-        default_algorithm="token_bucket",
-    ) as limiter:
-        yield limiter
 
 
 def login_app(limiter: RateLimiter, key: Optional[ClientIdentity] = None) -> FastAPI:

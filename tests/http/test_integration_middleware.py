@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from http_helpers import QUOTA_HEADERS, client, rate_headers
-from redis_servers import PATIENT_TIMEOUT_S, RedisServer
+from redis_servers import RedisServer
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -20,17 +20,6 @@ from starlette.types import Message, Receive, Scope, Send
 
 from moderato import BackendError, RateLimitConfigError, RateLimiter
 from moderato.integrations import RateLimitHeadersMiddleware, RateLimitMiddleware
-
-
-@pytest.fixture
-async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(
-        redis_url,
-        command_timeout_s=PATIENT_TIMEOUT_S,
-        key_prefix="it",
-        default_algorithm="token_bucket",
-    ) as limiter:
-        yield limiter
 
 
 def counting_app(hits: list[str], **middleware_options: Any) -> Starlette:

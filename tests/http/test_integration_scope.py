@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fastapi import APIRouter, FastAPI, Request
 from http_helpers import client
-from redis_servers import PATIENT_TIMEOUT_S
 from same_name import alpha, beta
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -20,17 +18,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from moderato import RateLimiter
 from moderato.integrations import RateLimitHeadersMiddleware, route_scope
 from moderato.integrations import scope as scope_module
-
-
-@pytest.fixture
-async def limiter(redis_url: str) -> AsyncIterator[RateLimiter]:
-    async with RateLimiter(
-        redis_url,
-        command_timeout_s=PATIENT_TIMEOUT_S,
-        key_prefix="it",
-        default_algorithm="token_bucket",
-    ) as limiter:
-        yield limiter
 
 
 def child_app(limiter: RateLimiter) -> FastAPI:

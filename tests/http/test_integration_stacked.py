@@ -9,9 +9,7 @@ in process or a real uvicorn, and asserts exact counts and headers.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Optional
 
@@ -19,6 +17,7 @@ import httpx
 import pytest
 import websockets
 from cluster import RedisCluster
+from example_helpers import clear_of_boundary
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from http_helpers import client
 from redis_servers import PATIENT_TIMEOUT_S, RedisServer
@@ -46,19 +45,12 @@ async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[RateLimiter]:
         server: RedisServer = request.getfixturevalue("redis_server")
         server.command("FLUSHALL")
         url = server.url
-        await clear_of_minute_edge()
+        await clear_of_boundary(60, margin_s=15.0)
     limiter = RateLimiter(url, command_timeout_s=PATIENT_TIMEOUT_S, key_prefix="st")
     if request.param == "memory":
         limiter.backend.clock = lambda: FROZEN_MS  # type: ignore[attr-defined]
     async with limiter:
         yield limiter
-
-
-async def clear_of_minute_edge(margin_s: float = 15.0) -> None:
-    """Wait until a minute window has ``margin_s`` left, so no test sees it roll over."""
-    left_s = 60 - time.time() % 60
-    if left_s < margin_s:
-        await asyncio.sleep(left_s + 0.05)
 
 
 async def get_all(app: Any, path: str, count: int, **options: Any) -> list[httpx.Response]:
@@ -593,7 +585,7 @@ async def test_limits_of_one_slot_are_decided_as_one_on_a_cluster() -> None:
         async def x() -> dict[str, str]:
             return {}
 
-        await clear_of_minute_edge()
+        await clear_of_boundary(60, margin_s=15.0)
         await start(app)
         async with limiter:
             responses = await get_all(app, "/x", 6)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from example_helpers import clear_of_boundary
 from prometheus_client import CollectorRegistry
 from redis_servers import RedisServer
 
@@ -69,13 +70,6 @@ async def until(condition: Any, timeout_s: float = 3.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def away_from_boundary(window_s: int, margin_s: float = 3.0) -> None:
-    """Sleep past a window boundary closer than margin_s: counts must not roll over mid-test."""
-    left_s = window_s - time.time() % window_s
-    if left_s < margin_s:
-        await asyncio.sleep(left_s + 0.05)
-
-
 @pytest.fixture
 async def registry() -> AsyncIterator[CollectorRegistry]:
     yield CollectorRegistry()
@@ -89,7 +83,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 async def test_a_flood_reaches_redis_once_per_remembered_denial(
     redis_server: RedisServer, redis_url: str, registry: CollectorRegistry, algorithm: str
 ) -> None:
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(
         redis_url, key_prefix="dc", enable_metrics=True, metrics_registry=registry, **CACHED
     ) as limiter:
@@ -134,7 +128,7 @@ async def test_a_flood_reaches_redis_once_per_remembered_denial(
 
 async def test_a_local_denial_reads_as_redis_would_answer(redis_url: str) -> None:
     """The same fields as a check of the same request by a limiter without the cache."""
-    await away_from_boundary(60)
+    await clear_of_boundary(60, margin_s=3.0)
     async with (
         RateLimiter(redis_url, key_prefix="dv", **CACHED) as cached,
         RateLimiter(redis_url, key_prefix="dv", denial_cache_size=0) as plain,
@@ -230,7 +224,7 @@ async def test_same_decisions_with_and_without_the_cache_over_long_windows(
     redis_url: str,
 ) -> None:
     """Windows no test run crosses: every decision and remaining must match exactly."""
-    await away_from_boundary(3600, margin_s=30)
+    await clear_of_boundary(3600, margin_s=30)
     local, _ = await _same_decisions(
         redis_url, ["5/hour", "3/hour;7/day", "20/day"], steps=1500, seed=1, pause_s=0.0
     )
@@ -307,7 +301,7 @@ async def _flood_until_remembered(limiter: RateLimiter, identity: str) -> None:
 
 
 async def test_a_reset_by_another_limiter_reaches_the_cache(redis_url: str) -> None:
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with (
         RateLimiter(redis_url, key_prefix="rx", **CACHED) as holder,
         RateLimiter(redis_url, key_prefix="rx", denial_cache_size=0) as admin,
@@ -324,7 +318,7 @@ async def test_a_reset_by_another_limiter_reaches_the_cache(redis_url: str) -> N
 
 
 async def test_a_reset_in_another_process_reaches_the_cache(redis_url: str) -> None:
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     script = (
         "import asyncio, sys\n"
         "from moderato import RateLimiter\n"
@@ -351,7 +345,7 @@ async def test_a_reset_in_another_process_reaches_the_cache(redis_url: str) -> N
 
 
 async def test_a_reset_empties_its_own_cache_at_once(redis_url: str) -> None:
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(redis_url, key_prefix="ro", **CACHED) as limiter:
         await _flood_until_remembered(limiter, "o1")
         await limiter.reset("o1", rate="2/hour", scope="global")
@@ -362,7 +356,7 @@ async def test_a_reset_empties_its_own_cache_at_once(redis_url: str) -> None:
 async def test_shadow_mode_admits_local_denials_as_shadow_denied(
     redis_url: str, registry: CollectorRegistry
 ) -> None:
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(
         redis_url,
         key_prefix="sh",
@@ -387,7 +381,7 @@ async def test_fail_open_bypasses_when_redis_goes_away_despite_remembered_denial
     own_redis_server: RedisServer,
 ) -> None:
     """The subscription's loss empties the cache: an outage is handled as without it."""
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(
         own_redis_server.url,
         key_prefix="fo",
@@ -405,7 +399,7 @@ async def test_fail_open_bypasses_when_redis_goes_away_despite_remembered_denial
 
 
 async def test_the_cache_is_bounded(redis_url: str) -> None:
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(redis_url, key_prefix="bd", denial_cache_size=3) as limiter:
         await limiter.check_with_info("warm", "1/hour")
         await limiter.check_with_info("warm", "1/hour")
@@ -457,7 +451,7 @@ async def test_by_default_every_denial_is_one_script_call(
 ) -> None:
     """Off by default: each check is one script call, so Redis decides every denial,
     and a key deleted by hand is a fresh quota at the very next check."""
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(redis_url, key_prefix="df") as limiter:
         assert (await limiter.check_with_info("d1", "1/hour")).allowed  # the script is cached
         before = script_calls(redis_server)
@@ -485,7 +479,7 @@ def test_the_cache_works_on_uvloop(redis_server: RedisServer, redis_url: str) ->
     uvloop = pytest.importorskip("uvloop")
 
     async def scenario() -> int:
-        await away_from_boundary(3600)
+        await clear_of_boundary(3600, margin_s=3.0)
         async with RateLimiter(redis_url, key_prefix="uv", **CACHED) as limiter:
             await _flood_until_remembered(limiter, "u1")
             before = evalsha_calls(redis_server)
@@ -504,7 +498,7 @@ async def test_without_pubsub_permissions_there_is_no_cache_and_no_error(
 
     own_redis_server.command("ACL", "SETUSER", "limiter", *acl_rules(needed_commands()))
     own_redis_server.command("ACL", "SETUSER", "limiter", "resetchannels")
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX, **CACHED) as limiter:
         outcomes = [(await limiter.check_with_info("a1", "2/hour")).allowed for _ in range(4)]
         await asyncio.sleep(0.2)  # the refused subscription has been answered
@@ -526,7 +520,7 @@ async def test_with_pubsub_permissions_the_cache_works_under_an_acl(
 
     rules = [*acl_rules(needed_commands()), "resetchannels", "+subscribe", "+publish"]
     own_redis_server.command("ACL", "SETUSER", "limiter", *rules, f"&{PREFIX}:denial-cache")
-    await away_from_boundary(3600)
+    await clear_of_boundary(3600, margin_s=3.0)
     async with RateLimiter(user_url(own_redis_server.port), key_prefix=PREFIX, **CACHED) as limiter:
         await _flood_until_remembered(limiter, "a2")
         before = evalsha_calls(own_redis_server)

@@ -19,22 +19,19 @@ import base64
 import itertools
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 
-from devtools import DevTools, chromium_binary  # noqa: E402
+from devtools import launched_browser, opened_page  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 
 
@@ -86,28 +83,9 @@ async def traffic(urls: list[str], seconds: float) -> None:
 
 
 async def screenshot(dashboard_url: str, out: Path) -> None:
-    profile = Path(tempfile.mkdtemp(prefix="moderato-shot-"))
-    browser = subprocess.Popen(
-        [chromium_binary(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-         f"--user-data-dir={profile}", "--remote-debugging-address=127.0.0.1",
-         "--remote-debugging-port=0", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        port_file = profile / "DevToolsActivePort"
-        while not (port_file.exists() and port_file.read_text().strip()):
-            await asyncio.sleep(0.05)
-        port = port_file.read_text().splitlines()[0]
-        async with httpx.AsyncClient() as http:
-            target = (await http.put(f"http://127.0.0.1:{port}/json/new?about:blank")).json()
-        async with connect(target["webSocketDebuggerUrl"], max_size=None) as socket:
-            page = DevTools(socket)
-            await page.call("Page.enable")
-            await page.call(
-                "Emulation.setDeviceMetricsOverride",
-                width=1280, height=1000, deviceScaleFactor=1, mobile=False,
-            )  # fmt: skip
+    # The tests' own headless Chromium and tab (tests/browser/devtools.py).
+    with launched_browser() as browser:
+        async with opened_page(browser) as page:
             await page.call("Page.navigate", url=dashboard_url)
             await page.wait_for("document.body && document.body.dataset.ready === 'true'", 30)
             await page.evaluate("document.getElementById('identity').value = 'user:flood'")
@@ -122,11 +100,6 @@ async def screenshot(dashboard_url: str, out: Path) -> None:
             await asyncio.sleep(1.5)
             shot = await page.call("Page.captureScreenshot", format="png")
             out.write_bytes(base64.b64decode(shot["data"]))
-            await page.close()
-    finally:
-        os.killpg(browser.pid, signal.SIGTERM)
-        browser.wait(timeout=10)
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 async def main() -> None:

@@ -27,7 +27,7 @@ from ._encoding import encode_command
 from .handshake import authentication, open_transport
 from .url import RedisAddress
 
-__all__ = ["MessageCallback", "Subscriber", "pushed"]
+__all__ = ["MessageCallback", "Subscriber", "Subscription", "pushed"]
 
 MessageCallback = Callable[[bytes, bytes], None]
 LostCallback = Callable[["Subscriber", str], None]
@@ -46,7 +46,37 @@ def pushed(message: Any, on_message: MessageCallback, channel_count: int) -> boo
     return False
 
 
-class Subscriber(asyncio.Protocol):
+class Subscription:
+    """What either subscriber (this one, blocking/subscriber.py's) holds: the server,
+    the channels, where their messages go and whether the server confirmed them all."""
+
+    def __init__(
+        self,
+        address: RedisAddress,
+        channels: Sequence[str],
+        on_message: MessageCallback,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
+        self.address = address
+        self.channels = tuple(channels)
+        self._on_message = on_message
+        self._ssl_context = ssl_context
+        self.subscribed = False
+        """True once the server confirmed every channel (until the connection is lost)."""
+
+    def _subscribe_command(self) -> bytes:
+        return encode_command("SUBSCRIBE", *self.channels)
+
+    def _pushed(self, message: Any) -> bool:
+        """Hand a published message on; True, and subscribed, when ``message`` confirms
+        the last channel."""
+        if pushed(message, self._on_message, len(self.channels)):
+            self.subscribed = True
+            return True
+        return False
+
+
+class Subscriber(Subscription, asyncio.Protocol):
     """A connection subscribed to ``channels`` of the server at ``address`` (see the module doc)."""
 
     def __init__(
@@ -59,20 +89,15 @@ class Subscriber(asyncio.Protocol):
         ssl_context: ssl.SSLContext | None = None,
         on_subscribed: Optional[SubscribedCallback] = None,
     ) -> None:
-        self.address = address
-        self.channels = tuple(channels)
-        self._on_message = on_message
+        super().__init__(address, channels, on_message, ssl_context)
         self._on_lost = on_lost
         self._on_subscribed = on_subscribed
-        self._ssl_context = ssl_context
         self._reader = hiredis.Reader()
         self._transport: Optional[asyncio.Transport] = None
         self._task: Optional[asyncio.Task[None]] = None
         self._closed = False
         # Only this process may close the socket (see forks.py).
         self._pid = os.getpid()
-        self.subscribed = False
-        """True once the server confirmed every channel."""
         self.refused = False
         """True once the server refused AUTH or SUBSCRIBE (an error reply)."""
 
@@ -104,7 +129,7 @@ class Subscriber(asyncio.Protocol):
             return
         auth = authentication(self.address)
         payloads = [] if auth is None else [auth]
-        payloads.append(encode_command("SUBSCRIBE", *self.channels))
+        payloads.append(self._subscribe_command())
         self._transport.write(b"".join(payloads))
 
     def data_received(self, data: bytes) -> None:
@@ -123,10 +148,8 @@ class Subscriber(asyncio.Protocol):
             # AUTH or SUBSCRIBE refused (an ACL without the channel).
             self.refused = True
             self._lose(f"refused: {reply}")
-        elif pushed(reply, self._on_message, len(self.channels)):
-            self.subscribed = True
-            if self._on_subscribed is not None:
-                self._on_subscribed(self)
+        elif self._pushed(reply) and self._on_subscribed is not None:
+            self._on_subscribed(self)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._lose("closed by the server" if exc is None else str(exc) or type(exc).__name__)

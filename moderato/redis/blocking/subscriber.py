@@ -23,16 +23,15 @@ from typing import Any, Optional
 
 import hiredis
 
-from .._encoding import encode_command
 from ..errors import RedisClientError, RedisReplyError
-from ..subscriber import MessageCallback, pushed
+from ..subscriber import MessageCallback, Subscription
 from ..url import RedisAddress
 from .connection import BlockingConnection
 
 __all__ = ["BlockingSubscriber"]
 
 
-class BlockingSubscriber:
+class BlockingSubscriber(Subscription):
     """A daemon thread subscribed to ``channels`` of the server at ``address``."""
 
     def __init__(
@@ -47,18 +46,13 @@ class BlockingSubscriber:
         ssl_context: Optional[ssl.SSLContext] = None,
         poll_s: float = 0.5,
     ) -> None:
-        self.address = address
-        self.channels = tuple(channels)
-        self._on_message = on_message
+        super().__init__(address, channels, on_message, ssl_context)
         self._connect_timeout_s = connect_timeout_s
         self._retry_s = retry_s
         self._refused_retry_s = refused_retry_s
-        self._ssl_context = ssl_context
         self._poll_s = poll_s
         self._closed = threading.Event()
         self._connection: Optional[BlockingConnection] = None
-        self.subscribed = False
-        """True while the server has confirmed every channel."""
         self.problem: Optional[str] = None
         """Why the subscription was last lost (for diagnostics)."""
         self._thread = threading.Thread(
@@ -93,7 +87,7 @@ class BlockingSubscriber:
                     ssl_context=self._ssl_context,
                 )
                 self._connection = connection
-                connection.send(encode_command("SUBSCRIBE", *self.channels))
+                connection.send(self._subscribe_command())
                 while not self._closed.is_set():
                     message = connection.receive()
                     if message is not None and self._handle(message):
@@ -115,6 +109,5 @@ class BlockingSubscriber:
             # SUBSCRIBE refused (an ACL without the channel).
             self.problem = f"refused: {message}"
             return True
-        if pushed(message, self._on_message, len(self.channels)):
-            self.subscribed = True
+        self._pushed(message)
         return False

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Optional
 
+from .redis.cluster_map import grown
+
 logger = logging.getLogger("moderato")
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
@@ -155,18 +157,19 @@ class BreakerSet:
         if breaker is not None:
             return breaker
         with self._lock:
-            breaker = self._by_node.get(node)
-            if breaker is None:
-                default = self.default
-                breaker = CircuitBreaker(
-                    default.failure_threshold,
-                    default.cooldown_s,
-                    clock=self._clock,
-                    on_change=self._changed,
-                    node=node,
-                )
-                self._by_node = {**self._by_node, node: breaker}
-            return breaker
+            self._by_node = grown(self._by_node, node, lambda: self._breaker(node))
+            return self._by_node[node]
+
+    def _breaker(self, node: str) -> CircuitBreaker:
+        """A new breaker for ``node``, with the backend-wide one's settings."""
+        default = self.default
+        return CircuitBreaker(
+            default.failure_threshold,
+            default.cooldown_s,
+            clock=self._clock,
+            on_change=self._changed,
+            node=node,
+        )
 
     def nodes(self) -> dict[str, str]:
         """{node: state} of every per-node breaker made so far."""

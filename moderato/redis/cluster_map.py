@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from .._accel import key_slot
 from ._encoding import Arg
@@ -34,6 +34,7 @@ __all__ = [
     "Node",
     "SlotMap",
     "command_slot",
+    "grown",
     "key_text",
     "parse_shards",
     "parse_slots",
@@ -118,6 +119,21 @@ class Node(Generic[C]):
 
 def node_name(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def grown(table: dict[K, V], key: K, make: Callable[[], V]) -> dict[K, V]:
+    """``table`` if it holds ``key``, else a copy with ``make()``'s value added.
+
+    For a map read without a lock and grown under one (the nodes here, the
+    per-node circuit breakers): the caller holds its lock, reads the map
+    again (another thread may have added the key meanwhile) and stores what
+    this returns; a reader keeps the map it has, never edited.
+    """
+    return table if key in table else {**table, key: make()}
 
 
 # (start, end, host, port) per slot range of a primary; (host, port) of every node.
@@ -292,11 +308,12 @@ class SlotMap(Generic[C]):
         if node is not None:
             return node
         with self._nodes_lock:
-            node = self._nodes.get(name)
-            if node is None:
-                node = Node(host, port, self._new_client(self.address.node(host, port)))
-                self._nodes = {**self._nodes, name: node}
-            return node
+            self._nodes = grown(
+                self._nodes,
+                name,
+                lambda: Node(host, port, self._new_client(self.address.node(host, port))),
+            )
+            return self._nodes[name]
 
     def _cluster_down(self, error: RedisClientError) -> RedisClusterDownError | None:
         """``error`` as the call's error if the cluster still says it at the deadline."""

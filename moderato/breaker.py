@@ -102,6 +102,18 @@ class CircuitBreaker:
             with self._lock:
                 self._probing = False
 
+    def like(
+        self, node: Optional[str], on_change: Optional[Callable[[str], None]]
+    ) -> CircuitBreaker:
+        """A new, closed breaker with this one's settings, for ``node``."""
+        return CircuitBreaker(
+            self.failure_threshold,
+            self.cooldown_s,
+            clock=self._clock,
+            on_change=on_change,
+            node=node,
+        )
+
     def describe(self) -> str:
         """``backend circuit breaker`` or, for one node, ``... for node host:port``."""
         if self.node is None:
@@ -134,19 +146,12 @@ class BreakerSet:
     """
 
     def __init__(
-        self,
-        failure_threshold: int = 5,
-        cooldown_s: float = 1.0,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        on_change: Optional[Callable[[str], None]] = None,
+        self, settings: CircuitBreaker, on_change: Optional[Callable[[str], None]] = None
     ) -> None:
-        self._clock = clock
+        """Breakers with the ``settings`` breaker's threshold, cooldown and clock."""
         self._on_change = on_change
         self._lock = threading.Lock()
-        self.default = CircuitBreaker(
-            failure_threshold, cooldown_s, clock=clock, on_change=self._changed
-        )
+        self.default = settings.like(None, self._changed)
         # Copy on write under _lock: the check path reads it without locking.
         self._by_node: dict[str, CircuitBreaker] = {}
 
@@ -157,19 +162,10 @@ class BreakerSet:
         if breaker is not None:
             return breaker
         with self._lock:
-            self._by_node = grown(self._by_node, node, lambda: self._breaker(node))
+            self._by_node = grown(
+                self._by_node, node, lambda: self.default.like(node, self._changed)
+            )
             return self._by_node[node]
-
-    def _breaker(self, node: str) -> CircuitBreaker:
-        """A new breaker for ``node``, with the backend-wide one's settings."""
-        default = self.default
-        return CircuitBreaker(
-            default.failure_threshold,
-            default.cooldown_s,
-            clock=self._clock,
-            on_change=self._changed,
-            node=node,
-        )
 
     def nodes(self) -> dict[str, str]:
         """{node: state} of every per-node breaker made so far."""

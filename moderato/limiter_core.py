@@ -152,7 +152,7 @@ class LimiterCore(Generic[Usage, Deleted]):
             # One breaker per cluster node (see breaker.py); self.breaker is the
             # backend-wide one: a single server's only breaker.
             self._breakers = BreakerSet(
-                breaker_failures, breaker_cooldown_s, on_change=self._breaker_changed
+                CircuitBreaker(breaker_failures, breaker_cooldown_s), self._breaker_changed
             )
         except ValueError as error:
             raise RateLimitConfigError(str(error)) from None

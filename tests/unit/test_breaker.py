@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moderato.breaker import CLOSED, HALF_OPEN, OPEN, BreakerSet
+from moderato.breaker import CLOSED, HALF_OPEN, OPEN, BreakerSet, CircuitBreaker
 
 
 class Clock:
@@ -16,7 +16,7 @@ class Clock:
 def test_each_node_has_its_own_breaker() -> None:
     clock = Clock()
     reported: list[str] = []
-    breakers = BreakerSet(2, 1.0, clock=clock, on_change=reported.append)
+    breakers = BreakerSet(CircuitBreaker(2, 1.0, clock=clock), reported.append)
     a, b = breakers.for_node("10.0.0.1:7000"), breakers.for_node("10.0.0.2:7000")
     assert breakers.for_node("10.0.0.1:7000") is a
     assert breakers.for_node(None) is breakers.default

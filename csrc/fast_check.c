@@ -32,6 +32,7 @@
 #include <structmember.h>
 
 #include "decode.h"
+#include "fast_redis.h"
 #include "keys.h"
 #include "store_decide.h"
 
@@ -656,6 +657,13 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
         }
     }
     PyObject *found = PyObject_GetAttr(limiter, state->names[NAME_FAST_CHECK]);
+    if (found != NULL && Py_TYPE(found) == state->redis_check_type) {
+        /* The blocking limiter over one Redis server (fast_redis.c). */
+        int redis_taken = fast_redis_check(state, module, limiter, found, key, rate, scope,
+                                           algorithm, shadow, out);
+        Py_DECREF(found);
+        return redis_taken;
+    }
     if (found == NULL || Py_TYPE(found) != state->fast_check_type) {
         PyErr_Clear();
         Py_XDECREF(found);

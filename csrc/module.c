@@ -10,6 +10,7 @@
 #include "contract.h"
 #include "decode.h"
 #include "fast_check.h"
+#include "fast_redis.h"
 #include "keys.h"
 #include "memory.h"
 #include "rate.h"
@@ -148,8 +149,12 @@ accel_exec(PyObject *module)
     if (memory_add_to_module(module) < 0) {
         return -1;
     }
-    /* memory://'s commonest check in one call (fast_check.c). */
-    return fast_check_add_to_module(module);
+    /* memory://'s commonest check in one call (fast_check.c), and the blocking
+     * limiter's over one Redis server (fast_redis.c). */
+    if (fast_check_add_to_module(module) < 0) {
+        return -1;
+    }
+    return fast_redis_add_to_module(module);
 }
 
 static int
@@ -159,6 +164,7 @@ accel_clear(PyObject *module)
     if (state != NULL) {
         results_clear_state(state);
         fast_check_clear_state(state);
+        fast_redis_clear_state(state);
     }
     return 0;
 }
@@ -171,7 +177,10 @@ accel_traverse(PyObject *module, visitproc visit, void *arg)
         return 0;
     }
     int visited = results_traverse_state(state, visit, arg);
-    return visited != 0 ? visited : fast_check_traverse_state(state, visit, arg);
+    if (visited == 0) {
+        visited = fast_check_traverse_state(state, visit, arg);
+    }
+    return visited != 0 ? visited : fast_redis_traverse_state(state, visit, arg);
 }
 
 static void

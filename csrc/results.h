@@ -12,6 +12,7 @@
 
 /* The names fast_check.c reads: its FAST_NAMES, counted. */
 #define FAST_NAME_COUNT 20
+#define REDIS_NAME_COUNT 26
 
 /* The module state of moderato._accel. */
 typedef struct {
@@ -23,6 +24,9 @@ typedef struct {
     PyTypeObject *fast_check_type;
     PyTypeObject *ready_type;
     PyObject *names[FAST_NAME_COUNT];
+    /* fast_redis.c's type and the names it reads */
+    PyTypeObject *redis_check_type;
+    PyObject *redis_names[REDIS_NAME_COUNT];
 } accel_state;
 
 /* A CheckResult's field i, borrowed (the record must be a CheckResult). */

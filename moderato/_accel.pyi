@@ -153,6 +153,29 @@ class FastCheck:
     @property
     def compiled_count(self) -> int: ...
 
+class RedisFastCheck:
+    """What a blocking limiter's one-call checks over one Redis server read
+    (moderato/fast_redis.py)."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        secret: Optional[bytes],
+        client: object,
+        defaults: dict[str, Any],
+        plans: object,
+        breaker: object,
+        failure_log: object,
+        load_script: Callable[[str], Any],
+        finish: Callable[..., Any],
+        rest: Callable[..., Any],
+        global_scope: str,
+        idle_check_after_s: float,
+    ) -> None: ...
+    @property
+    def compiled_count(self) -> int: ...
+
 class FastMethod:
     """check_with_info as a method descriptor: the commonest check on memory:// in one
     C call, any other the Python method's."""

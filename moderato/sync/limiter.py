@@ -16,6 +16,7 @@ from ..breaker import CLOSED
 from ..errors import BackendError, RateLimitConfigError, exceeded
 from ..failure_log import DEFAULT_INTERVAL_S
 from ..fast_check import fast_check_for, fast_method
+from ..fast_redis import redis_fast_check_for
 from ..keys import Identity
 from ..limiter_core import (
     GLOBAL_SCOPE,
@@ -141,8 +142,11 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
             client_name=client_name,
         )
         self._bound(self._backend)
-        # memory://'s commonest check in one C call (fast_check.py); None: never.
-        self._fast_check = fast_check_for(self, self._backend)
+        # The commonest check in one C call, on memory:// (fast_check.py) or one Redis
+        # server (fast_redis.py); None: never.
+        self._fast_check = fast_check_for(self, self._backend) or redis_fast_check_for(
+            self, self._backend
+        )
 
     @property
     def backend(self) -> BlockingBackend:
@@ -401,7 +405,8 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
         return result
 
 
-# The commonest check on memory:// in one C call; any other, the method above (fast_check.py).
+# The commonest check on memory:// or one Redis server in one C call; any other, the
+# method above (fast_check.py, fast_redis.py).
 RateLimiter.check_with_info = fast_method(  # type: ignore[method-assign]
     RateLimiter.check_with_info, blocking=True
 )

@@ -183,6 +183,39 @@ class RedisClient(FromUrl):
             raise reply
         return reply
 
+    def evalsha_rest(
+        self,
+        connection: BlockingConnection,
+        taken_at: float,
+        script: ScriptLike,
+        keys: Sequence[Arg],
+        args: Sequence[Arg],
+        data: Optional[bytes],
+        error: Optional[BaseException],
+    ) -> Any:
+        """The rest of ``evalsha()`` for a call sent and first read elsewhere (the one-call
+        check, csrc/fast_redis.c) on ``connection``, taken from this pool at ``taken_at``
+        as ``evalsha()`` takes one: ``data`` is what the first read returned (a reply
+        not framed there: an error reply, a longer one), or ``error`` what the send or
+        the read raised. From there, ``evalsha()``'s own steps."""
+        try:
+            reply = connection.reply_from(data, error, taken_at)
+            if type(reply) is RedisReplyError and reply.message.startswith("NOSCRIPT"):
+                reply = connection.after_noscript(script, keys, args)
+        except BaseException:
+            self._free_place()
+            raise
+        if connection.generation == self._generation:
+            connection.idle_since = taken_at
+            self._idle.append(connection)
+            if self._waiters:
+                self._hand_over()
+        else:
+            self._give(connection)
+        if type(reply) is RedisReplyError:
+            raise reply
+        return reply
+
     def execute_many(
         self, commands: Iterable[Sequence[Arg]], *, raise_on_error: bool = True
     ) -> list[Any]:

@@ -181,6 +181,27 @@ class BlockingConnection:
         except BaseException as error:
             raise self._broken(error) from None
 
+    def reply_from(
+        self, data: Optional[bytes], error: Optional[BaseException], started: float
+    ) -> Any:
+        """The rest of ``call()`` for a command sent and first read elsewhere (the one-call
+        check, csrc/fast_redis.c) from ``started``: ``data``, what that first read
+        returned, framed (the rest of a longer reply read in what is left of the command
+        timeout), or ``error``, what the send or the read raised; any failure closes the
+        connection and raises RedisConnectionError, as ``call()``'s do."""
+        try:
+            if error is not None:
+                raise error
+            assert data is not None
+            reader = self._reader
+            reader.feed(data)
+            reply = reader.gets()
+            if reply is False:
+                reply = self._rest_of_reply(started + self._command_timeout_s)
+            return reply
+        except BaseException as raised:
+            raise self._broken(raised) from None
+
     def call_many(self, payloads: Sequence[bytes]) -> list[Any]:
         """Several encoded commands in one write, their replies in order (error replies
         returned in place)."""

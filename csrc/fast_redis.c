@@ -1,0 +1,803 @@
+/* The blocking limiter's commonest check over one Redis server in one C call.
+ *
+ * The blocking RateLimiter's check_with_info is a FastMethod (fast_check.c).
+ * When the limiter's _fast_check is a RedisFastCheck (moderato/fast_redis.py:
+ * a BlockingRedisBackend over a plain RedisClient, TCP or unix, no TLS, on
+ * Linux where the connections' sockets are blocking with kernel timeouts),
+ * the FastMethod hands the commonest check (text identity, rate and scope,
+ * no tenant, a cost of 1, no burst) here. With no metrics nor recorder, the
+ * breaker settled, no outage being logged and a plan already made for the
+ * rate, it is taken in C:
+ *
+ *   the keys (build_keys) and the EVALSHA (encode_evalsha), as the Python
+ *   path builds them; an idle connection taken from the client's pool as
+ *   RedisClient.evalsha() takes it (the last one given back, of the pool's
+ *   generation, polled first when it sat idle longer than the client's
+ *   IDLE_CHECK_AFTER_S); send() and recv() on its descriptor, the GIL
+ *   released once around both; the reply framed here when it is a whole
+ *   reply of integers, bulk strings, nils and arrays in that one read; the
+ *   connection given back as evalsha() gives it back; the result by
+ *   check_result.
+ *
+ * Anything unusual before the send (no idle connection, one to vet or of an
+ * older generation, a budget or a timeout other than the command's, keys or
+ * arguments C refuses) puts the connection back where it was and declines:
+ * the Python method takes the check, nothing was sent. Anything unusual after
+ * it (an error reply such as NOSCRIPT, a reply longer than one read, a
+ * timeout, EOF, a signal handler's exception) goes to the RedisFastCheck's
+ * rest(), with what was read or the error: the Python path from the point
+ * its own first read returned (the connection closed on a failure, NOSCRIPT
+ * repaired on the same connection, errors translated, the breaker and the
+ * failure policy told). The command is never sent twice. A denial, a reply
+ * check_result refuses, or a breaker or failure log that changed during the
+ * round trip goes to finish(), which ends the check the Python path's way.
+ *
+ * Every condition is read on every call; nothing is kept between calls but
+ * the plans' compiled fields (a dict by plan object, bounded).
+ */
+#include "fast_redis.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "decode.h"
+#include "keys.h"
+#include "resp.h"
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+/* Most compiled plans a RedisFastCheck keeps before it starts over (plans.py's
+ * MAX_PLANS). */
+#define REDIS_MAX_COMPILED 4096
+/* The first read's buffer: a decision's reply is far smaller; a longer one
+ * is finished by rest(). */
+#define REDIS_READ_BYTES 16384
+/* Nesting and length a reply framed here may have (a decision's: an array
+ * of integers, or of arrays of them); deeper or longer ones go to rest(). */
+#define REDIS_MAX_DEPTH 4
+#define REDIS_MAX_ITEMS 4096
+
+#define REDIS_NAMES(X)                                                                   \
+    X(METRICS, "metrics")                                                                \
+    X(RECORDER, "recorder")                                                              \
+    X(SETTLED, "settled")                                                                \
+    X(ACTIVE, "active")                                                                  \
+    X(PLANS, "_plans")                                                                   \
+    X(SCRIPT_NAME, "script_name")                                                        \
+    X(KEY_TAG, "key_tag")                                                                \
+    X(WINDOWS_S, "windows_s")                                                            \
+    X(UNIT_ARGS, "unit_args")                                                            \
+    X(RESULT_SHAPE, "result_shape")                                                      \
+    X(SHA, "sha")                                                                        \
+    X(EMPTY, "")                                                                         \
+    X(IDLE, "_idle")                                                                     \
+    X(POOL_GENERATION, "_generation")                                                    \
+    X(WAITERS, "_waiters")                                                               \
+    X(HAND_OVER, "_hand_over")                                                           \
+    X(GIVE, "_give")                                                                     \
+    X(GENERATION, "generation")                                                          \
+    X(IDLE_SINCE, "idle_since")                                                          \
+    X(BUDGET_S, "budget_s")                                                              \
+    X(RETIMED, "_retimed")                                                               \
+    X(KERNEL_TIMEOUTS, "_kernel_timeouts")                                               \
+    X(SOCK, "_sock")                                                                     \
+    X(FILENO, "fileno")                                                                  \
+    X(POP, "pop")                                                                        \
+    X(APPEND, "append")
+
+#define REDIS_NAME_ENUM(name, text) RNAME_##name,
+enum { REDIS_NAMES(REDIS_NAME_ENUM) RNAME_END };
+#undef REDIS_NAME_ENUM
+
+#define REDIS_NAME_TEXT(name, text) text,
+static const char *const redis_name_texts[] = {REDIS_NAMES(REDIS_NAME_TEXT)};
+#undef REDIS_NAME_TEXT
+
+#define NAME(state, name) ((state)->redis_names[RNAME_##name])
+
+/* A compiled plan: (sha, key_tag, windows_s, unit_args, result_shape). */
+enum { RPLAN_SHA, RPLAN_TAG, RPLAN_WINDOWS, RPLAN_ARGS, RPLAN_SHAPE, RPLAN_FIELDS };
+
+/* ---- RedisFastCheck: what one limiter's checks read ------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *prefix;      /* the key space's prefix (str) */
+    PyObject *secret;      /* its identity secret (bytes) or None */
+    PyObject *client;      /* the backend's RedisClient */
+    PyObject *defaults;    /* Plans.defaults: the default algorithm's plans by rate */
+    PyObject *plans;       /* the Plans: its _plans by (rate, algorithm) */
+    PyObject *breaker;     /* the limiter's breaker: settled */
+    PyObject *failure_log; /* its OutageLog: active */
+    PyObject *load_script; /* load_script(name) -> Script */
+    PyObject *finish;      /* finish(limiter, plan, scope, shadow, reply, result) */
+    PyObject *rest;        /* rest(limiter, plan, scope, shadow, connection, taken_at,
+                              keys, data, error) */
+    PyObject *global_scope;
+    PyObject *compiled;    /* {plan: (sha, key_tag, windows_s, unit_args, shape)} */
+    double idle_check_after_s;
+} redis_check_object;
+
+#define REDIS_CHECK_MEMBERS(X)                                                           \
+    X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
+    X(load_script) X(finish) X(rest) X(global_scope) X(compiled)
+
+static int
+redis_check_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    redis_check_object *check = (redis_check_object *)self;
+#define VISIT_MEMBER(name) Py_VISIT(check->name);
+    REDIS_CHECK_MEMBERS(VISIT_MEMBER)
+#undef VISIT_MEMBER
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int
+redis_check_clear(PyObject *self)
+{
+    redis_check_object *check = (redis_check_object *)self;
+#define CLEAR_MEMBER(name) Py_CLEAR(check->name);
+    REDIS_CHECK_MEMBERS(CLEAR_MEMBER)
+#undef CLEAR_MEMBER
+    return 0;
+}
+
+static void
+redis_check_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    redis_check_clear(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+redis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"prefix",      "secret",       "client",
+                               "defaults",    "plans",        "breaker",
+                               "failure_log", "load_script",  "finish",
+                               "rest",        "global_scope", "idle_check_after_s",
+                               NULL};
+    PyObject *values[11];
+    double idle_check_after_s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOO!OOOOOOUd:RedisFastCheck", keywords,
+                                     &values[0], &values[1], &values[2], &PyDict_Type,
+                                     &values[3], &values[4], &values[5], &values[6],
+                                     &values[7], &values[8], &values[9], &values[10],
+                                     &idle_check_after_s)) {
+        return NULL;
+    }
+    if (values[1] != Py_None && !PyBytes_Check(values[1])) {
+        PyErr_Format(PyExc_TypeError,
+                     "RedisFastCheck() secret must be bytes or None, not %.100s",
+                     Py_TYPE(values[1])->tp_name);
+        return NULL;
+    }
+    redis_check_object *check = (redis_check_object *)type->tp_alloc(type, 0);
+    if (check == NULL) {
+        return NULL;
+    }
+    check->compiled = PyDict_New();
+    if (check->compiled == NULL) {
+        Py_DECREF(check);
+        return NULL;
+    }
+    check->prefix = Py_NewRef(values[0]);
+    check->secret = Py_NewRef(values[1]);
+    check->client = Py_NewRef(values[2]);
+    check->defaults = Py_NewRef(values[3]);
+    check->plans = Py_NewRef(values[4]);
+    check->breaker = Py_NewRef(values[5]);
+    check->failure_log = Py_NewRef(values[6]);
+    check->load_script = Py_NewRef(values[7]);
+    check->finish = Py_NewRef(values[8]);
+    check->rest = Py_NewRef(values[9]);
+    check->global_scope = Py_NewRef(values[10]);
+    check->idle_check_after_s = idle_check_after_s;
+    return (PyObject *)check;
+}
+
+static PyObject *
+redis_check_compiled_count(PyObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(PyDict_GET_SIZE(((redis_check_object *)self)->compiled));
+}
+
+static PyGetSetDef redis_check_getset[] = {
+    {"compiled_count", redis_check_compiled_count, NULL,
+     "Plans compiled for the one-call path so far (for tests).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(redis_check_doc,
+"RedisFastCheck(*, prefix, secret, client, defaults, plans, breaker,\n"
+"               failure_log, load_script, finish, rest, global_scope,\n"
+"               idle_check_after_s)\n"
+"--\n"
+"\n"
+"What a blocking limiter's one-call checks over one Redis server read (its\n"
+"_fast_check; built by moderato/fast_redis.py).");
+
+static PyType_Slot redis_check_slots[] = {
+    {Py_tp_doc, (void *)redis_check_doc},
+    {Py_tp_new, redis_check_new},
+    {Py_tp_dealloc, redis_check_dealloc},
+    {Py_tp_traverse, redis_check_traverse},
+    {Py_tp_clear, redis_check_clear},
+    {Py_tp_getset, redis_check_getset},
+    {0, NULL},
+};
+
+#if PY_VERSION_HEX >= 0x030A0000
+#define REDIS_IMMUTABLE_FLAG Py_TPFLAGS_IMMUTABLETYPE
+#else
+#define REDIS_IMMUTABLE_FLAG 0
+#endif
+
+static PyType_Spec redis_check_spec = {
+    .name = "moderato._accel.RedisFastCheck",
+    .basicsize = (int)sizeof(redis_check_object),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | REDIS_IMMUTABLE_FLAG,
+    .slots = redis_check_slots,
+};
+
+/* ---- what is read before anything is sent ---------------------------------------- */
+
+/* Whether owner.<name> is `wanted` (by identity): 1 or 0, never an exception. */
+static int
+attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int matches = value == wanted;
+    Py_DECREF(value);
+    return matches;
+}
+
+/* The breaker settled and no outage being logged: the Python path then tells
+ * neither anything after a decision. */
+static int
+quiet(accel_state *state, redis_check_object *check)
+{
+    return attribute_is(check->breaker, NAME(state, SETTLED), Py_True) &&
+           attribute_is(check->failure_log, NAME(state, ACTIVE), Py_False);
+}
+
+/* The check's plan, a new reference, or NULL (declined, no exception). */
+static PyObject *
+find_plan(accel_state *state, redis_check_object *check, PyObject *rate, PyObject *algorithm)
+{
+    PyObject *plan;
+    if (algorithm == Py_None) {
+        plan = PyDict_GetItemWithError(check->defaults, rate);
+        Py_XINCREF(plan);
+    }
+    else {
+        PyObject *plans = PyObject_GetAttr(check->plans, NAME(state, PLANS));
+        PyObject *pair = plans == NULL ? NULL : PyTuple_Pack(2, rate, algorithm);
+        plan = pair == NULL || !PyDict_Check(plans) ? NULL : PyDict_GetItemWithError(plans, pair);
+        Py_XINCREF(plan);
+        Py_XDECREF(pair);
+        Py_XDECREF(plans);
+    }
+    PyErr_Clear();
+    return plan;
+}
+
+/* The plan's compiled fields, a borrowed tuple, or NULL (declined, no
+ * exception). */
+static PyObject *
+compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
+{
+    PyObject *compiled = PyDict_GetItemWithError(check->compiled, plan);
+    if (compiled != NULL || PyErr_Occurred()) {
+        PyErr_Clear();
+        return compiled;
+    }
+    compiled = PyTuple_New(RPLAN_FIELDS);
+    if (compiled == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *name = PyObject_GetAttr(plan, NAME(state, SCRIPT_NAME));
+    PyObject *script = name == NULL ? NULL : PyObject_CallOneArg(check->load_script, name);
+    Py_XDECREF(name);
+    PyObject *sha = script == NULL ? NULL : PyObject_GetAttr(script, NAME(state, SHA));
+    Py_XDECREF(script);
+    if (sha == NULL) {
+        Py_DECREF(compiled);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyTuple_SET_ITEM(compiled, RPLAN_SHA, sha);
+    static const int names[RPLAN_FIELDS] = {0, RNAME_KEY_TAG, RNAME_WINDOWS_S, RNAME_UNIT_ARGS,
+                                            RNAME_RESULT_SHAPE};
+    for (int i = RPLAN_TAG; i < RPLAN_FIELDS; i++) {
+        PyObject *value = PyObject_GetAttr(plan, state->redis_names[names[i]]);
+        if (value == NULL) {
+            Py_DECREF(compiled);
+            PyErr_Clear();
+            return NULL;
+        }
+        PyTuple_SET_ITEM(compiled, i, value);
+    }
+    if (!PyUnicode_CheckExact(sha) || !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, RPLAN_ARGS))) {
+        Py_DECREF(compiled);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(check->compiled) >= REDIS_MAX_COMPILED) {
+        PyDict_Clear(check->compiled);
+    }
+    int stored = PyDict_SetItem(check->compiled, plan, compiled);
+    Py_DECREF(compiled);
+    if (stored < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return PyDict_GetItemWithError(check->compiled, plan);
+}
+
+static double
+monotonic_s(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* time.monotonic()'s clock on Linux */
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+/* A connection out of the pool and what the check reads of it. */
+typedef struct {
+    PyObject *idle;       /* the pool's idle connections (a deque) */
+    PyObject *connection; /* taken from it, or NULL */
+    PyObject *sock;       /* its socket */
+    int fd;
+    double taken_at;
+} taken_connection;
+
+static void
+taken_release(taken_connection *taken)
+{
+    Py_CLEAR(taken->sock);
+    Py_CLEAR(taken->connection);
+    Py_CLEAR(taken->idle);
+}
+
+/* Put a connection back where it was taken from, nothing having been sent:
+ * the pool is as it was (the GIL was held since it was taken). */
+static void
+put_back(accel_state *state, taken_connection *taken)
+{
+    PyObject *done = PyObject_CallMethodOneArg(taken->idle, NAME(state, APPEND), taken->connection);
+    if (done == NULL) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(done);
+}
+
+/* Whether a connection's attribute equals the client's (the generations). */
+static int
+same_generation(accel_state *state, PyObject *client, PyObject *connection)
+{
+    PyObject *mine = PyObject_GetAttr(connection, NAME(state, GENERATION));
+    PyObject *pool = mine == NULL ? NULL : PyObject_GetAttr(client, NAME(state, POOL_GENERATION));
+    int same = pool == NULL ? -1 : PyObject_RichCompareBool(mine, pool, Py_EQ);
+    Py_XDECREF(mine);
+    Py_XDECREF(pool);
+    return same;
+}
+
+/* An idle connection ready for the command as RedisClient.evalsha() would use
+ * it unvetted: 1 (taken filled in), or 0 (declined: the pool as it was, no
+ * exception set). */
+static int
+take_connection(accel_state *state, redis_check_object *check, taken_connection *taken)
+{
+    taken->idle = PyObject_GetAttr(check->client, NAME(state, IDLE));
+    if (taken->idle == NULL) {
+        goto declined;
+    }
+    taken->connection = PyObject_CallMethodNoArgs(taken->idle, NAME(state, POP));
+    if (taken->connection == NULL) {
+        goto declined; /* none idle (IndexError): the Python path opens or waits */
+    }
+    PyObject *connection = taken->connection;
+    if (same_generation(state, check->client, connection) != 1 ||
+        !attribute_is(connection, NAME(state, BUDGET_S), Py_None) ||
+        !attribute_is(connection, NAME(state, RETIMED), Py_False) ||
+        !attribute_is(connection, NAME(state, KERNEL_TIMEOUTS), Py_True)) {
+        goto put_back;
+    }
+    PyObject *idle_since = PyObject_GetAttr(connection, NAME(state, IDLE_SINCE));
+    double since = idle_since == NULL ? -1.0 : PyFloat_AsDouble(idle_since);
+    Py_XDECREF(idle_since);
+    if (since == -1.0 && PyErr_Occurred()) {
+        goto put_back;
+    }
+    taken->sock = PyObject_GetAttr(connection, NAME(state, SOCK));
+    PyObject *fileno =
+        taken->sock == NULL ? NULL : PyObject_CallMethodNoArgs(taken->sock, NAME(state, FILENO));
+    long fd = fileno == NULL ? -1 : PyLong_AsLong(fileno);
+    Py_XDECREF(fileno);
+    if (fd < 0 || fd > INT_MAX) {
+        goto put_back;
+    }
+    taken->fd = (int)fd;
+    taken->taken_at = monotonic_s();
+    if (taken->taken_at - since > check->idle_check_after_s) {
+        /* Idle long enough to be vetted: a connection with something to read
+         * was closed by the server or is out of step; the Python path closes
+         * it and takes another. */
+        struct pollfd readable = {.fd = taken->fd, .events = POLLIN, .revents = 0};
+        if (poll(&readable, 1, 0) != 0) {
+            goto put_back;
+        }
+    }
+    return 1;
+put_back:
+    put_back(state, taken);
+declined:
+    PyErr_Clear();
+    taken_release(taken);
+    return 0;
+}
+
+/* Give a connection whose reply was read whole back as evalsha() does: idle
+ * since the command began, first to a waiting thread if one is; closed if
+ * the pool was closed meanwhile. 0, or -1 with an exception set. */
+static int
+give_back(accel_state *state, redis_check_object *check, taken_connection *taken)
+{
+    PyObject *client = check->client, *connection = taken->connection, *done;
+    int same = same_generation(state, client, connection);
+    if (same < 0) {
+        return -1;
+    }
+    if (!same) {
+        done = PyObject_CallMethodOneArg(client, NAME(state, GIVE), connection);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    PyObject *since = PyFloat_FromDouble(taken->taken_at);
+    if (since == NULL || PyObject_SetAttr(connection, NAME(state, IDLE_SINCE), since) < 0) {
+        Py_XDECREF(since);
+        return -1;
+    }
+    Py_DECREF(since);
+    done = PyObject_CallMethodOneArg(taken->idle, NAME(state, APPEND), connection);
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    PyObject *waiters = PyObject_GetAttr(client, NAME(state, WAITERS));
+    int waiting = waiters == NULL ? -1 : PyObject_IsTrue(waiters);
+    Py_XDECREF(waiters);
+    if (waiting <= 0) {
+        return waiting;
+    }
+    done = PyObject_CallMethodNoArgs(client, NAME(state, HAND_OVER));
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* ---- the round trip ---------------------------------------------------------------- */
+
+/* Send `payload` whole and make the first read, the GIL released once around
+ * both. Returns the bytes read (0: the server closed the connection), or -1
+ * with an exception set (the OSError of a failed call, BlockingIOError for a
+ * kernel timeout; a signal handler's exception), as socket.sendall() and
+ * recv_into() raise them. */
+static Py_ssize_t
+round_trip(int fd, const char *payload, Py_ssize_t size, char *buffer, Py_ssize_t capacity)
+{
+    Py_ssize_t sent = 0, got = -1;
+    for (;;) {
+        int interrupted = 0, failure = 0;
+        Py_BEGIN_ALLOW_THREADS
+        while (sent < size) {
+            ssize_t n = send(fd, payload + sent, (size_t)(size - sent), MSG_NOSIGNAL);
+            if (n < 0) {
+                failure = errno;
+                break;
+            }
+            sent += n;
+        }
+        if (!failure) {
+            ssize_t n = recv(fd, buffer, (size_t)capacity, 0);
+            if (n < 0) {
+                failure = errno;
+            }
+            else {
+                got = n;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (failure == EINTR) {
+            interrupted = 1;
+        }
+        else if (failure) {
+            errno = failure;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (!interrupted) {
+            return got;
+        }
+        /* As socket methods do: run the signal handlers, then go on. */
+        if (PyErr_CheckSignals() < 0) {
+            return -1;
+        }
+    }
+}
+
+/* ---- framing a reply ------------------------------------------------------------------ */
+
+/* A RESP line's number at data[*at], up to its CRLF: 1 (*number set, *at past
+ * the line), 0 (not a whole, plain number of at most 18 digits). */
+static int
+read_number(const char *data, Py_ssize_t size, Py_ssize_t *at, long long *number)
+{
+    Py_ssize_t i = *at;
+    int negative = 0, digits = 0;
+    long long value = 0;
+    if (i < size && data[i] == '-') {
+        negative = 1;
+        i++;
+    }
+    while (i < size && data[i] >= '0' && data[i] <= '9') {
+        if (++digits > 18) {
+            return 0;
+        }
+        value = value * 10 + (data[i] - '0');
+        i++;
+    }
+    if (digits == 0 || i + 1 >= size || data[i] != '\r' || data[i + 1] != '\n') {
+        return 0;
+    }
+    *at = i + 2;
+    *number = negative ? -value : value;
+    return 1;
+}
+
+/* One reply at data[*at] of the kinds a decision's is made of, as hiredis'
+ * Reader gives it: an integer (int), a bulk string (bytes), a nil (None), an
+ * array of these (list). 1 (*value a new reference), 0 (anything else, or
+ * not whole: rest() frames it), -1 (an exception set). */
+static int
+frame_reply(const char *data, Py_ssize_t size, Py_ssize_t *at, int depth, PyObject **value)
+{
+    long long number;
+    if (*at >= size) {
+        return 0;
+    }
+    char kind = data[(*at)++];
+    if ((kind != ':' && kind != '$' && kind != '*') || !read_number(data, size, at, &number)) {
+        return 0;
+    }
+    if (kind == ':') {
+        *value = PyLong_FromLongLong(number);
+        return *value == NULL ? -1 : 1;
+    }
+    if (number == -1) {
+        *value = Py_NewRef(Py_None);
+        return 1;
+    }
+    if (number < 0) {
+        return 0;
+    }
+    if (kind == '$') {
+        if (number > size - *at - 2 || data[*at + number] != '\r' ||
+            data[*at + number + 1] != '\n') {
+            return 0;
+        }
+        *value = PyBytes_FromStringAndSize(data + *at, (Py_ssize_t)number);
+        *at += (Py_ssize_t)number + 2;
+        return *value == NULL ? -1 : 1;
+    }
+    if (depth >= REDIS_MAX_DEPTH || number > REDIS_MAX_ITEMS) {
+        return 0;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)number);
+    if (list == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)number; i++) {
+        PyObject *item;
+        int framed = frame_reply(data, size, at, depth + 1, &item);
+        if (framed <= 0) {
+            Py_DECREF(list);
+            return framed;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    *value = list;
+    return 1;
+}
+
+/* ---- the check ---------------------------------------------------------------------------- */
+
+/* The reply read whole: the connection given back, then the result. A new
+ * reference, or NULL with the error set. */
+static PyObject *
+decided(accel_state *state, PyObject *module, PyObject *limiter, redis_check_object *check,
+        taken_connection *taken, PyObject *plan, PyObject *compiled, PyObject *scope,
+        PyObject *shadow, PyObject *reply)
+{
+    if (give_back(state, check, taken) < 0) {
+        return NULL; /* raised from the pool's code, as from evalsha() */
+    }
+    PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(compiled, RPLAN_SHAPE)};
+    PyObject *result = decode_check_result(module, result_args, 2);
+    if (result != NULL && Py_TYPE(result) == state->check_result_type &&
+        results_field(result, 0) == Py_True && quiet(state, check) &&
+        attribute_is(limiter, NAME(state, METRICS), Py_None)) {
+        return result;
+    }
+    /* A denial (shadow mode), a reply check_result refused (the BackendError
+     * naming the script), or a breaker, failure log or metrics that changed
+     * meanwhile: the Python path's end. */
+    PyErr_Clear();
+    PyObject *rest = PyObject_CallFunctionObjArgs(check->finish, limiter, plan, scope, shadow,
+                                                  reply, result != NULL ? result : Py_None,
+                                                  NULL);
+    Py_XDECREF(result);
+    return rest;
+}
+
+int
+fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *found,
+                 PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
+                 PyObject *shadow, PyObject **out)
+{
+    redis_check_object *check = (redis_check_object *)found;
+    if (scope == NULL) {
+        scope = check->global_scope;
+    }
+    if (!attribute_is(limiter, NAME(state, METRICS), Py_None) ||
+        !attribute_is(limiter, NAME(state, RECORDER), Py_None) || !quiet(state, check)) {
+        return 0;
+    }
+    PyObject *plan = find_plan(state, check, rate, algorithm);
+    if (plan == NULL) {
+        return 0;
+    }
+    PyObject *keys = NULL, *payload = NULL;
+    taken_connection taken = {NULL, NULL, NULL, -1, 0.0};
+    int done = 0;
+    PyObject *compiled = compiled_plan(state, check, plan);
+    if (compiled == NULL) {
+        goto declined;
+    }
+    Py_INCREF(compiled);
+    PyObject *key_args[7] = {check->prefix,
+                             PyTuple_GET_ITEM(compiled, RPLAN_TAG),
+                             NAME(state, EMPTY),
+                             scope,
+                             key,
+                             PyTuple_GET_ITEM(compiled, RPLAN_WINDOWS),
+                             check->secret};
+    keys = keys_build(module, key_args, 7, NULL);
+    if (keys != NULL) {
+        PyObject *encode_args[3] = {PyTuple_GET_ITEM(compiled, RPLAN_SHA), keys,
+                                    PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
+        payload = resp_encode_evalsha(module, encode_args, 3);
+    }
+    if (payload == NULL || !PyBytes_CheckExact(payload) || !take_connection(state, check, &taken)) {
+        PyErr_Clear(); /* the Python path raises it (a bad key part), or takes the check */
+        Py_DECREF(compiled);
+        goto declined;
+    }
+    /* From here the command is sent: the check is taken whatever happens. */
+    done = 1;
+    char buffer[REDIS_READ_BYTES];
+    PyObject *sock = taken.sock; /* held: its descriptor stays open meanwhile */
+    (void)sock;
+    Py_ssize_t got = round_trip(taken.fd, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload),
+                                buffer, (Py_ssize_t)sizeof(buffer));
+    PyObject *reply = NULL, *data = NULL, *error = NULL;
+    if (got < 0) {
+        error = accel_take_exception();
+    }
+    else if (got == 0) {
+        error = PyObject_CallNoArgs(PyExc_EOFError);
+    }
+    else {
+        Py_ssize_t at = 0;
+        int framed = frame_reply(buffer, got, &at, 0, &reply);
+        if (framed == 1 && at != got) {
+            Py_CLEAR(reply); /* more than one reply: rest() keeps the stream in step */
+            framed = 0;
+        }
+        if (framed < 0) {
+            error = accel_take_exception();
+        }
+        else if (framed == 0) {
+            data = PyBytes_FromStringAndSize(buffer, got);
+            if (data == NULL) {
+                error = accel_take_exception();
+            }
+        }
+    }
+    if (reply != NULL) {
+        *out = decided(state, module, limiter, check, &taken, plan, compiled, scope, shadow,
+                       reply);
+        Py_DECREF(reply);
+    }
+    else if (data == NULL && error == NULL) {
+        *out = NULL; /* no exception to hand over: cannot happen, but never pass NULL on */
+        PyErr_SetString(PyExc_SystemError, "fast_redis: an empty outcome");
+    }
+    else {
+        PyObject *taken_at = PyFloat_FromDouble(taken.taken_at);
+        *out = taken_at == NULL
+                   ? NULL
+                   : PyObject_CallFunctionObjArgs(check->rest, limiter, plan, scope, shadow,
+                                                  taken.connection, taken_at, keys,
+                                                  data != NULL ? data : Py_None,
+                                                  error != NULL ? error : Py_None, NULL);
+        Py_XDECREF(taken_at);
+        Py_XDECREF(data);
+        Py_XDECREF(error);
+    }
+    Py_DECREF(compiled);
+declined:
+    taken_release(&taken);
+    Py_XDECREF(payload);
+    Py_XDECREF(keys);
+    Py_DECREF(plan);
+    return done;
+}
+
+/* ---- the module's part ---------------------------------------------------------------- */
+
+int
+fast_redis_add_to_module(PyObject *module)
+{
+    Py_BUILD_ASSERT(RNAME_END == REDIS_NAME_COUNT);
+    accel_state *state = PyModule_GetState(module);
+    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
+        state->redis_names[i] = PyUnicode_InternFromString(redis_name_texts[i]);
+        if (state->redis_names[i] == NULL) {
+            return -1;
+        }
+    }
+    PyObject *type = PyType_FromModuleAndSpec(module, &redis_check_spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(module, "RedisFastCheck", type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    state->redis_check_type = (PyTypeObject *)type;
+    return 0;
+}
+
+int
+fast_redis_traverse_state(accel_state *state, visitproc visit, void *arg)
+{
+    Py_VISIT(state->redis_check_type);
+    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
+        Py_VISIT(state->redis_names[i]);
+    }
+    return 0;
+}
+
+void
+fast_redis_clear_state(accel_state *state)
+{
+    Py_CLEAR(state->redis_check_type);
+    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
+        Py_CLEAR(state->redis_names[i]);
+    }
+}

@@ -1,0 +1,24 @@
+/* The blocking limiter's commonest check over one Redis server in one C
+ * call (fast_redis.c): the per-limiter state a FastMethod reads, and the
+ * check itself, which fast_check.c's FastMethod hands it. */
+#ifndef MODERATO_FAST_REDIS_H
+#define MODERATO_FAST_REDIS_H
+
+#include "results.h"
+
+/* The check of limiter (whose _fast_check is `check`, a RedisFastCheck)
+ * for a text key and rate, a text scope (NULL: the global one), a text or
+ * None algorithm and any shadow: 1 when taken (*out the result, a new
+ * reference, or NULL with the error set), 0 when declined (nothing sent,
+ * no exception set: the Python method's). */
+int fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *check,
+                     PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
+                     PyObject *shadow, PyObject **out);
+
+/* Create the RedisFastCheck type and the names it reads in this module's
+ * state and add the type to it. 0, or -1 with an exception set. */
+int fast_redis_add_to_module(PyObject *module);
+int fast_redis_traverse_state(accel_state *state, visitproc visit, void *arg);
+void fast_redis_clear_state(accel_state *state);
+
+#endif /* MODERATO_FAST_REDIS_H */

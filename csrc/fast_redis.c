@@ -700,8 +700,7 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
     /* From here the command is sent: the check is taken whatever happens. */
     done = 1;
     char buffer[REDIS_READ_BYTES];
-    PyObject *sock = taken.sock; /* held: its descriptor stays open meanwhile */
-    (void)sock;
+    /* taken.sock is held meanwhile: its descriptor stays open. */
     Py_ssize_t got = round_trip(taken.fd, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload),
                                 buffer, (Py_ssize_t)sizeof(buffer));
     PyObject *reply = NULL, *data = NULL, *error = NULL;

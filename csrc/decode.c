@@ -325,22 +325,10 @@ policy_values(PyObject *rate, const long long *policy, PyObject **out)
     return 0;
 }
 
-PyObject *
-decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The CheckResult from checked values and a checked plan. */
+static PyObject *
+build_check_result(accel_state *state, PyObject *plan, const long long *values, int policies)
 {
-    long long values[DECODE_MAX_INTS];
-    int policies;
-
-    if (accel_check_arity("check_result", "reply, plan", 2, 2, nargs) < 0) {
-        return NULL;
-    }
-    accel_state *state = PyModule_GetState(module);
-    PyObject *plan = args[1];
-    /* The plan first: a wrong one is the caller's bug, not the reply's. */
-    if (read_plan(state, plan, &policies) < 0 ||
-        read_reply("check_result()", args[0], policies, values) < 0) {
-        return NULL;
-    }
     PyObject *rates = PyTuple_GET_ITEM(plan, 4);
     PyObject *states = PyTuple_New(policies);
     if (states == NULL) {
@@ -384,4 +372,62 @@ decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                           top[5]};
     return results_new(state->check_result_type, fields,
                        (int)(sizeof(fields) / sizeof(fields[0])));
+}
+
+PyObject *
+decode_check_result(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long values[DECODE_MAX_INTS];
+    int policies;
+
+    if (accel_check_arity("check_result", "reply, plan", 2, 2, nargs) < 0) {
+        return NULL;
+    }
+    accel_state *state = PyModule_GetState(module);
+    PyObject *plan = args[1];
+    /* The plan first: a wrong one is the caller's bug, not the reply's. */
+    if (read_plan(state, plan, &policies) < 0 ||
+        read_reply("check_result()", args[0], policies, values) < 0) {
+        return NULL;
+    }
+    return build_check_result(state, plan, values, policies);
+}
+
+int
+decode_check_plan(PyObject *module, PyObject *plan, int *policies)
+{
+    return read_plan(PyModule_GetState(module), plan, policies);
+}
+
+/* values[position] checked as read_reply checks a reply's item. */
+static int
+check_value(const char *function, Py_ssize_t position, const long long *values, int policies)
+{
+    /* The item only shows in an error: made for one. */
+    if (check_range(function, position, Py_None, values, policies) == 0) {
+        return 0;
+    }
+    PyErr_Clear();
+    PyObject *value = PyLong_FromLongLong(values[position]);
+    if (value != NULL) {
+        check_range(function, position, value, values, policies);
+        Py_DECREF(value);
+    }
+    return -1;
+}
+
+PyObject *
+decode_values_result(PyObject *module, PyObject *plan, const long long *values, int policies)
+{
+    static const char function[] = "check_result()";
+    Py_ssize_t size = DECODE_HEADER_INTS + (Py_ssize_t)DECODE_POLICY_INTS * policies;
+    for (Py_ssize_t position = 0; position < size; position++) {
+        if (check_value(function, position, values, policies) < 0) {
+            return NULL;
+        }
+    }
+    if (check_deciding(function, values, policies) < 0) {
+        return NULL;
+    }
+    return build_check_result(PyModule_GetState(module), plan, values, policies);
 }

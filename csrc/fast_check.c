@@ -29,11 +29,13 @@
  */
 #include "fast_check.h"
 
+#include <string.h>
 #include <structmember.h>
 
 #include "decode.h"
 #include "fast_redis.h"
 #include "keys.h"
+#include "sequence.h"
 #include "store_decide.h"
 
 /* Most compiled plans a FastCheck keeps before it starts over (plans.py's
@@ -70,8 +72,18 @@ enum { FAST_NAMES(FAST_NAME_ENUM) NAME_END };
 static const char *const name_texts[] = {FAST_NAMES(FAST_NAME_TEXT)};
 #undef FAST_NAME_TEXT
 
-/* A compiled plan: (script_name, key_tag, windows_s, unit_args, result_shape). */
-enum { PLAN_SCRIPT, PLAN_TAG, PLAN_WINDOWS, PLAN_ARGS, PLAN_SHAPE, PLAN_FIELDS };
+/* A compiled plan: (script_name, key_tag, windows_s, unit_args, result_shape,
+ * parsed), parsed a capsule of its fast_plan. */
+enum { PLAN_SCRIPT, PLAN_TAG, PLAN_WINDOWS, PLAN_ARGS, PLAN_SHAPE, PLAN_PARSED, PLAN_FIELDS };
+enum { PLAN_READ_FIELDS = PLAN_PARSED }; /* the plan's attributes */
+
+/* What a plan's checks repeat, parsed once: the store's arguments
+ * (store_decision_new) and the keys' windows. */
+typedef struct {
+    store_decision *decision;
+    int policies;
+    long long windows_s[ACCEL_MAX_POLICIES];
+} fast_plan;
 
 static accel_state *
 state_of(PyTypeObject *type)
@@ -423,10 +435,64 @@ static PyType_Spec fast_check_spec = {
 
 /* ---- the check ----------------------------------------------------------------- */
 
-/* The plan's compiled fields, a borrowed tuple, or NULL (declined: no
- * exception set). */
+static void
+fast_plan_free(PyObject *capsule)
+{
+    fast_plan *parsed = PyCapsule_GetPointer(capsule, NULL);
+    if (parsed != NULL) {
+        store_decision_free(parsed->decision);
+        PyMem_Free(parsed);
+    }
+}
+
+/* The plan's parsed part, from its fields and the first check's keys (built
+ * by build_keys: its windows are valid ints): a new capsule, or NULL with an
+ * error set (the plan is not compiled). */
 static PyObject *
-compiled_plan(accel_state *state, fast_check_object *fast, PyObject *plan)
+parse_plan(PyObject *module, PyObject *compiled, PyObject *keys)
+{
+    int policies;
+    PyObject *windows = PyTuple_GET_ITEM(compiled, PLAN_WINDOWS);
+    if (decode_check_plan(module, PyTuple_GET_ITEM(compiled, PLAN_SHAPE), &policies) < 0) {
+        return NULL;
+    }
+    if (PySequence_Fast_GET_SIZE(windows) != policies || PyList_GET_SIZE(keys) != policies) {
+        PyErr_SetString(PyExc_ValueError, "a plan's windows and rates differ in number");
+        return NULL;
+    }
+    fast_plan *parsed = PyMem_Malloc(sizeof(fast_plan));
+    if (parsed == NULL) {
+        return PyErr_NoMemory();
+    }
+    parsed->policies = policies;
+    for (int i = 0; i < policies; i++) {
+        parsed->windows_s[i] = PyLong_AsLongLong(PySequence_Fast_ITEMS(windows)[i]);
+    }
+    parsed->decision = store_decision_new(PyTuple_GET_ITEM(compiled, PLAN_SCRIPT), keys,
+                                          PyTuple_GET_ITEM(compiled, PLAN_ARGS));
+    if (parsed->decision == NULL || store_decision_policies(parsed->decision) != policies) {
+        if (parsed->decision != NULL) {
+            store_decision_free(parsed->decision);
+            PyErr_SetString(PyExc_ValueError, "a plan's keys and policies differ in number");
+        }
+        PyMem_Free(parsed);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(parsed, NULL, fast_plan_free);
+    if (capsule == NULL) {
+        store_decision_free(parsed->decision);
+        PyMem_Free(parsed);
+    }
+    return capsule;
+}
+
+/* The plan's compiled fields, a borrowed tuple, or NULL (declined: no
+ * exception set). A plan is compiled on its first check here: key_args are
+ * that check's build_keys arguments but the windows (its algorithm's tag
+ * left out: the plan's). */
+static PyObject *
+compiled_plan(PyObject *module, accel_state *state, fast_check_object *fast, PyObject *plan,
+              PyObject **key_args)
 {
     PyObject *compiled = PyDict_GetItemWithError(fast->compiled, plan);
     if (compiled != NULL || PyErr_Occurred()) {
@@ -438,9 +504,9 @@ compiled_plan(accel_state *state, fast_check_object *fast, PyObject *plan)
         PyErr_Clear();
         return NULL;
     }
-    static const int names[PLAN_FIELDS] = {NAME_SCRIPT_NAME, NAME_KEY_TAG, NAME_WINDOWS_S,
-                                           NAME_UNIT_ARGS, NAME_RESULT_SHAPE};
-    for (int i = 0; i < PLAN_FIELDS; i++) {
+    static const int names[PLAN_READ_FIELDS] = {NAME_SCRIPT_NAME, NAME_KEY_TAG, NAME_WINDOWS_S,
+                                                NAME_UNIT_ARGS, NAME_RESULT_SHAPE};
+    for (int i = 0; i < PLAN_READ_FIELDS; i++) {
         PyObject *value = PyObject_GetAttr(plan, state->names[names[i]]);
         if (value == NULL) {
             Py_DECREF(compiled);
@@ -450,10 +516,23 @@ compiled_plan(accel_state *state, fast_check_object *fast, PyObject *plan)
         PyTuple_SET_ITEM(compiled, i, value);
     }
     if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_SCRIPT)) ||
-        !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_ARGS))) {
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_ARGS)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_WINDOWS))) {
         Py_DECREF(compiled);
         return NULL;
     }
+    PyObject *build_args[7] = {key_args[0], PyTuple_GET_ITEM(compiled, PLAN_TAG), key_args[2],
+                               key_args[3], key_args[4], PyTuple_GET_ITEM(compiled, PLAN_WINDOWS),
+                               key_args[6]};
+    PyObject *keys = keys_build(module, build_args, 7, NULL);
+    PyObject *parsed = keys == NULL ? NULL : parse_plan(module, compiled, keys);
+    Py_XDECREF(keys);
+    if (parsed == NULL) {
+        Py_DECREF(compiled);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyTuple_SET_ITEM(compiled, PLAN_PARSED, parsed);
     if (PyDict_GET_SIZE(fast->compiled) >= FAST_MAX_COMPILED) {
         PyDict_Clear(fast->compiled);
     }
@@ -548,45 +627,63 @@ shadow_step(accel_state *state, PyObject *limiter, fast_check_object *fast, PyOb
     return shadowed;
 }
 
+/* Item i of a reply, from its integers. */
+static PyObject *
+reply_integer(void *values, Py_ssize_t i)
+{
+    return PyLong_FromLongLong(((const long long *)values)[i]);
+}
+
 /* The check past the point where the store was asked: the result (new
- * reference) or NULL with the error set. */
+ * reference) or NULL with the error set. bases: the policies' base keys. */
 static PyObject *
 decide(accel_state *state, PyObject *module, PyObject *limiter, fast_check_object *fast,
-       PyObject *plan, PyObject *compiled, PyObject *keys, PyObject *scope, PyObject *shadow)
+       PyObject *plan, PyObject *compiled, const fast_plan *parsed, const char *const *bases,
+       const Py_ssize_t *base_sizes, PyObject *scope, PyObject *shadow)
 {
-    PyObject *reply = NULL, *result = NULL, *now = NULL;
+    long long values[2 + 3 * ACCEL_MAX_POLICIES];
+    PyObject *reply = NULL, *result = NULL;
+    int64_t now_ms = 0;
+    int decided = -1;
     PyObject *clock = PyObject_GetAttr(fast->backend, state->names[NAME_CLOCK]);
     if (clock != NULL) {
-        now = clock == fast->wall_clock ? Py_NewRef(Py_None) : PyObject_CallNoArgs(clock);
+        PyObject *now = clock == fast->wall_clock ? Py_NewRef(Py_None) : PyObject_CallNoArgs(clock);
         Py_DECREF(clock);
+        if (now != NULL) {
+            /* What MemoryStore.decide() reads of its now_ms argument. */
+            decided = parse_now_or_clock("decide", now, &now_ms);
+            Py_DECREF(now);
+        }
     }
-    if (now != NULL) {
-        PyObject *decide_args[4] = {PyTuple_GET_ITEM(compiled, PLAN_SCRIPT), keys,
-                                    PyTuple_GET_ITEM(compiled, PLAN_ARGS), now};
-        reply = store_decide(fast->store, decide_args, 4);
-        Py_DECREF(now);
+    if (decided == 0) {
+        decided = store_decide_with(fast->store, parsed->decision, bases, base_sizes, now_ms,
+                                    values);
     }
-    if (reply != NULL) {
-        PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(compiled, PLAN_SHAPE)};
-        result = decode_check_result(module, result_args, 2);
+    if (decided == 0) {
+        result = decode_values_result(module, PyTuple_GET_ITEM(compiled, PLAN_SHAPE), values,
+                                      parsed->policies);
         if (result != NULL) {
-            Py_DECREF(reply);
             return shadow_step(state, limiter, fast, result, scope, shadow);
         }
-        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
-            !PyErr_ExceptionMatches(PyExc_ValueError)) {
-            Py_CLEAR(reply); /* raised as it is, with the error */
+        if (PyErr_ExceptionMatches(PyExc_TypeError) ||
+            PyErr_ExceptionMatches(PyExc_ValueError)) {
+            /* The reply the store gave, for finish() to decode as the Python path does. */
+            PyErr_Clear();
+            reply = accel_build_sequence(0, 2 + 3 * (Py_ssize_t)parsed->policies, reply_integer,
+                                         values);
+            if (reply == NULL) {
+                return NULL;
+            }
         }
     }
     /* finish() takes it from here as the Python path would: a reply that did not
      * decode, or what the clock or the store raised. */
-    PyObject *error = accel_take_exception();
-    if (error == NULL) {
-        Py_XDECREF(reply);
-        return NULL;
-    }
-    if (reply != NULL) {
-        Py_CLEAR(error);
+    PyObject *error = NULL;
+    if (reply == NULL) {
+        error = accel_take_exception();
+        if (error == NULL) {
+            return NULL;
+        }
     }
     result = PyObject_CallFunctionObjArgs(fast->finish, limiter, plan, scope, shadow,
                                           reply != NULL ? reply : Py_None,
@@ -673,34 +770,42 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
     if (scope == NULL) {
         scope = fast->global_scope;
     }
-    PyObject *plan = NULL, *keys = NULL;
-    PyObject *compiled;
+    PyObject *plan = NULL, *compiled;
     int taken = 0;
+    PyObject *secret = fast->secret == Py_None ? NULL : fast->secret;
+    PyObject *key_args[7] = {fast->prefix, NULL, state->names[NAME_EMPTY], scope, key, NULL,
+                             fast->secret};
     if (!limiter_allows(state, limiter, fast) ||
         (plan = find_plan(state, fast, rate, algorithm)) == NULL ||
-        (compiled = compiled_plan(state, fast, plan)) == NULL) {
+        (compiled = compiled_plan(module, state, fast, plan, key_args)) == NULL) {
         goto done;
     }
     Py_INCREF(compiled);
-    PyObject *key_args[7] = {fast->prefix,
-                             PyTuple_GET_ITEM(compiled, PLAN_TAG),
-                             state->names[NAME_EMPTY],
-                             scope,
-                             key,
-                             PyTuple_GET_ITEM(compiled, PLAN_WINDOWS),
-                             fast->secret};
-    keys = keys_build(module, key_args, 7, NULL);
-    if (keys == NULL) {
+    const fast_plan *parsed = PyCapsule_GetPointer(PyTuple_GET_ITEM(compiled, PLAN_PARSED), NULL);
+    /* The keys as build_keys makes them, in place. */
+    char keys[ACCEL_MAX_POLICIES][KEYS_MAX_BYTES];
+    const char *bases[ACCEL_MAX_POLICIES];
+    Py_ssize_t base_sizes[ACCEL_MAX_POLICIES];
+    key_args[1] = PyTuple_GET_ITEM(compiled, PLAN_TAG);
+    Py_ssize_t head_size = keys_write_head(key_args, secret, keys[0]);
+    if (head_size < 0) {
         PyErr_Clear(); /* the Python path raises it, as its KeyPartError */
         Py_DECREF(compiled);
         goto done;
     }
+    for (int i = 0; i < parsed->policies; i++) {
+        if (i > 0) {
+            memcpy(keys[i], keys[0], (size_t)head_size);
+        }
+        bases[i] = keys[i];
+        base_sizes[i] = keys_write_window(keys[i] + head_size, parsed->windows_s[i]) - keys[i];
+    }
     /* From here the store is asked: the check is taken whatever happens. */
     taken = 1;
-    *out = decide(state, module, limiter, fast, plan, compiled, keys, scope, shadow);
+    *out = decide(state, module, limiter, fast, plan, compiled, parsed, bases, base_sizes, scope,
+                  shadow);
     Py_DECREF(compiled);
 done:
-    Py_XDECREF(keys);
     Py_XDECREF(plan);
     Py_DECREF(found);
     return taken;

@@ -26,29 +26,6 @@
 #include "sequence.h"
 #include "sha256.h"
 
-#define KEYS_MAX_PREFIX_BYTES 128
-#define KEYS_MAX_ALGORITHM_BYTES 16
-#define KEYS_MIN_SECRET_BYTES 16
-
-/* Longest kept (percent-encoded) component; longer ones are hashed. */
-#define KEYS_MAX_KEPT_BYTES 64
-/* Digest bytes shown, as hex, in a hashed component: "~" or "!" and 32
- * hex digits, shorter than the longest kept component. */
-#define KEYS_DIGEST_SHOWN_BYTES 16
-#define KEYS_HASHED_BYTES (1 + 2 * KEYS_DIGEST_SHOWN_BYTES)
-#define KEYS_MAX_COMPONENT_BYTES KEYS_MAX_KEPT_BYTES
-#define KEYS_MAX_WINDOW_DIGITS ((int)sizeof(ACCEL_TEXT(ACCEL_MAX_LONG_WINDOW_S)) - 1)
-#define KEYS_MAX_BURST_DIGITS ((int)sizeof(ACCEL_TEXT(ACCEL_MAX_LIMIT)) - 1)
-
-/* "{" tenant ":" scope ":" identity "}" */
-#define KEYS_MAX_TAG_BYTES (1 + 3 * KEYS_MAX_COMPONENT_BYTES + 2 + 1)
-/* prefix ":" algorithm ":" tag ":" window_s ["b" burst] */
-#define KEYS_MAX_BYTES                                                              \
-    (KEYS_MAX_PREFIX_BYTES + 1 + KEYS_MAX_ALGORITHM_BYTES + 1 + KEYS_MAX_TAG_BYTES + 1 + \
-     KEYS_MAX_WINDOW_DIGITS + 1 + KEYS_MAX_BURST_DIGITS)
-/* prefix ":??:" tag ":*" */
-#define KEYS_MAX_PATTERN_BYTES (KEYS_MAX_PREFIX_BYTES + 4 + KEYS_MAX_TAG_BYTES + 2)
-
 #define KEYS_PREFIX_ALPHABET "A-Z a-z 0-9 _ . : -"
 #define KEYS_ALGORITHM_ALPHABET "a-z 0-9 _"
 
@@ -413,33 +390,34 @@ secret_and_prefix(const char *function, Py_ssize_t positional, PyObject *const *
                        KEYS_PREFIX_ALPHABET, prefix_size);
 }
 
-PyObject *
-keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
-           PyObject *kwnames)
+/* The head of a decision's keys at out, its arguments checked in build_keys'
+ * order but for the windows and the burst (checked between the tag and the
+ * secret when windows_s is not NULL): its length, or -1. */
+static Py_ssize_t
+write_head(const char *function, PyObject *const *parts, PyObject *secret, PyObject *windows,
+           long long *windows_s, Py_ssize_t *window_count, PyObject *burst, long long *burst_value,
+           char *key)
 {
-    static const char function[] = "build_keys";
-    long long windows_s[ACCEL_MAX_POLICIES];
-    char key[KEYS_MAX_BYTES];
     Py_ssize_t prefix_size, algorithm_size;
-    PyObject *secret, *burst = NULL;
-    long long burst_value;
     keys_tag tag;
-
     const unsigned char *prefix =
-        secret_and_prefix(function, 6, args, nargs, kwnames, &secret, &burst, &prefix_size);
+        token_bytes(function, "prefix", parts[0], KEYS_MAX_PREFIX_BYTES, is_prefix_byte,
+                    KEYS_PREFIX_ALPHABET, &prefix_size);
     if (prefix == NULL) {
-        return NULL;
+        return -1;
     }
     const unsigned char *algorithm =
-        token_bytes(function, "algorithm", args[1], KEYS_MAX_ALGORITHM_BYTES, is_algorithm_byte,
+        token_bytes(function, "algorithm", parts[1], KEYS_MAX_ALGORITHM_BYTES, is_algorithm_byte,
                     KEYS_ALGORITHM_ALPHABET, &algorithm_size);
-    if (algorithm == NULL || parse_tag(function, args + 2, secret, &tag) < 0) {
-        return NULL;
+    if (algorithm == NULL || parse_tag(function, parts + 2, secret, &tag) < 0) {
+        return -1;
     }
-    Py_ssize_t window_count = parse_windows(args[5], windows_s);
-    if (window_count < 0 || (secret != NULL && check_secret(function, secret) < 0) ||
-        parse_burst(burst, &burst_value) < 0) {
-        return NULL;
+    if (windows != NULL && (*window_count = parse_windows(windows, windows_s)) < 0) {
+        return -1;
+    }
+    if ((secret != NULL && check_secret(function, secret) < 0) ||
+        (windows != NULL && parse_burst(burst, burst_value) < 0)) {
+        return -1;
     }
 
     /* Everything up to the window is shared by all the keys. */
@@ -450,9 +428,42 @@ keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
     out = write_tag(out, &tag, secret);
     *out++ = ':';
     assert(out - key <= KEYS_MAX_BYTES - KEYS_MAX_WINDOW_DIGITS - 1 - KEYS_MAX_BURST_DIGITS);
+    return out - key;
+}
 
-    window_keys keys = {key, out, windows_s, burst_value};
+PyObject *
+keys_build(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
+           PyObject *kwnames)
+{
+    static const char function[] = "build_keys";
+    long long windows_s[ACCEL_MAX_POLICIES];
+    char key[KEYS_MAX_BYTES];
+    PyObject *secret, *burst = NULL;
+    long long burst_value;
+    Py_ssize_t window_count;
+
+    if (find_secret(function, 6, args, nargs, kwnames, &secret, &burst) < 0) {
+        return NULL;
+    }
+    Py_ssize_t head_size = write_head(function, args, secret, args[5], windows_s, &window_count,
+                                      burst, &burst_value, key);
+    if (head_size < 0) {
+        return NULL;
+    }
+    window_keys keys = {key, key + head_size, windows_s, burst_value};
     return accel_build_sequence(0, window_count, window_key, &keys);
+}
+
+Py_ssize_t
+keys_write_head(PyObject *const *parts, PyObject *secret, char *out)
+{
+    return write_head("build_keys", parts, secret, NULL, NULL, NULL, NULL, NULL, out);
+}
+
+char *
+keys_write_window(char *out, long long window_s)
+{
+    return write_decimal(out, window_s);
 }
 
 PyObject *

@@ -160,6 +160,51 @@ reply_integer(void *values, Py_ssize_t i)
     return PyLong_FromLongLong(((const long long *)values)[i]);
 }
 
+/* The decision of a parsed call whose policies' base keys are set, into
+ * values (2 + 3 per policy, the reply's integers). 0, or -1 with an error
+ * set. Runs no Python code until the key space is released. */
+static int
+decide_parsed(MemoryStore *store, memory_call *call, long long *values)
+{
+    Py_ssize_t base_sizes[ACCEL_MAX_POLICIES];
+    for (int i = 0; i < call->policy_count; i++) {
+        base_sizes[i] = call->policies[i].base_size;
+    }
+    if (reserve_key_space(call, MAX_TARGETS, base_sizes, call->policy_count) < 0) {
+        return -1;
+    }
+    store->version++; /* even a read reorders the LRU list */
+    const memory_algorithm *algorithm = call->algorithm;
+    for (int i = 0; i < call->policy_count; i++) {
+        if (algorithm->evaluate(store, call, &call->policies[i]) < 0) {
+            goto failed;
+        }
+    }
+    int allowed = conclude(call, values);
+    if (allowed && call->apply) {
+        if (prepare_writes(store, call) < 0) {
+            goto failed;
+        }
+        for (int i = 0; i < call->policy_count; i++) {
+            algorithm->apply(store, call, &call->policies[i]);
+        }
+        evict_beyond_cap(store);
+    }
+    if (store->sweep_every > 0 && --store->until_sweep == 0) {
+        /* Expired entries go without a background task: a bounded slice of
+         * the table every so many decisions. */
+        store->until_sweep = store->sweep_every;
+        table_sweep(store, store->sweep_entries, store_entry_idle, call->now_ms);
+    }
+    release_fresh(call);
+    release_key_space(call);
+    return 0;
+failed:
+    release_fresh(call);
+    release_key_space(call);
+    return -1;
+}
+
 PyObject *
 store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -191,48 +236,99 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     call->argv = PySequence_Fast_ITEMS(argv);
     call->argc = PySequence_Fast_GET_SIZE(argv);
     call->now_ms = now_ms;
-    if (parse_call(call, PySequence_Fast_ITEMS(keys), PySequence_Fast_GET_SIZE(keys)) < 0) {
-        goto done;
+    if (parse_call(call, PySequence_Fast_ITEMS(keys), PySequence_Fast_GET_SIZE(keys)) == 0 &&
+        decide_parsed(store, call, values) == 0) {
+        /* Nothing of the arguments or the table is used past this point: the
+         * reply's allocation may run a garbage collection, hence any code. */
+        reply = accel_build_sequence(0, 2 + 3 * (Py_ssize_t)call->policy_count, reply_integer,
+                                     values);
     }
-    Py_ssize_t base_sizes[ACCEL_MAX_POLICIES];
-    for (int i = 0; i < call->policy_count; i++) {
-        base_sizes[i] = call->policies[i].base_size;
-    }
-    if (reserve_key_space(call, MAX_TARGETS, base_sizes, call->policy_count) < 0) {
-        goto done;
-    }
-    store->version++; /* even a read reorders the LRU list */
-    for (int i = 0; i < call->policy_count; i++) {
-        if (algorithm->evaluate(store, call, &call->policies[i]) < 0) {
-            goto done;
-        }
-    }
-    int allowed = conclude(call, values);
-    if (allowed && call->apply) {
-        if (prepare_writes(store, call) < 0) {
-            goto done;
-        }
-        for (int i = 0; i < call->policy_count; i++) {
-            algorithm->apply(store, call, &call->policies[i]);
-        }
-        evict_beyond_cap(store);
-    }
-    if (store->sweep_every > 0 && --store->until_sweep == 0) {
-        /* Expired entries go without a background task: a bounded slice of
-         * the table every so many decisions. */
-        store->until_sweep = store->sweep_every;
-        table_sweep(store, store->sweep_entries, store_entry_idle, now_ms);
-    }
-    /* Nothing of the arguments or the table is used past this point: the
-     * reply's allocation may run a garbage collection, hence any code. */
-    release_fresh(call);
-    release_key_space(call);
-    reply = accel_build_sequence(0, 2 + 3 * (Py_ssize_t)call->policy_count, reply_integer, values);
-done:
-    release_fresh(call);
-    release_key_space(call);
     Py_XDECREF(argv);
     Py_XDECREF(keys);
     return reply;
 }
 
+/* ---- decide() for a caller that repeats its arguments (fast_check.c) ------------- */
+
+struct store_decision {
+    memory_call call; /* parsed: algorithm, cost, apply, the policies' fields */
+};
+
+store_decision *
+store_decision_new(PyObject *algorithm_name, PyObject *keys, PyObject *args)
+{
+    const memory_algorithm *algorithm = find_algorithm(algorithm_name);
+    if (algorithm == NULL) {
+        return NULL;
+    }
+    store_decision *decision = PyMem_Malloc(sizeof(store_decision));
+    if (decision == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memory_call *call = &decision->call;
+    PyObject *key_items = NULL, *argv = NULL;
+    call->policy_count = 0;
+    call->key_space = NULL;
+    if (fast_sequences(keys, "MemoryStore.decide() keys must be a sequence", &key_items, args,
+                       "MemoryStore.decide() args must be a sequence", &argv) < 0) {
+        PyMem_Free(decision);
+        return NULL;
+    }
+    call->algorithm = algorithm;
+    call->argv = PySequence_Fast_ITEMS(argv);
+    call->argc = PySequence_Fast_GET_SIZE(argv);
+    call->now_ms = 0;
+    int parsed =
+        parse_call(call, PySequence_Fast_ITEMS(key_items), PySequence_Fast_GET_SIZE(key_items));
+    Py_DECREF(argv);
+    Py_DECREF(key_items);
+    if (parsed < 0) {
+        PyMem_Free(decision);
+        return NULL;
+    }
+    /* Nothing of the arguments is kept: the keys are given per decision. */
+    call->argv = NULL;
+    call->argc = 0;
+    for (int i = 0; i < call->policy_count; i++) {
+        call->policies[i].base = NULL;
+        call->policies[i].base_size = 0;
+    }
+    return decision;
+}
+
+void
+store_decision_free(store_decision *decision)
+{
+    PyMem_Free(decision);
+}
+
+int
+store_decision_policies(const store_decision *decision)
+{
+    return decision->call.policy_count;
+}
+
+int
+store_decide_with(PyObject *store, const store_decision *decision, const char *const *bases,
+                  const Py_ssize_t *base_sizes, int64_t now_ms, long long *values)
+{
+    memory_call call_space;
+    memory_call *call = &call_space;
+    const memory_call *parsed = &decision->call;
+    call->algorithm = parsed->algorithm;
+    call->argv = NULL;
+    call->argc = 0;
+    call->cost_scaled = parsed->cost_scaled;
+    call->apply = parsed->apply;
+    call->now_ms = now_ms;
+    call->policy_count = parsed->policy_count;
+    call->key_space = NULL;
+    memcpy(call->policies, parsed->policies,
+           sizeof(memory_policy) * (size_t)parsed->policy_count);
+    for (int i = 0; i < call->policy_count; i++) {
+        call->policies[i].base = bases[i];
+        call->policies[i].base_size = base_sizes[i];
+    }
+    return decide_parsed((MemoryStore *)store, call, values);
+}

@@ -95,6 +95,35 @@ def test_the_same_results_state_and_errors_as_the_python_path(algorithm: Optiona
     asyncio.run(run())
 
 
+IDENTITIES = ["u\udc80", "u1", "a b/c@d", "é" * 5, "x" * 65, "%41{}:~!", ""]
+SCOPES = ["global", "GET /items/{id}", "y" * 80, "s:1"]
+
+
+@pytest.mark.parametrize("options", [{}, {"identity_secret": b"s" * 32, "key_prefix": "p.q"}])
+@pytest.mark.parametrize("rate", ["4/second", "2/second;3/minute;9/hour"])
+def test_the_keys_are_the_python_paths_for_every_identity_and_scope(
+    options: dict[str, Any], rate: str
+) -> None:
+    """A plan's arguments are parsed on its first check here (a refused identity's, first:
+    not kept) and reused by every identity after; the keys are built in place for each."""
+    clock = Clock()
+    fast, python = twins(clock, **options)
+    fast.plan_for(rate)
+
+    async def run() -> None:
+        for step in range(6):
+            clock.now_ms += 400 * step
+            for identity in IDENTITIES:
+                for scope in SCOPES:
+                    ours = await outcome(fast.check_with_info, identity, rate, scope=scope)
+                    theirs = await outcome(PYTHON_CHECK, python, identity, rate, scope=scope)
+                    assert ours == theirs, (identity, scope)
+        assert state(fast) == state(python)
+
+    asyncio.run(run())
+    assert fast._fast_check.compiled_count == 1  # type: ignore[attr-defined]
+
+
 def test_the_fast_path_is_taken_for_the_common_check_only() -> None:
     limiter = RateLimiter("memory://")
 

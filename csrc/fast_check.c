@@ -85,13 +85,6 @@ typedef struct {
     long long windows_s[ACCEL_MAX_POLICIES];
 } fast_plan;
 
-static accel_state *
-state_of(PyTypeObject *type)
-{
-    PyObject *module = PyType_GetModule(type);
-    return module == NULL ? NULL : (accel_state *)PyModule_GetState(module);
-}
-
 /* ---- ReadyCheck: a completed coroutine --------------------------------------------- */
 
 typedef struct {
@@ -704,10 +697,11 @@ typedef struct {
 
 /* The one-call path of check_with_info(limiter, key, rate, **keywords): 1
  * when taken (*out the outcome: a new reference, or NULL with the error
- * set), 0 when declined (nothing done, no exception set). */
+ * set; *taken_state the module's state), 0 when declined (nothing done, no
+ * exception set). */
 static int
 fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
-          PyObject **out)
+          PyObject **out, accel_state **taken_state)
 {
     PyObject *limiter = args[0], *key = args[1], *rate = args[2];
     if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(rate)) {
@@ -802,6 +796,7 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
     }
     /* From here the store is asked: the check is taken whatever happens. */
     taken = 1;
+    *taken_state = state;
     *out = decide(state, module, limiter, fast, plan, compiled, parsed, bases, base_sizes, scope,
                   shadow);
     Py_DECREF(compiled);
@@ -818,14 +813,10 @@ fast_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     fast_method_object *method = (fast_method_object *)callable;
     if (PyVectorcall_NARGS(nargsf) == 3) {
         PyObject *result = NULL;
-        if (fast_path(method, args, kwnames, &result)) {
+        accel_state *state = NULL;
+        if (fast_path(method, args, kwnames, &result, &state)) {
             if (method->blocking) {
                 return result;
-            }
-            accel_state *state = state_of(Py_TYPE(callable));
-            if (state == NULL) {
-                Py_XDECREF(result);
-                return NULL;
             }
             if (result != NULL) {
                 return ready_new(state, result, NULL);

@@ -287,9 +287,35 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         started_s = time.perf_counter() if timed else 0.0
         try:
             charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
-            result = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
-            if type(result) is not CheckResult:  # a remote backend's: awaited
-                result = await result  # type: ignore[misc]
+            result: CheckResult
+            if self._check_now is not None:  # memory://: the result itself, at once
+                decision = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
+                result = cast(CheckResult, decision)
+            else:
+                # _decision and _remote_decision written out: each coroutine between a
+                # request and its client's future is resumed again when the reply comes.
+                keys = self._backend.decision_keys(plan, key, tenant_type, scope)
+                breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
+                if breaker.state != CLOSED and not breaker.allow():
+                    raise self._short_circuit("decide", breaker)
+                try:
+                    pending = self._start_check(plan, keys, charged_scaled, True)
+                    if type(pending) is CheckResult:  # a remembered denial: no backend call
+                        result = pending
+                    else:
+                        try:
+                            reply = await pending  # type: ignore[misc]  # awaitable
+                        except BaseException as error:  # the client's, translated here
+                            refusal = self._remote.check_failed(plan, pending, error)
+                            if refusal is error:
+                                raise
+                            raise refusal from None
+                        result = self._remote.finish_check(plan, pending, reply)
+                except BaseException as error:
+                    self._failed("decide", error, breaker)
+                    raise
+                if result is not pending:  # asked: the breaker and its metrics count it
+                    self._answered("decide", breaker)
         except BackendError as error:
             if self.recorder is not None:
                 return self._recorded_undecided(plan, cost, scope, error)

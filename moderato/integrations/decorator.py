@@ -33,10 +33,17 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
 
-from ..errors import RateLimitConfigError
+from ..errors import (
+    BackendError,
+    RateLimitCallbackError,
+    RateLimitConfigError,
+    RateLimitExceeded,
+    exceeded,
+)
 from ..specs import F, RateSpec, RuleOptions
 from . import stack
 from .combinations import check_combination
+from .decisions import record
 from .declared import declare
 from .order import remember
 from .request_limits import RULE_ATTRIBUTE, RULES_ATTRIBUTE, stacked
@@ -105,7 +112,27 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
                 f"{func.__qualname__} was called without a Request or WebSocket; a "
                 "rate-limited endpoint must be called by FastAPI or Starlette routing"
             )
-        await stack.enforce(rule, request)
+        scope = request.scope
+        if stack.decides_alone(rule, scope):
+            # stack.enforce's one-limit path and rule.enforce's body written out: every
+            # coroutine between the endpoint and the client's future is resumed again when
+            # Redis answers. The same steps, records and conversions as theirs.
+            try:
+                arguments = rule._arguments_now(request, None)
+                if arguments is None:
+                    arguments = await rule._arguments(request, None)
+                result = await rule._checked(arguments)
+                record(scope, result)
+                if not result.allowed:
+                    raise exceeded(result)
+            except (RateLimitExceeded, BackendError, RateLimitCallbackError) as error:
+                converted = LimitRule._converted(error, scope)
+                if converted is None:
+                    raise
+                raise converted from error.__cause__
+            stack.decided_alone(rule, scope, result)
+        else:
+            await stack.enforce(rule, request)
         if is_async:
             return await func(*args, **kwargs)
         return await run_in_threadpool(func, *args, **kwargs)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, cast
 
 from starlette.requests import HTTPConnection, Request
@@ -86,7 +86,16 @@ class RateLimitHeadersMiddleware(_RoutesChecked):
             return
         if not self.routes_checked:
             self._check_routes(scope)
-        await serve(self.app, scope, receive, send, self.headers)
+        # serve() written out: this coroutine is resumed on every suspension of the
+        # request below it (its Redis round trip), a second one would be too.
+        style = self.headers
+        send_with_headers = _HeaderSender(scope, send, style)
+        mark_middleware(scope)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as error:
+            if send_with_headers.started or not await send_error(error, scope, send, style):
+                raise
 
 
 class RateLimitMiddleware(_RoutesChecked):
@@ -307,13 +316,15 @@ class _HeaderSender:
         self.style = style
         self.started = False
 
-    async def __call__(self, message: Message) -> None:
+    def __call__(self, message: Message) -> Awaitable[None]:
+        # Not a coroutine: the application awaits the inner send's own awaitable, so
+        # each message costs no coroutine of ours.
         if message["type"] == "http.response.start":
             self.started = True
             scope = self.scope
             if claim_headers(scope):
                 message = _with_headers(message, _decision_headers(scope, self.style))
-        await self.send(message)
+        return self.send(message)
 
 
 async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderStyle) -> bool:

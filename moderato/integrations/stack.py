@@ -101,6 +101,22 @@ async def enforce(
         raise converted from error.__cause__
 
 
+def decides_alone(rule: LimitRule, scope: Scope) -> bool:
+    """Whether ``enforce(rule, ...)`` would take its one-limit path with nothing to await
+    before the check: no decision taken yet, no ``exempt_when``, and the rule the route's
+    only limit (the commonest shape: one decorator). The decorator then runs that path
+    itself (decorator.py): two coroutines fewer between the request and Redis's reply."""
+    if rule.exempt_when is not None or _DECIDED in scope:
+        return False
+    limits = route_limits(scope, rule)
+    return len(limits) == 1 and not limits[0].suffix
+
+
+def decided_alone(rule: LimitRule, scope: Scope, result: Optional[CheckResult]) -> None:
+    """Record ``rule``'s decision as the request's, as ``enforce``'s one-limit path does."""
+    scope[_DECIDED] = Decided((rule,), {id(rule): result}, "")
+
+
 LimitsInside = Callable[[Any, HTTPConnection], Awaitable[list[Limit]]]
 """The app-wide limits a mounted application's own middlewares apply to a request."""
 

@@ -34,6 +34,7 @@
 
 #include "decode.h"
 #include "fast_redis.h"
+#include "heap_type.h"
 #include "keys.h"
 #include "sequence.h"
 #include "store_decide.h"
@@ -108,34 +109,8 @@ ready_new(accel_state *state, PyObject *result, PyObject *error)
     return (PyObject *)ready;
 }
 
-static int
-ready_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    ready_object *ready = (ready_object *)self;
-    Py_VISIT(ready->result);
-    Py_VISIT(ready->error);
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-static int
-ready_clear(PyObject *self)
-{
-    ready_object *ready = (ready_object *)self;
-    Py_CLEAR(ready->result);
-    Py_CLEAR(ready->error);
-    return 0;
-}
-
-static void
-ready_dealloc(PyObject *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    ready_clear(self);
-    PyObject_GC_Del(self);
-    Py_DECREF(type);
-}
+#define READY_MEMBERS(X) X(result) X(error)
+ACCEL_GC_FUNCTIONS(ready, ready_object, READY_MEMBERS)
 
 /* The one step: the result (a new reference), or NULL with the error set. */
 static PyObject *
@@ -261,10 +236,7 @@ PyDoc_STRVAR(ready_doc,
 "coroutine: awaiting it returns the CheckResult or raises the error.");
 
 static PyType_Slot ready_slots[] = {
-    {Py_tp_doc, (void *)ready_doc},
-    {Py_tp_dealloc, ready_dealloc},
-    {Py_tp_traverse, ready_traverse},
-    {Py_tp_clear, ready_clear},
+    ACCEL_GC_SLOTS(ready, ready_doc),
     {Py_tp_iternext, ready_iternext},
     {Py_tp_methods, ready_methods},
     {Py_am_await, ready_await},
@@ -274,13 +246,8 @@ static PyType_Slot ready_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec ready_spec = {
-    .name = "moderato._accel.ReadyCheck",
-    .basicsize = (int)sizeof(ready_object),
-    .itemsize = 0,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .slots = ready_slots,
-};
+ACCEL_TYPE_SPEC(ready_spec, "moderato._accel.ReadyCheck", sizeof(ready_object),
+                Py_TPFLAGS_HAVE_GC, ready_slots);
 
 /* ---- FastCheck: what one limiter's checks read ----------------------------------- */
 
@@ -301,49 +268,22 @@ typedef struct {
     PyObject *compiled;    /* {plan: (script_name, key_tag, windows_s, unit_args, shape)} */
 } fast_check_object;
 
-#define FAST_CHECK_MEMBERS(X)                                                            \
+/* The constructor's keywords, in order, each the member it sets; and every
+ * member. */
+#define FAST_CHECK_ARGUMENTS(X)                                                          \
     X(prefix) X(secret) X(backend) X(store) X(defaults) X(plans) X(breaker) X(failure_log) \
-    X(wall_clock) X(finish) X(shadowed) X(global_scope) X(compiled)
+    X(wall_clock) X(finish) X(shadowed) X(global_scope)
+#define FAST_CHECK_MEMBERS(X) FAST_CHECK_ARGUMENTS(X) X(compiled)
 
-static int
-fast_check_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    fast_check_object *fast = (fast_check_object *)self;
-#define VISIT_MEMBER(name) Py_VISIT(fast->name);
-    FAST_CHECK_MEMBERS(VISIT_MEMBER)
-#undef VISIT_MEMBER
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-static int
-fast_check_clear(PyObject *self)
-{
-    fast_check_object *fast = (fast_check_object *)self;
-#define CLEAR_MEMBER(name) Py_CLEAR(fast->name);
-    FAST_CHECK_MEMBERS(CLEAR_MEMBER)
-#undef CLEAR_MEMBER
-    return 0;
-}
-
-static void
-fast_check_dealloc(PyObject *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    fast_check_clear(self);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
+ACCEL_GC_FUNCTIONS(fast_check, fast_check_object, FAST_CHECK_MEMBERS)
 
 static PyObject *
 fast_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"prefix",     "secret",      "backend",      "store",
-                               "defaults",   "plans",       "breaker",      "failure_log",
-                               "wall_clock", "finish",      "shadowed",     "global_scope",
-                               NULL};
-    PyObject *values[12];
+#define KEYWORD(member) #member,
+    static char *keywords[] = {FAST_CHECK_ARGUMENTS(KEYWORD) NULL};
+#undef KEYWORD
+    PyObject *values[sizeof(keywords) / sizeof(keywords[0]) - 1];
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOOO!OOOOOOU:FastCheck", keywords,
                                      &values[0], &values[1], &values[2], &values[3],
                                      &PyDict_Type, &values[4], &values[5], &values[6],
@@ -365,18 +305,10 @@ fast_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(fast);
         return NULL;
     }
-    fast->prefix = Py_NewRef(values[0]);
-    fast->secret = Py_NewRef(values[1]);
-    fast->backend = Py_NewRef(values[2]);
-    fast->store = Py_NewRef(values[3]);
-    fast->defaults = Py_NewRef(values[4]);
-    fast->plans = Py_NewRef(values[5]);
-    fast->breaker = Py_NewRef(values[6]);
-    fast->failure_log = Py_NewRef(values[7]);
-    fast->wall_clock = Py_NewRef(values[8]);
-    fast->finish = Py_NewRef(values[9]);
-    fast->shadowed = Py_NewRef(values[10]);
-    fast->global_scope = Py_NewRef(values[11]);
+    PyObject **value = values;
+#define TAKE_ARGUMENT(member) fast->member = Py_NewRef(*value++);
+    FAST_CHECK_ARGUMENTS(TAKE_ARGUMENT)
+#undef TAKE_ARGUMENT
     fast->compiled = compiled;
     return (PyObject *)fast;
 }
@@ -403,28 +335,14 @@ PyDoc_STRVAR(fast_check_doc,
 "it holds one.");
 
 static PyType_Slot fast_check_slots[] = {
-    {Py_tp_doc, (void *)fast_check_doc},
+    ACCEL_GC_SLOTS(fast_check, fast_check_doc),
     {Py_tp_new, fast_check_new},
-    {Py_tp_dealloc, fast_check_dealloc},
-    {Py_tp_traverse, fast_check_traverse},
-    {Py_tp_clear, fast_check_clear},
     {Py_tp_getset, fast_check_getset},
     {0, NULL},
 };
 
-#if PY_VERSION_HEX >= 0x030A0000
-#define IMMUTABLE_FLAG Py_TPFLAGS_IMMUTABLETYPE
-#else
-#define IMMUTABLE_FLAG 0
-#endif
-
-static PyType_Spec fast_check_spec = {
-    .name = "moderato._accel.FastCheck",
-    .basicsize = (int)sizeof(fast_check_object),
-    .itemsize = 0,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | IMMUTABLE_FLAG,
-    .slots = fast_check_slots,
-};
+ACCEL_TYPE_SPEC(fast_check_spec, "moderato._accel.FastCheck", sizeof(fast_check_object),
+                Py_TPFLAGS_HAVE_GC | ACCEL_TPFLAGS_IMMUTABLE, fast_check_slots);
 
 /* ---- the check ----------------------------------------------------------------- */
 
@@ -853,30 +771,8 @@ fast_method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)method;
 }
 
-static int
-fast_method_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(((fast_method_object *)self)->function);
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-static int
-fast_method_clear(PyObject *self)
-{
-    Py_CLEAR(((fast_method_object *)self)->function);
-    return 0;
-}
-
-static void
-fast_method_dealloc(PyObject *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    fast_method_clear(self);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
+#define FAST_METHOD_MEMBERS(X) X(function)
+ACCEL_GC_FUNCTIONS(fast_method, fast_method_object, FAST_METHOD_MEMBERS)
 
 /* A method: bound to an instance, itself on the class. */
 static PyObject *
@@ -932,11 +828,8 @@ PyDoc_STRVAR(fast_method_doc,
 "memory:// in one C call, any other the Python method's (function).");
 
 static PyType_Slot fast_method_slots[] = {
-    {Py_tp_doc, (void *)fast_method_doc},
+    ACCEL_GC_SLOTS(fast_method, fast_method_doc),
     {Py_tp_new, fast_method_new},
-    {Py_tp_dealloc, fast_method_dealloc},
-    {Py_tp_traverse, fast_method_traverse},
-    {Py_tp_clear, fast_method_clear},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_descr_get, fast_method_get},
     {Py_tp_getattro, fast_method_getattro},
@@ -945,31 +838,12 @@ static PyType_Slot fast_method_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec fast_method_spec = {
-    .name = "moderato._accel.FastMethod",
-    .basicsize = (int)sizeof(fast_method_object),
-    .itemsize = 0,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-             Py_TPFLAGS_METHOD_DESCRIPTOR | IMMUTABLE_FLAG,
-    .slots = fast_method_slots,
-};
+ACCEL_TYPE_SPEC(fast_method_spec, "moderato._accel.FastMethod", sizeof(fast_method_object),
+                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR |
+                    ACCEL_TPFLAGS_IMMUTABLE,
+                fast_method_slots);
 
 /* ---- the module's part ---------------------------------------------------------------- */
-
-static int
-add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **out)
-{
-    PyObject *type = PyType_FromModuleAndSpec(module, spec, NULL);
-    if (type == NULL) {
-        return -1;
-    }
-    if (PyModule_AddObjectRef(module, name, type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    *out = (PyTypeObject *)type;
-    return 0;
-}
 
 int
 fast_check_add_to_module(PyObject *module)
@@ -982,33 +856,10 @@ fast_check_add_to_module(PyObject *module)
             return -1;
         }
     }
-    if (add_type(module, &ready_spec, "ReadyCheck", &state->ready_type) < 0 ||
-        add_type(module, &fast_check_spec, "FastCheck", &state->fast_check_type) < 0 ||
-        add_type(module, &fast_method_spec, "FastMethod", &state->fast_method_type) < 0) {
+    if (accel_add_type(module, &ready_spec, "ReadyCheck", &state->ready_type) < 0 ||
+        accel_add_type(module, &fast_check_spec, "FastCheck", &state->fast_check_type) < 0 ||
+        accel_add_type(module, &fast_method_spec, "FastMethod", &state->fast_method_type) < 0) {
         return -1;
     }
     return 0;
-}
-
-int
-fast_check_traverse_state(accel_state *state, visitproc visit, void *arg)
-{
-    Py_VISIT(state->fast_method_type);
-    Py_VISIT(state->fast_check_type);
-    Py_VISIT(state->ready_type);
-    for (int i = 0; i < FAST_NAME_COUNT; i++) {
-        Py_VISIT(state->names[i]);
-    }
-    return 0;
-}
-
-void
-fast_check_clear_state(accel_state *state)
-{
-    Py_CLEAR(state->fast_method_type);
-    Py_CLEAR(state->fast_check_type);
-    Py_CLEAR(state->ready_type);
-    for (int i = 0; i < FAST_NAME_COUNT; i++) {
-        Py_CLEAR(state->names[i]);
-    }
 }

@@ -10,7 +10,5 @@
  * they read in its state and add the types to it. 0, or -1 with an
  * exception set. */
 int fast_check_add_to_module(PyObject *module);
-int fast_check_traverse_state(accel_state *state, visitproc visit, void *arg);
-void fast_check_clear_state(accel_state *state);
 
 #endif /* MODERATO_FAST_CHECK_H */

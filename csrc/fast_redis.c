@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "decode.h"
+#include "heap_type.h"
 #include "keys.h"
 #include "resp.h"
 
@@ -122,50 +123,22 @@ typedef struct {
     double idle_check_after_s;
 } redis_check_object;
 
-#define REDIS_CHECK_MEMBERS(X)                                                           \
+/* The constructor's object keywords, in order, each the member it sets
+ * (idle_check_after_s follows them); and every member. */
+#define REDIS_CHECK_ARGUMENTS(X)                                                         \
     X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
-    X(load_script) X(finish) X(rest) X(global_scope) X(compiled)
+    X(load_script) X(finish) X(rest) X(global_scope)
+#define REDIS_CHECK_MEMBERS(X) REDIS_CHECK_ARGUMENTS(X) X(compiled)
 
-static int
-redis_check_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    redis_check_object *check = (redis_check_object *)self;
-#define VISIT_MEMBER(name) Py_VISIT(check->name);
-    REDIS_CHECK_MEMBERS(VISIT_MEMBER)
-#undef VISIT_MEMBER
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-static int
-redis_check_clear(PyObject *self)
-{
-    redis_check_object *check = (redis_check_object *)self;
-#define CLEAR_MEMBER(name) Py_CLEAR(check->name);
-    REDIS_CHECK_MEMBERS(CLEAR_MEMBER)
-#undef CLEAR_MEMBER
-    return 0;
-}
-
-static void
-redis_check_dealloc(PyObject *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    redis_check_clear(self);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
+ACCEL_GC_FUNCTIONS(redis_check, redis_check_object, REDIS_CHECK_MEMBERS)
 
 static PyObject *
 redis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"prefix",      "secret",       "client",
-                               "defaults",    "plans",        "breaker",
-                               "failure_log", "load_script",  "finish",
-                               "rest",        "global_scope", "idle_check_after_s",
-                               NULL};
-    PyObject *values[11];
+#define KEYWORD(member) #member,
+    static char *keywords[] = {REDIS_CHECK_ARGUMENTS(KEYWORD) "idle_check_after_s", NULL};
+#undef KEYWORD
+    PyObject *values[sizeof(keywords) / sizeof(keywords[0]) - 2];
     double idle_check_after_s;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOO!OOOOOOUd:RedisFastCheck", keywords,
                                      &values[0], &values[1], &values[2], &PyDict_Type,
@@ -189,17 +162,10 @@ redis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(check);
         return NULL;
     }
-    check->prefix = Py_NewRef(values[0]);
-    check->secret = Py_NewRef(values[1]);
-    check->client = Py_NewRef(values[2]);
-    check->defaults = Py_NewRef(values[3]);
-    check->plans = Py_NewRef(values[4]);
-    check->breaker = Py_NewRef(values[5]);
-    check->failure_log = Py_NewRef(values[6]);
-    check->load_script = Py_NewRef(values[7]);
-    check->finish = Py_NewRef(values[8]);
-    check->rest = Py_NewRef(values[9]);
-    check->global_scope = Py_NewRef(values[10]);
+    PyObject **value = values;
+#define TAKE_ARGUMENT(member) check->member = Py_NewRef(*value++);
+    REDIS_CHECK_ARGUMENTS(TAKE_ARGUMENT)
+#undef TAKE_ARGUMENT
     check->idle_check_after_s = idle_check_after_s;
     return (PyObject *)check;
 }
@@ -226,28 +192,14 @@ PyDoc_STRVAR(redis_check_doc,
 "_fast_check; built by moderato/fast_redis.py).");
 
 static PyType_Slot redis_check_slots[] = {
-    {Py_tp_doc, (void *)redis_check_doc},
+    ACCEL_GC_SLOTS(redis_check, redis_check_doc),
     {Py_tp_new, redis_check_new},
-    {Py_tp_dealloc, redis_check_dealloc},
-    {Py_tp_traverse, redis_check_traverse},
-    {Py_tp_clear, redis_check_clear},
     {Py_tp_getset, redis_check_getset},
     {0, NULL},
 };
 
-#if PY_VERSION_HEX >= 0x030A0000
-#define REDIS_IMMUTABLE_FLAG Py_TPFLAGS_IMMUTABLETYPE
-#else
-#define REDIS_IMMUTABLE_FLAG 0
-#endif
-
-static PyType_Spec redis_check_spec = {
-    .name = "moderato._accel.RedisFastCheck",
-    .basicsize = (int)sizeof(redis_check_object),
-    .itemsize = 0,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | REDIS_IMMUTABLE_FLAG,
-    .slots = redis_check_slots,
-};
+ACCEL_TYPE_SPEC(redis_check_spec, "moderato._accel.RedisFastCheck", sizeof(redis_check_object),
+                Py_TPFLAGS_HAVE_GC | ACCEL_TPFLAGS_IMMUTABLE, redis_check_slots);
 
 /* ---- what is read before anything is sent ---------------------------------------- */
 
@@ -770,33 +722,5 @@ fast_redis_add_to_module(PyObject *module)
             return -1;
         }
     }
-    PyObject *type = PyType_FromModuleAndSpec(module, &redis_check_spec, NULL);
-    if (type == NULL) {
-        return -1;
-    }
-    if (PyModule_AddObjectRef(module, "RedisFastCheck", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    state->redis_check_type = (PyTypeObject *)type;
-    return 0;
-}
-
-int
-fast_redis_traverse_state(accel_state *state, visitproc visit, void *arg)
-{
-    Py_VISIT(state->redis_check_type);
-    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
-        Py_VISIT(state->redis_names[i]);
-    }
-    return 0;
-}
-
-void
-fast_redis_clear_state(accel_state *state)
-{
-    Py_CLEAR(state->redis_check_type);
-    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
-        Py_CLEAR(state->redis_names[i]);
-    }
+    return accel_add_type(module, &redis_check_spec, "RedisFastCheck", &state->redis_check_type);
 }

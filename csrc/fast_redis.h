@@ -18,7 +18,5 @@ int fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, Py
 /* Create the RedisFastCheck type and the names it reads in this module's
  * state and add the type to it. 0, or -1 with an exception set. */
 int fast_redis_add_to_module(PyObject *module);
-int fast_redis_traverse_state(accel_state *state, visitproc visit, void *arg);
-void fast_redis_clear_state(accel_state *state);
 
 #endif /* MODERATO_FAST_REDIS_H */

@@ -29,6 +29,7 @@
  */
 #include <string.h>
 
+#include "heap_type.h"
 #include "memory.h"
 #include "store_decide.h"
 
@@ -421,30 +422,13 @@ static PyType_Slot store_slots[] = {
     {0, NULL},
 };
 
-#if PY_VERSION_HEX >= 0x030A0000
-#define STORE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE)
-#else
-#define STORE_FLAGS Py_TPFLAGS_DEFAULT
-#endif
-
-static PyType_Spec store_spec = {
-    .name = "moderato._accel.MemoryStore",
-    .basicsize = sizeof(MemoryStore),
-    .itemsize = 0,
-    .flags = STORE_FLAGS,
-    .slots = store_slots,
-};
+ACCEL_TYPE_SPEC(store_spec, "moderato._accel.MemoryStore", sizeof(MemoryStore),
+                ACCEL_TPFLAGS_IMMUTABLE, store_slots);
 
 int
 memory_add_to_module(PyObject *module)
 {
-    PyObject *type = PyType_FromModuleAndSpec(module, &store_spec, NULL);
-    if (type == NULL) {
-        return -1;
-    }
-    int result = PyModule_AddObjectRef(module, "MemoryStore", type);
-    Py_DECREF(type);
-    if (result < 0) {
+    if (accel_add_type(module, &store_spec, "MemoryStore", NULL) < 0) {
         return -1;
     }
     PyObject *names = PyTuple_New(store_algorithm_count);
@@ -459,7 +443,7 @@ memory_add_to_module(PyObject *module)
         }
         PyTuple_SET_ITEM(names, i, name);
     }
-    result = PyModule_AddObjectRef(module, "MEMORY_ALGORITHMS", names);
+    int result = PyModule_AddObjectRef(module, "MEMORY_ALGORITHMS", names);
     Py_DECREF(names);
     return result;
 }

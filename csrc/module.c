@@ -157,30 +157,43 @@ accel_exec(PyObject *module)
     return fast_redis_add_to_module(module);
 }
 
+/* Every reference the state holds, visited (visit given: the module's
+ * traverse) or cleared (visit NULL: its clear). */
 static int
-accel_clear(PyObject *module)
+each_reference(PyObject *module, visitproc visit, void *arg)
 {
     accel_state *state = PyModule_GetState(module);
-    if (state != NULL) {
-        results_clear_state(state);
-        fast_check_clear_state(state);
-        fast_redis_clear_state(state);
+    if (state == NULL) {
+        return 0;
     }
+#define EACH(reference)                                                                \
+    if (visit != NULL) {                                                               \
+        Py_VISIT(state->reference);                                                    \
+    }                                                                                  \
+    else {                                                                             \
+        Py_CLEAR(state->reference);                                                    \
+    }
+    ACCEL_STATE_REFERENCES(EACH)
+    for (int i = 0; i < FAST_NAME_COUNT; i++) {
+        EACH(names[i])
+    }
+    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
+        EACH(redis_names[i])
+    }
+#undef EACH
     return 0;
 }
 
 static int
 accel_traverse(PyObject *module, visitproc visit, void *arg)
 {
-    accel_state *state = PyModule_GetState(module);
-    if (state == NULL) {
-        return 0;
-    }
-    int visited = results_traverse_state(state, visit, arg);
-    if (visited == 0) {
-        visited = fast_check_traverse_state(state, visit, arg);
-    }
-    return visited != 0 ? visited : fast_redis_traverse_state(state, visit, arg);
+    return each_reference(module, visit, arg);
+}
+
+static int
+accel_clear(PyObject *module)
+{
+    return each_reference(module, NULL, NULL);
 }
 
 static void

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "heap_type.h"
 #include "results.h"
 
 #include <structmember.h>
@@ -53,13 +54,6 @@ default_value(const record_layout *layout, int i)
         return Py_NewRef(Py_None);
     }
     return Py_NewRef(Py_False);
-}
-
-static accel_state *
-state_of_type(PyTypeObject *type)
-{
-    PyObject *module = PyType_GetModule(type);
-    return module == NULL ? NULL : (accel_state *)PyModule_GetState(module);
 }
 
 /* How many values a record of this type holds: its size says (the types
@@ -188,15 +182,7 @@ record_clear(PyObject *self)
     return 0;
 }
 
-static void
-record_dealloc(PyObject *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    record_clear(self);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
+ACCEL_GC_DEALLOC(record)
 
 /* The fields as a tuple, a new reference. */
 static PyObject *
@@ -280,7 +266,7 @@ record_repr(PyObject *self)
 static int
 record_setattro(PyObject *self, PyObject *name, PyObject *value)
 {
-    accel_state *state = state_of_type(Py_TYPE(self));
+    accel_state *state = accel_state_of_type(Py_TYPE(self));
     if (state == NULL) {
         return -1;
     }
@@ -416,8 +402,7 @@ PyDoc_STRVAR(check_result_doc,
 
 /* The slots both record types share; check_result also has getters. */
 #define RECORD_SLOTS(doc, members)                                                          \
-    {Py_tp_doc, (void *)(doc)}, {Py_tp_new, record_new}, {Py_tp_dealloc, record_dealloc},   \
-        {Py_tp_traverse, record_traverse}, {Py_tp_clear, record_clear},                     \
+    ACCEL_GC_SLOTS(record, doc), {Py_tp_new, record_new},                                   \
         {Py_tp_richcompare, record_richcompare}, {Py_tp_hash, record_hash},                 \
         {Py_tp_repr, record_repr}, {Py_tp_setattro, record_setattro},                       \
         {Py_tp_methods, record_methods}, {Py_tp_members, (members)}
@@ -435,28 +420,18 @@ static PyType_Slot check_result_slots[] = {
 
 /* Not immutable types: moderato.results attaches the dataclass field table
  * (__dataclass_fields__) once, at import. */
-static PyType_Spec policy_state_spec = {
-    .name = "moderato.results.PolicyState",
-    .basicsize = (int)(offsetof(record_object, values) + POLICY_STATE_FIELDS * sizeof(PyObject *)),
-    .itemsize = 0,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .slots = policy_state_slots,
-};
+ACCEL_TYPE_SPEC(policy_state_spec, "moderato.results.PolicyState",
+                offsetof(record_object, values) + POLICY_STATE_FIELDS * sizeof(PyObject *),
+                Py_TPFLAGS_HAVE_GC, policy_state_slots);
+ACCEL_TYPE_SPEC(check_result_spec, "moderato.results.CheckResult", sizeof(record_object),
+                Py_TPFLAGS_HAVE_GC, check_result_slots);
 
-static PyType_Spec check_result_spec = {
-    .name = "moderato.results.CheckResult",
-    .basicsize = (int)sizeof(record_object),
-    .itemsize = 0,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .slots = check_result_slots,
-};
-
-/* Create one type, give it __match_args__ and add it to the module. */
+/* Add one type to the module (accel_add_type) and give it __match_args__. */
 static int
-add_type(PyObject *module, PyType_Spec *spec, const record_layout *layout, PyTypeObject **out)
+add_record_type(PyObject *module, PyType_Spec *spec, const record_layout *layout,
+                PyTypeObject **out)
 {
-    PyObject *type = PyType_FromModuleAndSpec(module, spec, NULL);
-    if (type == NULL) {
+    if (accel_add_type(module, spec, layout->name, out) < 0) {
         return -1;
     }
     PyObject *match_args = PyTuple_New(layout->field_count);
@@ -468,15 +443,11 @@ add_type(PyObject *module, PyType_Spec *spec, const record_layout *layout, PyTyp
         }
         PyTuple_SET_ITEM(match_args, i, name);
     }
-    if (match_args == NULL || PyObject_SetAttrString(type, "__match_args__", match_args) < 0 ||
-        PyModule_AddObjectRef(module, layout->name, type) < 0) {
-        Py_XDECREF(match_args);
-        Py_DECREF(type);
-        return -1;
-    }
-    Py_DECREF(match_args);
-    *out = (PyTypeObject *)type;
-    return 0;
+    int set = match_args == NULL
+                  ? -1
+                  : PyObject_SetAttrString((PyObject *)*out, "__match_args__", match_args);
+    Py_XDECREF(match_args);
+    return set;
 }
 
 int
@@ -492,28 +463,11 @@ results_add_to_module(PyObject *module)
     if (state->frozen_error == NULL) {
         return -1;
     }
-    if (add_type(module, &policy_state_spec, &policy_state_layout,
-                 &state->policy_state_type) < 0 ||
-        add_type(module, &check_result_spec, &check_result_layout,
-                 &state->check_result_type) < 0) {
+    if (add_record_type(module, &policy_state_spec, &policy_state_layout,
+                        &state->policy_state_type) < 0 ||
+        add_record_type(module, &check_result_spec, &check_result_layout,
+                        &state->check_result_type) < 0) {
         return -1;
     }
     return 0;
-}
-
-int
-results_traverse_state(accel_state *state, visitproc visit, void *arg)
-{
-    Py_VISIT(state->check_result_type);
-    Py_VISIT(state->policy_state_type);
-    Py_VISIT(state->frozen_error);
-    return 0;
-}
-
-void
-results_clear_state(accel_state *state)
-{
-    Py_CLEAR(state->check_result_type);
-    Py_CLEAR(state->policy_state_type);
-    Py_CLEAR(state->frozen_error);
 }

@@ -29,14 +29,27 @@ typedef struct {
     PyObject *redis_names[REDIS_NAME_COUNT];
 } accel_state;
 
+/* The state's references but names: X(member) each. module.c visits and
+ * clears them, and the names, in one place. */
+#define ACCEL_STATE_REFERENCES(X)                                                      \
+    X(check_result_type) X(policy_state_type) X(frozen_error) X(fast_method_type)      \
+    X(fast_check_type) X(ready_type) X(redis_check_type)
+
+/* The state of the module object that made type (one of this module's):
+ * NULL with an exception set if there is none. */
+static inline accel_state *
+accel_state_of_type(PyTypeObject *type)
+{
+    PyObject *module = PyType_GetModule(type);
+    return module == NULL ? NULL : (accel_state *)PyModule_GetState(module);
+}
+
 /* A CheckResult's field i, borrowed (the record must be a CheckResult). */
 PyObject *results_field(PyObject *record, int i);
 
 /* Create both types for this module object, keep them in its state and add
  * them to it. 0, or -1 with an exception set. */
 int results_add_to_module(PyObject *module);
-int results_traverse_state(accel_state *state, visitproc visit, void *arg);
-void results_clear_state(accel_state *state);
 
 /* A new record of type (one of the two) from count values, each a new
  * reference that is consumed, even on failure. count may be short of the

@@ -1,0 +1,93 @@
+/* What every type of moderato._accel spells the same way, written once: its
+ * spec, the slots and functions a garbage-collected object's references
+ * need, and adding the type to the module object. A type is a heap type of
+ * the module object that makes it (multi-phase init), never subclassed.
+ */
+#ifndef MODERATO_HEAP_TYPE_H
+#define MODERATO_HEAP_TYPE_H
+
+#include "compat.h"
+
+/* Immutable where the version has the flag (3.10 on). */
+#if PY_VERSION_HEX >= 0x030A0000
+#define ACCEL_TPFLAGS_IMMUTABLE Py_TPFLAGS_IMMUTABLETYPE
+#else
+#define ACCEL_TPFLAGS_IMMUTABLE 0
+#endif
+
+/* static PyType_Spec spec: a type named qualname whose instances are
+ * size_ bytes (Py_TPFLAGS_DEFAULT and flags_), with slots_. */
+#define ACCEL_TYPE_SPEC(spec, qualname, size_, flags_, slots_)                         \
+    static PyType_Spec spec = {                                                        \
+        .name = (qualname),                                                            \
+        .basicsize = (int)(size_),                                                     \
+        .itemsize = 0,                                                                 \
+        .flags = Py_TPFLAGS_DEFAULT | (flags_),                                        \
+        .slots = (slots_),                                                             \
+    }
+
+/* The slots of a garbage-collected type with a docstring: <prefix>_dealloc,
+ * _traverse and _clear (ACCEL_GC_FUNCTIONS, or its own traverse and clear
+ * with ACCEL_GC_DEALLOC). */
+#define ACCEL_GC_SLOTS(prefix, doc)                                                    \
+    {Py_tp_doc, (void *)(doc)}, {Py_tp_dealloc, prefix##_dealloc},                      \
+        {Py_tp_traverse, prefix##_traverse}, {Py_tp_clear, prefix##_clear}
+
+/* static void <prefix>_dealloc: untrack, <prefix>_clear, free, drop the
+ * instance's reference to its heap type. The types are not subclassed, so
+ * their tp_free is PyObject_GC_Del: called directly, every check frees a
+ * record or two. */
+#define ACCEL_GC_DEALLOC(prefix)                                                       \
+    static void prefix##_dealloc(PyObject *self)                                       \
+    {                                                                                  \
+        PyTypeObject *type = Py_TYPE(self);                                            \
+        PyObject_GC_UnTrack(self);                                                     \
+        (void)prefix##_clear(self);                                                    \
+        PyObject_GC_Del(self);                                                         \
+        Py_DECREF(type);                                                               \
+    }
+
+/* static <prefix>_traverse, _clear and _dealloc of object_type, whose
+ * object references are MEMBERS(X): X(member) for each (NULL allowed). */
+#define ACCEL_VISIT_MEMBER(member) Py_VISIT(object->member);
+#define ACCEL_CLEAR_MEMBER(member) Py_CLEAR(object->member);
+#define ACCEL_GC_FUNCTIONS(prefix, object_type, MEMBERS)                               \
+    static int prefix##_traverse(PyObject *self, visitproc visit, void *arg)           \
+    {                                                                                  \
+        object_type *object = (object_type *)self;                                     \
+        MEMBERS(ACCEL_VISIT_MEMBER)                                                    \
+        Py_VISIT(Py_TYPE(self));                                                       \
+        return 0;                                                                      \
+    }                                                                                  \
+    static int prefix##_clear(PyObject *self)                                          \
+    {                                                                                  \
+        object_type *object = (object_type *)self;                                     \
+        MEMBERS(ACCEL_CLEAR_MEMBER)                                                    \
+        return 0;                                                                      \
+    }                                                                                  \
+    ACCEL_GC_DEALLOC(prefix)
+
+/* Make the type spec describes for this module object and add it as name;
+ * *out keeps the reference (NULL: the module's is the only one). 0, or -1
+ * with an exception set. */
+static inline int
+accel_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **out)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(module, name, type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    if (out == NULL) {
+        Py_DECREF(type);
+    }
+    else {
+        *out = (PyTypeObject *)type;
+    }
+    return 0;
+}
+
+#endif /* MODERATO_HEAP_TYPE_H */

@@ -46,16 +46,6 @@ delete_key(MemoryStore *store, const unsigned char *key, size_t key_size, int64_
     return live;
 }
 
-PyDoc_STRVAR(reset_doc,
-"reset($self, keys, args, now_ms, /)\n"
-"--\n"
-"\n"
-"Run reset.lua at now_ms: args is its ARGV, the window_s of each base key\n"
-"and then the state suffixes to delete under every base (the registry's\n"
-"RESET_SUFFIXES; \":#\" stands for the window counters of now and the window\n"
-"before). Deletes those keys and each base itself; returns how many existed.\n"
-"A bad argument raises ValueError('MODERATO_ARG ...') and deletes nothing.");
-
 static PyObject *
 store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -73,11 +63,8 @@ store_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     call->key_space = NULL;
     int64_t now_ms;
-    if (parse_now("reset", args[2], &now_ms) < 0) {
-        return NULL;
-    }
-    if (fast_sequences(args[0], "MemoryStore.reset() keys must be a sequence", &keys, args[1],
-                       "MemoryStore.reset() args must be a sequence", &argv) < 0) {
+    if (STORE_CALL_ARGUMENTS(parse_now, "reset", args[2], &now_ms, args[0], &keys, args[1],
+                             &argv) < 0) {
         return NULL;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(keys);
@@ -141,18 +128,6 @@ done:
 
 /* ---- sweeping ------------------------------------------------------------------------ */
 
-PyDoc_STRVAR(sweep_doc,
-"sweep($self, now_ms, max_entries=-1, from_oldest=False, /)\n"
-"--\n"
-"\n"
-"Drop the entries expired at now_ms and the token buckets full by then\n"
-"(both decide exactly as a missing key). Looks at up to max_entries entries\n"
-"from the least recently used toward the most recently used, going on from\n"
-"where the last sweep stopped (from the least recently used with\n"
-"from_oldest), and stops at the most recently used: that ends a pass\n"
-"(table_stats()['sweep_passes']). -1: one whole pass from the least recently\n"
-"used, any resize in progress finished. Returns how many entries were dropped.");
-
 static PyObject *
 store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -190,6 +165,28 @@ store_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     size_t budget = max_entries < 0 ? SIZE_MAX : (size_t)max_entries;
     return PyLong_FromLongLong(table_sweep(store, budget, store_entry_idle, now_ms));
 }
+
+PyDoc_STRVAR(reset_doc,
+"reset($self, keys, args, now_ms, /)\n"
+"--\n"
+"\n"
+"Run reset.lua at now_ms: args is its ARGV, the window_s of each base key\n"
+"and then the state suffixes to delete under every base (the registry's\n"
+"RESET_SUFFIXES; \":#\" stands for the window counters of now and the window\n"
+"before). Deletes those keys and each base itself; returns how many existed.\n"
+"A bad argument raises ValueError('MODERATO_ARG ...') and deletes nothing.");
+
+PyDoc_STRVAR(sweep_doc,
+"sweep($self, now_ms, max_entries=-1, from_oldest=False, /)\n"
+"--\n"
+"\n"
+"Drop the entries expired at now_ms and the token buckets full by then\n"
+"(both decide exactly as a missing key). Looks at up to max_entries entries\n"
+"from the least recently used toward the most recently used, going on from\n"
+"where the last sweep stopped (from the least recently used with\n"
+"from_oldest), and stops at the most recently used: that ends a pass\n"
+"(table_stats()['sweep_passes']). -1: one whole pass from the least recently\n"
+"used, any resize in progress finished. Returns how many entries were dropped.");
 
 PyDoc_STRVAR(decide_doc,
 "decide($self, algorithm, keys, args, now_ms, /)\n"

@@ -133,6 +133,27 @@ fast_sequences(PyObject *keys_arg, const char *keys_message, PyObject **keys,
     return 0;
 }
 
+/* The arguments reset() and decide() share, in this order: now_ms as
+ * read_now reads it (parse_now, or decide's parse_now_or_clock), then the
+ * keys and the args (fast_sequences). All three and 0, or no sequence and
+ * -1 (the error of the first that is wrong). function is the method's name,
+ * a literal (STORE_CALL_ARGUMENTS words the messages). */
+static inline int
+call_arguments(int (*read_now)(const char *, PyObject *, int64_t *), const char *function,
+               PyObject *now_arg, int64_t *now_ms, PyObject *keys_arg, const char *keys_message,
+               PyObject **keys, PyObject *args_arg, const char *args_message, PyObject **args)
+{
+    if (read_now(function, now_arg, now_ms) < 0) {
+        return -1;
+    }
+    return fast_sequences(keys_arg, keys_message, keys, args_arg, args_message, args);
+}
+#define STORE_CALL_ARGUMENTS(read_now, function, now_arg, now_ms, keys_arg, keys, args_arg,    \
+                             args)                                                             \
+    call_arguments((read_now), function, (now_arg), (now_ms), (keys_arg),                      \
+                   "MemoryStore." function "() keys must be a sequence", (keys), (args_arg),   \
+                   "MemoryStore." function "() args must be a sequence", (args))
+
 /* The scripts' floor_div for numerator >= 0, denominator >= 1. */
 static inline int64_t
 floor_div(int64_t numerator, int64_t denominator)

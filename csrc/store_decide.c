@@ -225,11 +225,8 @@ store_decide(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int64_t now_ms;
-    if (parse_now_or_clock("decide", args[3], &now_ms) < 0) {
-        return NULL;
-    }
-    if (fast_sequences(args[1], "MemoryStore.decide() keys must be a sequence", &keys, args[2],
-                       "MemoryStore.decide() args must be a sequence", &argv) < 0) {
+    if (STORE_CALL_ARGUMENTS(parse_now_or_clock, "decide", args[3], &now_ms, args[1], &keys,
+                             args[2], &argv) < 0) {
         return NULL;
     }
     call->algorithm = algorithm;

@@ -31,6 +31,19 @@ STORE_ALGORITHM_NAMES(STORE_ALGORITHM_DECLARE)
         .apply = algo##_apply,                                                         \
     }
 
+/* The apply step of the two counters (fixed and sliding window): INCRBY of
+ * the cost on the policy's first target; PEXPIREAT write_expire_at_ms only
+ * on a counter found at 0 (created): later admissions keep its expiry. */
+static inline void
+charge_counter(MemoryStore *store, memory_call *call, memory_policy *policy)
+{
+    memory_entry *entry = target_entry(store, &policy->targets[0], call->now_ms);
+    if (entry->value.counter == 0) {
+        entry->expire_at_ms = policy->write_expire_at_ms;
+    }
+    entry->value.counter += call->cost_scaled;
+}
+
 /* The sliding log's sorted set (store_sliding_log.c), which dump() and
  * load() read and write too. */
 log_item *log_at(const log_value *log, size_t rank);

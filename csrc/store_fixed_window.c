@@ -28,12 +28,7 @@ fixed_window_evaluate(MemoryStore *store, memory_call *call, memory_policy *poli
 static void
 fixed_window_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
-    /* INCRBY; PEXPIREAT only on a counter found at 0 (created): later ones keep it. */
-    memory_entry *entry = target_entry(store, &policy->targets[0], call->now_ms);
-    if (entry->value.counter == 0) {
-        entry->expire_at_ms = policy->write_expire_at_ms;
-    }
-    entry->value.counter += call->cost_scaled;
+    charge_counter(store, call, policy);
 }
 
 STORE_ALGORITHM(fixed_window, 0, 0, NULL, NULL);

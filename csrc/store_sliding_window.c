@@ -89,20 +89,16 @@ sliding_window_evaluate(MemoryStore *store, memory_call *call, memory_policy *po
                                                        elapsed_s, previous_scaled, current_scaled);
         verdict->retry_ms = verdict->reset_denied_ms - now_ms;
     }
-    policy->write_expire_at_ms = window_end_ms;
+    /* A created counter is read as the previous one until the end of the
+     * next window. */
+    policy->write_expire_at_ms = window_end_ms + window_ms;
     return 0;
 }
 
 static void
 sliding_window_apply(MemoryStore *store, memory_call *call, memory_policy *policy)
 {
-    memory_entry *current = target_entry(store, &policy->targets[0], call->now_ms);
-    /* Found at 0 (created): read as the previous counter until the end of the next
-     * window. Later admissions keep that expiry. */
-    if (current->value.counter == 0) {
-        current->expire_at_ms = policy->write_expire_at_ms + policy->window_ms;
-    }
-    current->value.counter += call->cost_scaled;
+    charge_counter(store, call, policy);
 }
 
 STORE_ALGORITHM(sliding_window, 0, 0, NULL, NULL);

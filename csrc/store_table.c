@@ -370,20 +370,6 @@ remove_at(slot_array *array, slot_ref ref)
     array->used--;
 }
 
-static int
-array_init(slot_array *array, size_t hash_offset)
-{
-    memset(array, 0, sizeof(*array));
-    array->hash_offset = hash_offset;
-    array->slots = slots_alloc(MIN_SLOTS);
-    if (array->slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    array->slot_count = MIN_SLOTS;
-    return 0;
-}
-
 static void
 end_resize(slot_array *array)
 {
@@ -642,6 +628,16 @@ resize(slot_array *array, size_t slot_count)
     size_t headroom = slot_count / 2 > array->used ? slot_count / 2 - array->used : 1;
     array->slots_per_added = (old_count + array->used + headroom - 1) / headroom;
     return 0;
+}
+
+/* An empty array of MIN_SLOTS slots: resized from none, as every later size
+ * is made. */
+static int
+array_init(slot_array *array, size_t hash_offset)
+{
+    memset(array, 0, sizeof(*array));
+    array->hash_offset = hash_offset;
+    return resize(array, MIN_SLOTS);
 }
 
 /* Room for extra more entries in the array, at most half full, and this

@@ -23,8 +23,11 @@ and in process, the cost of one ``memory://`` check, blocking
 (``moderato.sync``) beside asyncio (``moderato.RateLimiter``, awaited in a
 loop).
 
-The subjects alternate within each of ``--rounds`` rounds (the machine may
-be shared), and the medians are reported; the load average before and after
+Within each of ``--rounds`` rounds, the sequential figures are taken in
+``--slices`` short slices, the subjects taking turns slice by slice (so a drift
+of the round trip falls on all of them), and a one-thread ratio is the median of
+the ratios within each turn; the 16-thread figures follow, subject after
+subject. Medians over the rounds are reported; the load average before and after
 is recorded with them. Writes ``benchmarks/results/sync-<UTC time>.json``
 and prints the tables BENCHMARKS.md quotes.
 
@@ -45,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -196,6 +199,7 @@ def sequential(check: Check, duration_s: float) -> dict[str, float]:
     latencies.sort()
     return {
         "checks_per_s": i / elapsed_s,
+        "elapsed_s": elapsed_s,
         # The client's own CPU per check (this thread's time: not Redis's, not waiting,
         # not what other processes take from the shared cores).
         "client_cpu_us": cpu_us,
@@ -323,10 +327,86 @@ def _commit() -> str:
     return done.stdout.strip()
 
 
+def measure_family(
+    url: str, algorithm: str, round_number: int, options: argparse.Namespace, raw: dict[str, Any]
+) -> None:
+    """One round of one family: every subject's connections open together; the sequential
+    figures taken in short slices, the subjects taking turns slice by slice (the order
+    rotated each time), so that a drift of the loopback's round trip, which on a shared
+    VM swings by half within a minute, falls on every subject alike; then 16 threads per
+    subject."""
+    subjects = {**SUBJECTS, **FLOORS}
+    if algorithm != "fixed_window":
+        del subjects["redis-py EVALSHA (the floor)"]
+    names = list(subjects)
+    with ExitStack() as stack:
+        checks = {name: stack.enter_context(subjects[name](url, algorithm)) for name in names}
+        for check in checks.values():
+            for i in range(2000):  # warm: connections, scripts, keys
+                check(i)
+        slices: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+        slice_s = options.seconds / options.slices
+        for turn in range(options.slices):
+            shift = turn % len(names)
+            for name in names[shift:] + names[:shift]:
+                slices[name].append(sequential(checks[name], slice_s))
+        for name in names:
+            together, together_cpu_us = (
+                threaded(checks[name], THREADS, options.seconds)
+                if name not in FLOORS
+                else (None, None)
+            )
+            alone = merged(slices[name])
+            raw.setdefault(f"{algorithm}|{name}", []).append(
+                {
+                    "sequential": alone,
+                    "sequential_slices": slices[name],
+                    "threads_checks_per_s": together,
+                    "threads_client_cpu_us": together_cpu_us,
+                }
+            )
+            print(
+                f"round {round_number + 1} {algorithm:<15} {name:<32} "
+                f"1 thread {alone['checks_per_s']:>8.0f}/s "
+                f"(mean {alone['mean_us']:.1f} us)"
+                + (f", {THREADS} threads {together:>8.0f}/s" if together else ""),
+                flush=True,
+            )
+
+
+def merged(slices: list[dict[str, float]]) -> dict[str, float]:
+    """One subject's sequential figures over its slices: checks/s, CPU and latency as
+    the whole of its measured time gives them (percentiles: the slices' medians)."""
+    checks = [one["checks_per_s"] * one["elapsed_s"] for one in slices]
+    elapsed_s = sum(one["elapsed_s"] for one in slices)
+    weights = [count / sum(checks) for count in checks]
+    return {
+        "checks_per_s": sum(checks) / elapsed_s,
+        "client_cpu_us": sum(w * one["client_cpu_us"] for w, one in zip(weights, slices)),
+        "mean_us": sum(w * one["mean_us"] for w, one in zip(weights, slices)),
+        "p50_us": statistics.median(one["p50_us"] for one in slices),
+        "p99_us": statistics.median(one["p99_us"] for one in slices),
+        "elapsed_s": elapsed_s,
+    }
+
+
+def slice_ratios(ours: list[Any], theirs: list[Any]) -> list[float]:
+    """moderato.sync's checks/s over a peer's, slice by slice (each pair taken within one
+    turn of the subjects), over every round."""
+    return [
+        mine["checks_per_s"] / peer["checks_per_s"]
+        for our_round, their_round in zip(ours, theirs)
+        for mine, peer in zip(our_round["sequential_slices"], their_round["sequential_slices"])
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--slices", type=int, default=10, help="sequential turns per subject and round"
+    )
     parser.add_argument("--memory-checks", type=int, default=20_000, help="per memory trial")
     options = parser.parse_args()
 
@@ -336,33 +416,7 @@ def main() -> None:
     try:
         for round_number in range(options.rounds):
             for algorithm in FAMILIES:
-                subjects = {**SUBJECTS, **FLOORS}
-                if algorithm != "fixed_window":
-                    del subjects["redis-py EVALSHA (the floor)"]
-                for name, subject in subjects.items():
-                    with subject(server.url, algorithm) as check:
-                        for i in range(2000):  # warm: connections, scripts, keys
-                            check(i)
-                        alone = sequential(check, options.seconds)
-                        together, together_cpu_us = (
-                            threaded(check, THREADS, options.seconds)
-                            if name not in FLOORS
-                            else (None, None)
-                        )
-                    raw.setdefault(f"{algorithm}|{name}", []).append(
-                        {
-                            "sequential": alone,
-                            "threads_checks_per_s": together,
-                            "threads_client_cpu_us": together_cpu_us,
-                        }
-                    )
-                    print(
-                        f"round {round_number + 1} {algorithm:<15} {name:<32} "
-                        f"1 thread {alone['checks_per_s']:>8.0f}/s "
-                        f"(mean {alone['mean_us']:.1f} us)"
-                        + (f", {THREADS} threads {together:>8.0f}/s" if together else ""),
-                        flush=True,
-                    )
+                measure_family(server.url, algorithm, round_number, options, raw)
             memory = memory_costs(options.memory_checks)
             raw.setdefault("memory", []).append(memory)
             print(
@@ -424,13 +478,26 @@ def summary(raw: dict[str, list[Any]]) -> dict[str, Any]:
                 else None
             ),
         }
+    for label, figures in medians.items():
+        if label == "memory":
+            continue
+        algorithm = label.split("|", 1)[0]
+        ratios = slice_ratios(raw[f"{algorithm}|moderato.sync"], raw[label])
+        # moderato.sync's lead over this subject: the median of the slice-by-slice ratios
+        # (the pairs share a turn, so a drift of the round trip cancels within each).
+        figures["sequential_ratio"] = statistics.median(ratios)
+        figures["sequential_ratio_quartiles"] = statistics.quantiles(ratios, n=4)
     return medians
 
 
 def print_tables(report: dict[str, Any]) -> None:
     for algorithm in FAMILIES:
         ours = report[f"{algorithm}|moderato.sync"]
-        print(f"\n{algorithm}: checks/s, median of the rounds (best round in brackets)")
+        print(
+            f"\n{algorithm}: checks/s, median of the rounds (best round in brackets); "
+            "1 thread, moderato.sync x: the median of the slice-by-slice ratios "
+            "[quartiles]"
+        )
         print(
             f"| subject | 1 thread | moderato.sync x | mean latency (us) | {THREADS} threads "
             f"| moderato.sync x | client CPU per check, 1 / {THREADS} threads (us) |"
@@ -442,7 +509,8 @@ def print_tables(report: dict[str, Any]) -> None:
             name = label.split("|", 1)[1]
             alone = figures["sequential_checks_per_s"]
             together = figures["threads_checks_per_s"]
-            times_alone = ours["sequential_checks_per_s"] / alone
+            times_alone = figures["sequential_ratio"]
+            low, _, high = figures["sequential_ratio_quartiles"]
             if together:
                 threads_text = f"{together:,.0f} ({figures['threads_best_checks_per_s']:,.0f})"
                 times_together = f"{ours['threads_checks_per_s'] / together:.2f}"
@@ -454,7 +522,8 @@ def print_tables(report: dict[str, Any]) -> None:
             )
             print(
                 f"| {name} | {alone:,.0f} ({figures['sequential_best_checks_per_s']:,.0f}) | "
-                f"{times_alone:.2f} | {figures['sequential_mean_us']:.1f} | {threads_text} | "
+                f"{times_alone:.2f} [{low:.2f}..{high:.2f}] | "
+                f"{figures['sequential_mean_us']:.1f} | {threads_text} | "
                 f"{times_together} | {cpu_text} |"
             )
         bare = report.get(f"{algorithm}|bare socket EVALSHA (no client)")

@@ -162,7 +162,9 @@ async def test_redis_killed_and_restarted_under_load(
         f"Redis returned"
     )
 
-    before = load.count(until=killed_at)
+    # Answered before the kill: a check still in flight when the server died fails (or
+    # is bypassed) however early it was issued, and a busy machine leaves more in flight.
+    before = Counter(r.outcome for r in load.records if r.answered < killed_at)
     assert before["admitted"] == limit and before["failed"] == before["bypassed"] == 0
     # While Redis is down nothing is decided: an error, or a bypass under fail-open.
     down = load.count(since=killed_at + 0.01, until=returned_at)

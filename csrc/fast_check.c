@@ -33,6 +33,7 @@
 #include <structmember.h>
 
 #include "decode.h"
+#include "fast_aredis.h"
 #include "fast_redis.h"
 #include "heap_type.h"
 #include "keys.h"
@@ -615,7 +616,8 @@ typedef struct {
 
 /* The one-call path of check_with_info(limiter, key, rate, **keywords): 1
  * when taken (*out the outcome: a new reference, or NULL with the error
- * set; *taken_state the module's state), 0 when declined (nothing done, no
+ * set; *taken_state the module's state), 2 when taken by the asyncio
+ * limiter's check over Redis (*out its awaitable already), 0 when declined (nothing done, no
  * exception set). */
 static int
 fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
@@ -666,6 +668,14 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
         }
     }
     PyObject *found = PyObject_GetAttr(limiter, state->names[NAME_FAST_CHECK]);
+    if (found != NULL && Py_TYPE(found) == state->aredis_check_type) {
+        /* The asyncio limiter over one Redis server (fast_aredis.c): *out is
+         * the awaitable itself. */
+        int aredis_taken = fast_aredis_check(state, module, limiter, found, key, rate, scope,
+                                             algorithm, shadow, out);
+        Py_DECREF(found);
+        return aredis_taken ? 2 : 0;
+    }
     if (found != NULL && Py_TYPE(found) == state->redis_check_type) {
         /* The blocking limiter over one Redis server (fast_redis.c). */
         int redis_taken = fast_redis_check(state, module, limiter, found, key, rate, scope,
@@ -732,7 +742,11 @@ fast_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     if (PyVectorcall_NARGS(nargsf) == 3) {
         PyObject *result = NULL;
         accel_state *state = NULL;
-        if (fast_path(method, args, kwnames, &result, &state)) {
+        int taken = fast_path(method, args, kwnames, &result, &state);
+        if (taken == 2) {
+            return result; /* an awaitable of its own (fast_aredis.c) */
+        }
+        if (taken) {
             if (method->blocking) {
                 return result;
             }

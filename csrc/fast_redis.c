@@ -62,74 +62,17 @@
 #define REDIS_MAX_DEPTH 4
 #define REDIS_MAX_ITEMS 4096
 
-#define REDIS_NAMES(X)                                                                   \
-    X(METRICS, "metrics")                                                                \
-    X(RECORDER, "recorder")                                                              \
-    X(SETTLED, "settled")                                                                \
-    X(ACTIVE, "active")                                                                  \
-    X(PLANS, "_plans")                                                                   \
-    X(SCRIPT_NAME, "script_name")                                                        \
-    X(KEY_TAG, "key_tag")                                                                \
-    X(WINDOWS_S, "windows_s")                                                            \
-    X(UNIT_ARGS, "unit_args")                                                            \
-    X(RESULT_SHAPE, "result_shape")                                                      \
-    X(SHA, "sha")                                                                        \
-    X(EMPTY, "")                                                                         \
-    X(IDLE, "_idle")                                                                     \
-    X(POOL_GENERATION, "_generation")                                                    \
-    X(WAITERS, "_waiters")                                                               \
-    X(HAND_OVER, "_hand_over")                                                           \
-    X(GIVE, "_give")                                                                     \
-    X(GENERATION, "generation")                                                          \
-    X(IDLE_SINCE, "idle_since")                                                          \
-    X(BUDGET_S, "budget_s")                                                              \
-    X(RETIMED, "_retimed")                                                               \
-    X(KERNEL_TIMEOUTS, "_kernel_timeouts")                                               \
-    X(SOCK, "_sock")                                                                     \
-    X(FILENO, "fileno")                                                                  \
-    X(POP, "pop")                                                                        \
-    X(APPEND, "append")
-
-#define REDIS_NAME_ENUM(name, text) RNAME_##name,
-enum { REDIS_NAMES(REDIS_NAME_ENUM) RNAME_END };
-#undef REDIS_NAME_ENUM
-
 #define REDIS_NAME_TEXT(name, text) text,
 static const char *const redis_name_texts[] = {REDIS_NAMES(REDIS_NAME_TEXT)};
 #undef REDIS_NAME_TEXT
 
-#define NAME(state, name) ((state)->redis_names[RNAME_##name])
-
-/* A compiled plan: (sha, key_tag, windows_s, unit_args, result_shape). */
-enum { RPLAN_SHA, RPLAN_TAG, RPLAN_WINDOWS, RPLAN_ARGS, RPLAN_SHAPE, RPLAN_FIELDS };
-
 /* ---- RedisFastCheck: what one limiter's checks read ------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *prefix;      /* the key space's prefix (str) */
-    PyObject *secret;      /* its identity secret (bytes) or None */
-    PyObject *client;      /* the backend's RedisClient */
-    PyObject *defaults;    /* Plans.defaults: the default algorithm's plans by rate */
-    PyObject *plans;       /* the Plans: its _plans by (rate, algorithm) */
-    PyObject *breaker;     /* the limiter's breaker: settled */
-    PyObject *failure_log; /* its OutageLog: active */
-    PyObject *load_script; /* load_script(name) -> Script */
-    PyObject *finish;      /* finish(limiter, plan, scope, shadow, reply, result) */
-    PyObject *rest;        /* rest(limiter, plan, scope, shadow, connection, taken_at,
-                              keys, data, error) */
-    PyObject *global_scope;
-    PyObject *compiled;    /* {plan: (sha, key_tag, windows_s, unit_args, shape)} */
-    double idle_check_after_s;
-} redis_check_object;
 
 /* The constructor's object keywords, in order, each the member it sets
  * (idle_check_after_s follows them); and every member. */
 #define REDIS_CHECK_ARGUMENTS(X)                                                         \
     X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
     X(load_script) X(finish) X(rest) X(global_scope)
-#define REDIS_CHECK_MEMBERS(X) REDIS_CHECK_ARGUMENTS(X) X(compiled)
-
 ACCEL_GC_FUNCTIONS(redis_check, redis_check_object, REDIS_CHECK_MEMBERS)
 
 static PyObject *
@@ -204,8 +147,8 @@ ACCEL_TYPE_SPEC(redis_check_spec, "moderato._accel.RedisFastCheck", sizeof(redis
 /* ---- what is read before anything is sent ---------------------------------------- */
 
 /* Whether owner.<name> is `wanted` (by identity): 1 or 0, never an exception. */
-static int
-attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
+int
+fast_redis_attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
 {
     PyObject *value = PyObject_GetAttr(owner, name);
     if (value == NULL) {
@@ -219,16 +162,16 @@ attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
 
 /* The breaker settled and no outage being logged: the Python path then tells
  * neither anything after a decision. */
-static int
-quiet(accel_state *state, redis_check_object *check)
+int
+fast_redis_quiet(accel_state *state, redis_check_object *check)
 {
-    return attribute_is(check->breaker, NAME(state, SETTLED), Py_True) &&
-           attribute_is(check->failure_log, NAME(state, ACTIVE), Py_False);
+    return fast_redis_attribute_is(check->breaker, NAME(state, SETTLED), Py_True) &&
+           fast_redis_attribute_is(check->failure_log, NAME(state, ACTIVE), Py_False);
 }
 
 /* The check's plan, a new reference, or NULL (declined, no exception). */
-static PyObject *
-find_plan(accel_state *state, redis_check_object *check, PyObject *rate, PyObject *algorithm)
+PyObject *
+fast_redis_find_plan(accel_state *state, redis_check_object *check, PyObject *rate, PyObject *algorithm)
 {
     PyObject *plan;
     if (algorithm == Py_None) {
@@ -249,8 +192,8 @@ find_plan(accel_state *state, redis_check_object *check, PyObject *rate, PyObjec
 
 /* The plan's compiled fields, a borrowed tuple, or NULL (declined, no
  * exception). */
-static PyObject *
-compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
+PyObject *
+fast_redis_compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
 {
     PyObject *compiled = PyDict_GetItemWithError(check->compiled, plan);
     if (compiled != NULL || PyErr_Occurred()) {
@@ -266,24 +209,26 @@ compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
     PyObject *script = name == NULL ? NULL : PyObject_CallOneArg(check->load_script, name);
     Py_XDECREF(name);
     PyObject *sha = script == NULL ? NULL : PyObject_GetAttr(script, NAME(state, SHA));
-    Py_XDECREF(script);
     if (sha == NULL) {
+        Py_XDECREF(script);
         Py_DECREF(compiled);
         PyErr_Clear();
         return NULL;
     }
     PyTuple_SET_ITEM(compiled, RPLAN_SHA, sha);
-    static const int names[RPLAN_FIELDS] = {0, RNAME_KEY_TAG, RNAME_WINDOWS_S, RNAME_UNIT_ARGS,
+    static const int names[RPLAN_SCRIPT] = {0, RNAME_KEY_TAG, RNAME_WINDOWS_S, RNAME_UNIT_ARGS,
                                             RNAME_RESULT_SHAPE};
-    for (int i = RPLAN_TAG; i < RPLAN_FIELDS; i++) {
+    for (int i = RPLAN_TAG; i < RPLAN_SCRIPT; i++) {
         PyObject *value = PyObject_GetAttr(plan, state->redis_names[names[i]]);
         if (value == NULL) {
+            Py_DECREF(script);
             Py_DECREF(compiled);
             PyErr_Clear();
             return NULL;
         }
         PyTuple_SET_ITEM(compiled, i, value);
     }
+    PyTuple_SET_ITEM(compiled, RPLAN_SCRIPT, script);
     if (!PyUnicode_CheckExact(sha) || !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, RPLAN_ARGS))) {
         Py_DECREF(compiled);
         return NULL;
@@ -365,9 +310,9 @@ take_connection(accel_state *state, redis_check_object *check, taken_connection 
     }
     PyObject *connection = taken->connection;
     if (same_generation(state, check->client, connection) != 1 ||
-        !attribute_is(connection, NAME(state, BUDGET_S), Py_None) ||
-        !attribute_is(connection, NAME(state, RETIMED), Py_False) ||
-        !attribute_is(connection, NAME(state, KERNEL_TIMEOUTS), Py_True)) {
+        !fast_redis_attribute_is(connection, NAME(state, BUDGET_S), Py_None) ||
+        !fast_redis_attribute_is(connection, NAME(state, RETIMED), Py_False) ||
+        !fast_redis_attribute_is(connection, NAME(state, KERNEL_TIMEOUTS), Py_True)) {
         goto put_back;
     }
     PyObject *idle_since = PyObject_GetAttr(connection, NAME(state, IDLE_SINCE));
@@ -591,8 +536,8 @@ decided(accel_state *state, PyObject *module, PyObject *limiter, redis_check_obj
     PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(compiled, RPLAN_SHAPE)};
     PyObject *result = decode_check_result(module, result_args, 2);
     if (result != NULL && Py_TYPE(result) == state->check_result_type &&
-        results_field(result, 0) == Py_True && quiet(state, check) &&
-        attribute_is(limiter, NAME(state, METRICS), Py_None)) {
+        results_field(result, 0) == Py_True && fast_redis_quiet(state, check) &&
+        fast_redis_attribute_is(limiter, NAME(state, METRICS), Py_None)) {
         return result;
     }
     /* A denial (shadow mode), a reply check_result refused (the BackendError
@@ -615,18 +560,18 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
     if (scope == NULL) {
         scope = check->global_scope;
     }
-    if (!attribute_is(limiter, NAME(state, METRICS), Py_None) ||
-        !attribute_is(limiter, NAME(state, RECORDER), Py_None) || !quiet(state, check)) {
+    if (!fast_redis_attribute_is(limiter, NAME(state, METRICS), Py_None) ||
+        !fast_redis_attribute_is(limiter, NAME(state, RECORDER), Py_None) || !fast_redis_quiet(state, check)) {
         return 0;
     }
-    PyObject *plan = find_plan(state, check, rate, algorithm);
+    PyObject *plan = fast_redis_find_plan(state, check, rate, algorithm);
     if (plan == NULL) {
         return 0;
     }
     PyObject *keys = NULL, *payload = NULL;
     taken_connection taken = {NULL, NULL, NULL, -1, 0.0};
     int done = 0;
-    PyObject *compiled = compiled_plan(state, check, plan);
+    PyObject *compiled = fast_redis_compiled_plan(state, check, plan);
     if (compiled == NULL) {
         goto declined;
     }

@@ -6,6 +6,99 @@
 
 #include "results.h"
 
+/* The attribute and method names both one-call checks over Redis read (in
+ * the module state's redis_names; fast_redis.c interns them). */
+#define REDIS_NAMES(X)                                                                   \
+    X(METRICS, "metrics")                                                                \
+    X(RECORDER, "recorder")                                                              \
+    X(SETTLED, "settled")                                                                \
+    X(ACTIVE, "active")                                                                  \
+    X(PLANS, "_plans")                                                                   \
+    X(SCRIPT_NAME, "script_name")                                                        \
+    X(KEY_TAG, "key_tag")                                                                \
+    X(WINDOWS_S, "windows_s")                                                            \
+    X(UNIT_ARGS, "unit_args")                                                            \
+    X(RESULT_SHAPE, "result_shape")                                                      \
+    X(SHA, "sha")                                                                        \
+    X(EMPTY, "")                                                                         \
+    X(IDLE, "_idle")                                                                     \
+    X(POOL_GENERATION, "_generation")                                                    \
+    X(WAITERS, "_waiters")                                                               \
+    X(HAND_OVER, "_hand_over")                                                           \
+    X(GIVE, "_give")                                                                     \
+    X(GENERATION, "generation")                                                          \
+    X(IDLE_SINCE, "idle_since")                                                          \
+    X(BUDGET_S, "budget_s")                                                              \
+    X(RETIMED, "_retimed")                                                               \
+    X(KERNEL_TIMEOUTS, "_kernel_timeouts")                                               \
+    X(SOCK, "_sock")                                                                     \
+    X(FILENO, "fileno")                                                                  \
+    X(POP, "pop")                                                                        \
+    X(APPEND, "append")                                                                  \
+    X(SHADOW, "shadow")                                                                  \
+    X(POOLS, "_pools")                                                                   \
+    X(ONLY, "only")                                                                      \
+    X(BATCHING, "batching")                                                              \
+    X(USABLE, "usable")                                                                  \
+    X(BATCH_OPEN, "batch_open")                                                          \
+    X(PENDING, "_pending")                                                               \
+    X(PICK, "pick")                                                                      \
+    X(SEND_SCRIPT, "send_script")
+
+#define REDIS_NAME_ENUM(name, text) RNAME_##name,
+enum { REDIS_NAMES(REDIS_NAME_ENUM) RNAME_END };
+#undef REDIS_NAME_ENUM
+
+#define NAME(state, name) ((state)->redis_names[RNAME_##name])
+
+
+/* A compiled plan: (sha, key_tag, windows_s, unit_args, result_shape, script). */
+enum { RPLAN_SHA, RPLAN_TAG, RPLAN_WINDOWS, RPLAN_ARGS, RPLAN_SHAPE, RPLAN_SCRIPT, RPLAN_FIELDS };
+
+/* What one limiter's one-call checks over one Redis server read: a
+ * RedisFastCheck (the blocking limiter's) or an AsyncRedisFastCheck (the
+ * asyncio limiter's, fast_aredis.c), one layout. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *prefix;      /* the key space's prefix (str) */
+    PyObject *secret;      /* its identity secret (bytes) or None */
+    PyObject *client;      /* the backend's RedisClient */
+    PyObject *defaults;    /* Plans.defaults: the default algorithm's plans by rate */
+    PyObject *plans;       /* the Plans: its _plans by (rate, algorithm) */
+    PyObject *breaker;     /* the limiter's breaker: settled */
+    PyObject *failure_log; /* its OutageLog: active */
+    PyObject *load_script; /* load_script(name) -> Script */
+    PyObject *finish;      /* blocking: finish(limiter, plan, scope, shadow, reply, result);
+                              asyncio: settle(limiter, plan, key, scope, shadow, reply,
+                              error) */
+    PyObject *rest;        /* blocking: rest(limiter, plan, scope, shadow, connection,
+                              taken_at, keys, data, error); asyncio: get_running_loop */
+    PyObject *global_scope;
+    PyObject *compiled;    /* {plan: (sha, key_tag, windows_s, unit_args, shape, script)} */
+    double idle_check_after_s; /* blocking only */
+} redis_check_object;
+
+/* Every object member of a redis_check_object: X(member) each. */
+#define REDIS_CHECK_MEMBERS(X)                                                           \
+    X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
+    X(load_script) X(finish) X(rest) X(global_scope) X(compiled)
+
+
+/* Whether owner.<name> is `wanted` (by identity): 1 or 0, never an exception. */
+int fast_redis_attribute_is(PyObject *owner, PyObject *name, PyObject *wanted);
+
+/* The breaker settled and no outage being logged. */
+int fast_redis_quiet(accel_state *state, redis_check_object *check);
+
+/* The check's plan, a new reference, or NULL (declined, no exception). */
+PyObject *fast_redis_find_plan(accel_state *state, redis_check_object *check, PyObject *rate,
+                               PyObject *algorithm);
+
+/* The plan's compiled fields (RPLAN_*), a borrowed tuple, or NULL (declined,
+ * no exception). */
+PyObject *fast_redis_compiled_plan(accel_state *state, redis_check_object *check,
+                                   PyObject *plan);
+
 /* The check of limiter (whose _fast_check is `check`, a RedisFastCheck)
  * for a text key and rate, a text scope (NULL: the global one), a text or
  * None algorithm and any shadow: 1 when taken (*out the result, a new

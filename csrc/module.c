@@ -7,8 +7,10 @@
  * interpreters.
  */
 #include "compat.h"
+#include "connection_core.h"
 #include "contract.h"
 #include "decode.h"
+#include "fast_aredis.h"
 #include "fast_check.h"
 #include "fast_redis.h"
 #include "keys.h"
@@ -154,7 +156,15 @@ accel_exec(PyObject *module)
     if (fast_check_add_to_module(module) < 0) {
         return -1;
     }
-    return fast_redis_add_to_module(module);
+    if (fast_redis_add_to_module(module) < 0) {
+        return -1;
+    }
+    /* The asyncio limiter's over one Redis server (fast_aredis.c). */
+    if (fast_aredis_add_to_module(module) < 0) {
+        return -1;
+    }
+    /* The asyncio Redis connection's per-command path (connection_core.c). */
+    return connection_core_add_to_module(module);
 }
 
 /* Every reference the state holds, visited (visit given: the module's
@@ -179,6 +189,9 @@ each_reference(PyObject *module, visitproc visit, void *arg)
     }
     for (int i = 0; i < REDIS_NAME_COUNT; i++) {
         EACH(redis_names[i])
+    }
+    for (int i = 0; i < CORE_NAME_COUNT; i++) {
+        EACH(core_names[i])
     }
 #undef EACH
     return 0;

@@ -12,7 +12,8 @@
 
 /* The names fast_check.c reads: its FAST_NAMES, counted. */
 #define FAST_NAME_COUNT 20
-#define REDIS_NAME_COUNT 26
+#define REDIS_NAME_COUNT 35
+#define CORE_NAME_COUNT 18
 
 /* The module state of moderato._accel. */
 typedef struct {
@@ -27,13 +28,22 @@ typedef struct {
     /* fast_redis.c's type and the names it reads */
     PyTypeObject *redis_check_type;
     PyObject *redis_names[REDIS_NAME_COUNT];
+    /* fast_aredis.c's types: the asyncio limiter's check over one Redis server */
+    PyTypeObject *aredis_check_type;
+    PyTypeObject *pending_check_type;
+    /* connection_core.c's type, the names it reads and its calls' keywords */
+    PyTypeObject *core_type;
+    PyObject *core_names[CORE_NAME_COUNT];
+    PyObject *core_loop_keyword; /* ("loop",) */
+    PyObject *core_sent_keyword; /* ("sent",) */
 } accel_state;
 
 /* The state's references but names: X(member) each. module.c visits and
  * clears them, and the names, in one place. */
 #define ACCEL_STATE_REFERENCES(X)                                                      \
     X(check_result_type) X(policy_state_type) X(frozen_error) X(fast_method_type)      \
-    X(fast_check_type) X(ready_type) X(redis_check_type)
+    X(fast_check_type) X(ready_type) X(redis_check_type) X(aredis_check_type)          \
+    X(pending_check_type) X(core_type) X(core_loop_keyword) X(core_sent_keyword)
 
 /* The state of the module object that made type (one of this module's):
  * NULL with an exception set if there is none. */

@@ -1,4 +1,5 @@
 # Type stub of the C accelerator (csrc/); docs/internals.md is the contract.
+import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
@@ -175,6 +176,73 @@ class RedisFastCheck:
     ) -> None: ...
     @property
     def compiled_count(self) -> int: ...
+
+class AsyncRedisFastCheck:
+    """What an asyncio limiter's one-call checks over one Redis server read
+    (moderato/fast_aredis.py)."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        secret: Optional[bytes],
+        client: object,
+        defaults: dict[str, Any],
+        plans: object,
+        breaker: object,
+        failure_log: object,
+        load_script: Callable[[str], Any],
+        settle: Callable[..., Any],
+        get_running_loop: Callable[[], Any],
+        global_scope: str,
+    ) -> None: ...
+    @property
+    def compiled_count(self) -> int: ...
+
+class PendingCheck:
+    """A check over Redis sent when it was called, as a coroutine (csrc/fast_aredis.c)."""
+
+    def __await__(self) -> Generator[Any, None, CheckResult]: ...
+    def send(self, value: None, /) -> Any: ...
+    def throw(self, *args: Any) -> Any: ...
+    def close(self) -> None: ...
+
+class ConnectionCore:
+    """The per-command path of moderato's asyncio Redis connection
+    (csrc/connection_core.c); moderato/redis/connection.py's RedisConnection
+    is its subclass and sets every attribute in its ``__init__``."""
+
+    _loop: Any
+    _pending: Any
+    _write_buffer: list[bytes]
+    _scripts: Any
+    _batches: Any
+    _reader: Any
+    _read_buffer: bytearray
+    _read_view: memoryview
+    _transport: Any
+    _timer: Any
+    _future_type: Any
+    _reply_error: Any
+    _call_soon: Callable[..., Any]
+    _call_at: Callable[..., Any]
+    _loop_time: Optional[Callable[[], float]]
+    _batch_deadline: float
+    _command_timeout_s: float
+    _held: int
+    _batched_total: int
+    _state: int
+    usable: bool
+    batch_open: bool
+    _flush_due: bool
+    def send_script(
+        self, payload: bytes, script: Any, keys: Any, args: Any, /
+    ) -> asyncio.Future[Any]: ...
+    def _queue(self, future: Any, payload: bytes, /) -> None: ...
+    def _schedule_flush(self) -> None: ...
+    def _flush(self) -> None: ...
+    def get_buffer(self, sizehint: int, /) -> memoryview: ...
+    def buffer_updated(self, nbytes: int, /) -> None: ...
 
 class FastMethod:
     """check_with_info as a method descriptor: the commonest check on memory:// in one

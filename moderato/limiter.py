@@ -17,6 +17,7 @@ from .breaker import CLOSED, CircuitBreaker
 from .errors import BackendError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
+from .fast_aredis import async_redis_fast_check_for
 from .fast_check import fast_check_for, fast_method
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
@@ -174,8 +175,11 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         self.recorder: Optional[CheckRecorder] = None
         """Told every check's outcome when set (recording.py; the operator's dashboard
         attaches one); None, the default, keeps the check path free of it."""
-        # memory://'s commonest check in one C call (fast_check.py); None: never.
-        self._fast_check = fast_check_for(self, self._backend)
+        # memory://'s commonest check in one C call (fast_check.py), or one Redis
+        # server's (fast_aredis.py); None: never.
+        self._fast_check = fast_check_for(self, self._backend) or async_redis_fast_check_for(
+            self, self._backend
+        )
 
     @property
     def backend(self) -> Backend:

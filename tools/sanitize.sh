@@ -75,3 +75,9 @@ LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
 echo "== running tests/redis/test_fast_redis.py under the sanitizers"
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
   -k "not no_leaks" tests/redis/test_fast_redis.py
+# The asyncio limiter's one-call check over Redis (csrc/fast_aredis.c) and the asyncio
+# connection's per-command path (csrc/connection_core.c), which every client test
+# drives (twice: the C steps and their Python reference).
+echo "== running tests/redis/test_fast_aredis.py and test_redis_client.py under the sanitizers"
+LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
+  -k "not no_leaks" tests/redis/test_fast_aredis.py tests/redis/test_redis_client.py

@@ -67,12 +67,14 @@ import contextlib
 import os
 import socket
 import ssl
+import sys
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Protocol, cast
 
 import hiredis
 
+from .._accel import ConnectionCore
 from ._encoding import Arg, encode_command, encode_evalsha
 from .errors import RedisClientError, RedisConnectionError, RedisReplyError
 from .handshake import greeting, open_transport, refused_steps
@@ -134,6 +136,14 @@ class ScriptLike(Protocol):
 _ScriptCall = tuple[int, ScriptLike, Sequence[Arg], Sequence[Arg], int]
 
 
+def _monotonic_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop.time()`` is asyncio's own, ``time.monotonic()``, on a platform
+    where that is CLOCK_MONOTONIC (Linux: the clock connection_core.c reads)."""
+    return sys.platform.startswith("linux") and (
+        getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time
+    )
+
+
 def _retrieve(future: asyncio.Future[Any]) -> None:
     """Read the outcome of a future nobody awaits, so asyncio does not log it."""
     if not future.cancelled():
@@ -145,8 +155,16 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 CloseCallback = Callable[["RedisConnection", Optional[RedisClientError], bool], None]
 
 
-class RedisConnection(asyncio.BufferedProtocol):
-    """A single connection to one Redis server, used from one event loop."""
+class RedisConnection(ConnectionCore, asyncio.BufferedProtocol):
+    """A single connection to one Redis server, used from one event loop.
+
+    The steps every command and every read take (``send_script``, ``_queue``,
+    ``_schedule_flush``, ``_flush``, ``get_buffer``, ``buffer_updated``) are
+    its C base's, ``_accel.ConnectionCore`` (csrc/connection_core.c), as are
+    the attributes they read and write (the deque of futures, the write
+    buffer, the batches, the flags); the rest is here and reads the same
+    attributes.
+    """
 
     def __init__(
         self,
@@ -160,9 +178,18 @@ class RedisConnection(asyncio.BufferedProtocol):
         on_close: CloseCallback | None = None,
     ) -> None:
         self._loop = loop
+        # What the C steps call, looked up once: a future of this loop, the type of
+        # an error reply, and the loop's scheduling and clock.
+        self._future_type = _Future
+        self._reply_error = RedisReplyError
+        self._call_soon = loop.call_soon
+        self._call_at = loop.call_at
+        # None when the loop's clock is time.monotonic() (asyncio's own loops, whose
+        # time() is BaseEventLoop.time): C reads that clock without the Python call.
+        self._loop_time = None if _monotonic_loop(loop) else loop.time
         self.address = address
         self._label = str(address)
-        self._command_timeout_s = command_timeout_s
+        self._command_timeout_s = float(command_timeout_s)
         self._stall_s = command_timeout_s * (STALL_FACTOR - 1.0)
         self._ssl_context = ssl_context
         self._client_name = client_name if client_name is not None else address.client_name
@@ -225,7 +252,7 @@ class RedisConnection(asyncio.BufferedProtocol):
         # script (a SCRIPT LOAD, or an EVAL): a call sent before it and answered
         # NOSCRIPT is re-sent behind it without loading again.
         self._loads: dict[str, int] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = None
         self._connect_task: asyncio.Task[None] | None = None
         self._ready_waiters: list[asyncio.Future[None]] = []
         self.error: RedisClientError | None = None
@@ -258,32 +285,6 @@ class RedisConnection(asyncio.BufferedProtocol):
         self._queue(future, payload)
         return future
 
-    def send_script(
-        self, payload: bytes, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]
-    ) -> asyncio.Future[Any]:
-        """Queue an encoded ``EVALSHA script.sha keys args``; the future resolves to its reply.
-
-        Should Redis answer NOSCRIPT (SCRIPT FLUSH, a restart, a failover), the
-        script is loaded once on this connection and the command sent again
-        (see the module doc); the same future gets that reply, so the caller
-        never sees the NOSCRIPT. The re-sent command has its own timeout.
-        """
-        # send(), _queue() and _queued_total() written out: this is every check's path.
-        if not self.usable:
-            raise self._closed_error(sent=False)
-        future: asyncio.Future[Any] = _Future(loop=self._loop)
-        self._pending.append(future)
-        buffer = self._write_buffer
-        buffer.append(payload)
-        if not self.batch_open:
-            self.batch_open = True
-            if self._flush_due:
-                self._schedule_flush()
-        self._scripts.append(
-            (self._batched_total + len(buffer) - self._held, script, keys, args, 0)
-        )
-        return future
-
     def send_many(self, payloads: list[bytes]) -> list[asyncio.Future[Any]]:
         """Queue several encoded commands at once; one future per command, in order."""
         if not self.usable:
@@ -297,63 +298,6 @@ class RedisConnection(asyncio.BufferedProtocol):
             if self._flush_due:
                 self._schedule_flush()
         return futures
-
-    def _queue(self, future: asyncio.Future[Any], payload: bytes) -> None:
-        """Put one command at the end of the pipeline, answered through ``future``."""
-        self._pending.append(future)
-        self._write_buffer.append(payload)
-        if not self.batch_open:
-            self.batch_open = True
-            if self._flush_due:
-                self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        """Schedule the one write of this loop turn (none is: _flush_due)."""
-        self._flush_due = False
-        loop = self._loop
-        # Measured from the first command of the batch (or from the read that
-        # scheduled it, a little earlier), so no caller of this batch waits
-        # longer than the timeout.
-        self._batch_deadline = loop.time() + self._command_timeout_s
-        loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """Once per loop turn that sent commands: close them into a batch and write.
-
-        While connecting the batch is only recorded (its deadline still runs from
-        when it was issued) and held back; _become_ready writes it.
-        """
-        state = self._state
-        if state == _CLOSED:
-            return  # the flag stays down: nothing is sent any more
-        self._flush_due = True
-        self.batch_open = False
-        buffer = self._write_buffer
-        new = len(buffer) - self._held
-        if new > 0:
-            batched_total = self._batched_total + new
-            self._batched_total = batched_total
-            batches = self._batches
-            scripts = self._scripts
-            if batches or scripts:
-                # Forget what is answered in full; keeps both deques short under load.
-                answered = batched_total - len(self._pending)
-                while batches and batches[0][1] <= answered:
-                    batches.popleft()
-                while scripts and scripts[0][0] <= answered:
-                    scripts.popleft()
-            batches.append((self._batch_deadline, batched_total))
-            if self._timer is None:
-                self._timer = self._loop.call_at(self._batch_deadline, self._on_timer)
-        if state == _READY:
-            # _write_out() written out: one call fewer per loop turn.
-            transport = self._transport
-            if buffer and transport is not None:
-                transport.write(buffer[0] if len(buffer) == 1 else b"".join(buffer))
-                buffer.clear()
-            self._held = 0
-        else:
-            self._held = len(buffer)
 
     def _write_out(self) -> None:
         buffer = self._write_buffer
@@ -372,43 +316,15 @@ class RedisConnection(asyncio.BufferedProtocol):
         """Replies received so far (negative while handshake replies are awaited)."""
         return self._batched_total + len(self._write_buffer) - self._held - len(self._pending)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._read_view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        reader = self._reader
-        # hiredis reads any buffer; its stub only names str and bytes.
-        reader.feed(self._read_buffer, 0, nbytes)  # type: ignore[arg-type]
-        pending = self._pending
-        try:
-            reply = reader.gets()
-            if reply is False:
-                return  # a part of a reply: nobody to wake yet
-            while reply is not False:
-                future = pending.popleft()
-                # Done means cancelled or timed out: the reply only frees the slot.
-                if not future.done():
-                    if type(reply) is not RedisReplyError:
-                        future.set_result(reply)
-                    elif not (
-                        self._scripts
-                        and reply.message.startswith("NOSCRIPT")
-                        and self._resend_after_noscript(future)
-                    ):
-                        future.set_exception(reply)
-                reply = reader.gets()
-            if self._flush_due and self._state == _READY:
-                # Behind the wake-ups just scheduled: what the answered tasks send
-                # next leaves in this loop turn (see the module doc). Its deadline
-                # runs from now, a little before they send.
-                self._flush_due = False
-                loop = self._loop
-                self._batch_deadline = loop.time() + self._command_timeout_s
-                loop.call_soon(self._flush)
-        except IndexError:
+    def _read_failed(self, error: BaseException) -> None:
+        """What a read raised (buffer_updated, in C): a reply nobody asked for or
+        malformed RESP aborts the connection; anything else is raised on."""
+        if isinstance(error, IndexError):
             self._abort(RedisConnectionError(f"{self._label} sent a reply nobody asked for"))
-        except hiredis.ProtocolError as error:
+        elif isinstance(error, hiredis.ProtocolError):
             self._abort(RedisConnectionError(f"{self._label} sent malformed RESP: {error}"))
+        else:
+            raise error
 
     def _resend_after_noscript(self, future: asyncio.Future[Any]) -> bool:
         """Re-send the script call just answered NOSCRIPT, for the same future.

@@ -26,10 +26,23 @@ from redis_servers import RedisServer, free_port, make_tls_files
 from skips import skip_without_tls
 
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
+from moderato.redis import client as client_module
 from moderato.redis.connection import CommandNotSentError
 from moderato.redis.errors import RedisClientError, RedisReplyError
 
 # -- helpers -------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True, params=["c", "python"], ids=["core-c", "core-python"])
+def connection_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: with RedisConnection's per-command steps in C
+    (csrc/connection_core.c), and with the Python steps they replaced
+    (tests/connection_reference.py), which must behave the same."""
+    if request.param == "python":
+        from connection_reference import ReferenceConnection
+
+        monkeypatch.setattr(client_module, "RedisConnection", ReferenceConnection)
+    return str(request.param)
 
 
 @dataclass(frozen=True)
@@ -489,6 +502,8 @@ async def test_close_fails_pending_and_client_stays_usable(client: RedisClient) 
 
 
 async def test_evalsha_loads_the_script_once(client: RedisClient) -> None:
+    await client.execute("SCRIPT", "FLUSH")  # the other core's run of this test loaded it
+    await client.execute("DEL", "calls")
     assert await client.execute("SCRIPT", "EXISTS", DOUBLE.sha) == [0]
     assert await client.evalsha(DOUBLE, ["calls"], [21]) == 42
     assert await client.execute("SCRIPT", "EXISTS", DOUBLE.sha) == [1]

@@ -290,7 +290,10 @@ def test_the_method_still_reads_as_the_python_method() -> None:
 
 def test_other_backends_and_subclasses_keep_the_python_path() -> None:
     remote = RateLimiter("redis://localhost:1")  # nothing connects until a check
-    assert remote._fast_check is None  # type: ignore[attr-defined]
+    # The asyncio limiter over one Redis server has its own one-call path
+    # (tests/redis/test_fast_aredis.py); over a cluster, none.
+    assert type(remote._fast_check) is _accel.AsyncRedisFastCheck  # type: ignore[attr-defined]
+    assert RateLimiter("redis+cluster://localhost:1")._fast_check is None  # type: ignore[attr-defined]
     # The blocking limiter over one Redis server has its own one-call path
     # (tests/redis/test_fast_redis.py); over a cluster, none.
     blocking = BlockingRateLimiter("redis://localhost:1")

@@ -1,0 +1,687 @@
+/* The per-command path of moderato's asyncio Redis connection, in C.
+ *
+ * moderato/redis/connection.py's RedisConnection is a Python subclass of
+ * ConnectionCore (and of asyncio.BufferedProtocol). The core holds what
+ * every command touches as C members, each also an attribute of the same
+ * name that the Python methods read and write as before: the futures'
+ * deque (_pending), the write buffer, the batches' deadlines, the script
+ * calls in flight, the read buffer and hiredis' Reader, the flags of the
+ * loop turn's batch and flush. Its methods are the steps every command and
+ * every read take, written out of connection.py's Python ones with the same
+ * effects in the same order:
+ *
+ *   _queue(future, payload)   a command at the end of the pipeline; the
+ *                             turn's one flush scheduled by its first;
+ *   send_script(payload, script, keys, args)
+ *                             the EVALSHA of a check: a new future queued,
+ *                             its record kept for a NOSCRIPT re-send;
+ *   _schedule_flush()         loop.call_soon(self._flush), the batch's
+ *                             deadline from loop.time();
+ *   _flush()                  the turn's commands closed into a batch (its
+ *                             deadline recorded, the timer armed if none
+ *                             is) and written in one transport.write;
+ *   get_buffer(sizehint)      the one read buffer;
+ *   buffer_updated(nbytes)    the bytes read fed to the Reader, each reply
+ *                             given to the oldest future (a done one, timed
+ *                             out or cancelled, only frees its slot; an
+ *                             error reply NOSCRIPT to _resend_after_noscript),
+ *                             then the flush scheduled behind the wake-ups.
+ *
+ * Everything else (connecting, the handshake hold-back, timeouts, NOSCRIPT
+ * repair, closing, fork) stays in Python and reads the same members. What
+ * a read raises (a reply nobody asked for, malformed RESP) goes to the
+ * Python _read_failed(error), which aborts the connection as before.
+ * tests/connection_reference.py holds the Python steps this replaces; the
+ * client's tests run against both.
+ */
+#include "connection_core.h"
+
+#include <structmember.h>
+#include <time.h>
+
+#include "heap_type.h"
+
+#define CORE_NAMES(X)                                                                    \
+    X(APPEND, "append")                                                                  \
+    X(POPLEFT, "popleft")                                                                \
+    X(FEED, "feed")                                                                      \
+    X(GETS, "gets")                                                                      \
+    X(DONE, "done")                                                                      \
+    X(SET_RESULT, "set_result")                                                          \
+    X(SET_EXCEPTION, "set_exception")                                                    \
+    X(WRITE, "write")                                                                    \
+    X(FLUSH, "_flush")                                                                   \
+    X(ON_TIMER, "_on_timer")                                                             \
+    X(RESEND, "_resend_after_noscript")                                                  \
+    X(READ_FAILED, "_read_failed")                                                       \
+    X(CLOSED_ERROR, "_closed_error")                                                     \
+    X(MESSAGE, "message")                                                                \
+    X(NOSCRIPT, "NOSCRIPT")                                                              \
+    X(LOOP, "loop")                                                                      \
+    X(SENT, "sent")                                                                      \
+    X(JOIN, "join")
+
+#define CORE_NAME_ENUM(name, text) CNAME_##name,
+enum { CORE_NAMES(CORE_NAME_ENUM) CNAME_END };
+#undef CORE_NAME_ENUM
+
+#define CORE_NAME_TEXT(name, text) text,
+static const char *const core_name_texts[] = {CORE_NAMES(CORE_NAME_TEXT)};
+#undef CORE_NAME_TEXT
+
+#define CNAME(state, name) ((state)->core_names[CNAME_##name])
+
+/* connection.py's states (_CONNECTING, _READY, _CLOSED). */
+enum { CORE_CONNECTING, CORE_READY, CORE_CLOSED };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *loop;         /* _loop */
+    PyObject *pending;      /* _pending: a deque of futures, oldest first */
+    PyObject *write_buffer; /* _write_buffer: a list of encoded commands */
+    PyObject *scripts;      /* _scripts: a deque of (sequence, script, keys, args, resends) */
+    PyObject *batches;      /* _batches: a deque of (deadline, batched total after it) */
+    PyObject *reader;       /* _reader: hiredis.Reader */
+    PyObject *read_buffer;  /* _read_buffer: a bytearray */
+    PyObject *read_view;    /* _read_view: a memoryview of it */
+    PyObject *transport;    /* _transport, or None */
+    PyObject *timer;        /* _timer, or None */
+    PyObject *future_type;  /* _future_type: asyncio.Future */
+    PyObject *reply_error;  /* _reply_error: the type of an error reply */
+    PyObject *call_soon;    /* _call_soon: the loop's call_soon */
+    PyObject *call_at;      /* _call_at: the loop's call_at */
+    PyObject *loop_time;    /* _loop_time: the loop's time, or None: time.monotonic's clock */
+    double batch_deadline;  /* _batch_deadline */
+    double command_timeout_s; /* _command_timeout_s */
+    Py_ssize_t held;        /* _held */
+    Py_ssize_t batched_total; /* _batched_total */
+    int state;              /* _state */
+    char usable;            /* usable */
+    char batch_open;        /* batch_open */
+    char flush_due;         /* _flush_due */
+} core_object;
+
+#define CORE_MEMBERS(X)                                                                  \
+    X(loop) X(pending) X(write_buffer) X(scripts) X(batches) X(reader) X(read_buffer)    \
+    X(read_view) X(transport) X(timer) X(future_type) X(reply_error) X(call_soon)        \
+    X(call_at) X(loop_time)
+
+ACCEL_GC_FUNCTIONS(core, core_object, CORE_MEMBERS)
+
+/* The module state of the defining class of a method (the core itself). */
+#define CORE_STATE(defining_class) ((accel_state *)PyType_GetModuleState(defining_class))
+
+/* A method's fixed count of positional arguments, and no keywords. */
+static int
+core_arguments(const char *name, size_t nargsf, PyObject *kwnames, Py_ssize_t wanted)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != wanted || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd positional arguments (%zd given)", name,
+                     wanted, nargs);
+        return 0;
+    }
+    return 1;
+}
+
+#define CORE_METHOD(name)                                                                \
+    static PyObject *name(PyObject *self, PyTypeObject *defining_class,                  \
+                          PyObject *const *args, size_t nargsf, PyObject *kwnames)
+
+/* A member that must be set (by the Python __init__) before a method runs. */
+static int
+core_ready(core_object *core)
+{
+    if (core->pending == NULL || core->write_buffer == NULL || core->scripts == NULL ||
+        core->batches == NULL || core->reader == NULL || core->read_buffer == NULL ||
+        core->read_view == NULL || core->future_type == NULL || core->reply_error == NULL ||
+        core->call_soon == NULL || core->call_at == NULL || core->loop_time == NULL ||
+        core->loop == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ConnectionCore used before its __init__ set it up");
+        return 0;
+    }
+    return 1;
+}
+
+/* obj.name(arg): a new reference, or NULL with the error set. */
+static PyObject *
+call_one(PyObject *obj, PyObject *name, PyObject *arg)
+{
+    return PyObject_CallMethodOneArg(obj, name, arg);
+}
+
+/* Schedule the one flush of this loop turn (none is: flush_due). 0, or -1. */
+static int
+schedule_flush(accel_state *state, core_object *core)
+{
+    core->flush_due = 0;
+    double now_s;
+    if (core->loop_time == Py_None) {
+        /* asyncio's own loops: their time() is time.monotonic(), CLOCK_MONOTONIC
+         * on this platform, read here without the Python call. */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        now_s = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+    }
+    else {
+        PyObject *now = PyObject_CallNoArgs(core->loop_time);
+        now_s = now == NULL ? -1.0 : PyFloat_AsDouble(now);
+        Py_XDECREF(now);
+        if (now_s == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    /* From the first command of the batch (or the read that scheduled it, a
+     * little earlier): no caller of this batch waits longer than the timeout. */
+    core->batch_deadline = now_s + core->command_timeout_s;
+    PyObject *flush = PyObject_GetAttr((PyObject *)core, CNAME(state, FLUSH));
+    PyObject *handle = flush == NULL ? NULL : PyObject_CallOneArg(core->call_soon, flush);
+    Py_XDECREF(flush);
+    Py_XDECREF(handle);
+    return handle == NULL ? -1 : 0;
+}
+
+/* Put one command at the end of the pipeline, answered through future. 0, or -1. */
+static int
+queue(accel_state *state, core_object *core, PyObject *future, PyObject *payload)
+{
+    PyObject *done = call_one(core->pending, CNAME(state, APPEND), future);
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    if (PyList_Append(core->write_buffer, payload) < 0) {
+        return -1;
+    }
+    if (!core->batch_open) {
+        core->batch_open = 1;
+        if (core->flush_due && schedule_flush(state, core) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+CORE_METHOD(core_queue)
+{
+    core_object *core = (core_object *)self;
+    accel_state *state = CORE_STATE(defining_class);
+    if (!core_arguments("_queue", nargsf, kwnames, 2) || state == NULL || !core_ready(core)) {
+        return NULL;
+    }
+    if (!PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_queue(future, payload: bytes)");
+        return NULL;
+    }
+    if (queue(state, core, args[0], args[1]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+CORE_METHOD(core_schedule_flush)
+{
+    core_object *core = (core_object *)self;
+    accel_state *state = CORE_STATE(defining_class);
+    (void)args;
+    if (!core_arguments("_schedule_flush", nargsf, kwnames, 0) || state == NULL ||
+        !core_ready(core) || schedule_flush(state, core) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The error of a command refused by a closed connection: raised, NULL. */
+static PyObject *
+refused(accel_state *state, PyObject *self)
+{
+    PyObject *args[2] = {self, Py_False};
+    PyObject *error = PyObject_VectorcallMethod(CNAME(state, CLOSED_ERROR), args,
+                                                1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                                state->core_sent_keyword);
+    if (error != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_DECREF(error);
+    }
+    return NULL;
+}
+
+/* A new future of the connection's loop, as asyncio.Future(loop=loop). */
+static PyObject *
+new_future(accel_state *state, core_object *core)
+{
+    PyObject *args[2] = {NULL, core->loop};
+    return PyObject_Vectorcall(core->future_type, args + 1, PY_VECTORCALL_ARGUMENTS_OFFSET,
+                               state->core_loop_keyword);
+}
+
+CORE_METHOD(core_send_script)
+{
+    core_object *core = (core_object *)self;
+    accel_state *state = CORE_STATE(defining_class);
+    if (!core_arguments("send_script", nargsf, kwnames, 4) || state == NULL ||
+        !core_ready(core)) {
+        return NULL;
+    }
+    if (!PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "send_script(payload: bytes, script, keys, args)");
+        return NULL;
+    }
+    if (!core->usable) {
+        return refused(state, self);
+    }
+    PyObject *future = new_future(state, core);
+    if (future == NULL) {
+        return NULL;
+    }
+    if (queue(state, core, future, args[0]) < 0) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    /* Its place in the pipeline: the count of commands queued up to it. */
+    Py_ssize_t sequence = core->batched_total + PyList_GET_SIZE(core->write_buffer) - core->held;
+    PyObject *number = PyLong_FromSsize_t(sequence);
+    PyObject *record = number == NULL ? NULL : PyTuple_New(5);
+    if (record == NULL) {
+        Py_XDECREF(number);
+        Py_DECREF(future);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(record, 0, number);
+    PyTuple_SET_ITEM(record, 1, Py_NewRef(args[1]));
+    PyTuple_SET_ITEM(record, 2, Py_NewRef(args[2]));
+    PyTuple_SET_ITEM(record, 3, Py_NewRef(args[3]));
+    PyTuple_SET_ITEM(record, 4, PyLong_FromLong(0));
+    PyObject *done = call_one(core->scripts, CNAME(state, APPEND), record);
+    Py_DECREF(record);
+    if (done == NULL) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return future;
+}
+
+/* The number at index of the deque's first tuple; 0, or -1 with an error set. */
+static int
+first_number(PyObject *deque, Py_ssize_t index, Py_ssize_t *number)
+{
+    PyObject *first = PySequence_GetItem(deque, 0);
+    if (first == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) <= index) {
+        Py_DECREF(first);
+        PyErr_SetString(PyExc_TypeError, "a connection's record is not a tuple");
+        return -1;
+    }
+    *number = PyLong_AsSsize_t(PyTuple_GET_ITEM(first, index));
+    Py_DECREF(first);
+    return *number == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Drop the deque's records whose number (at index) is at most answered. */
+static int
+forget_answered(accel_state *state, PyObject *deque, Py_ssize_t index, Py_ssize_t answered)
+{
+    while (PyObject_Length(deque) > 0) {
+        Py_ssize_t number;
+        if (first_number(deque, index, &number) < 0) {
+            return -1;
+        }
+        if (number > answered) {
+            break;
+        }
+        PyObject *gone = PyObject_CallMethodNoArgs(deque, CNAME(state, POPLEFT));
+        if (gone == NULL) {
+            return -1;
+        }
+        Py_DECREF(gone);
+    }
+    return 0;
+}
+
+/* Close the turn's new commands into a batch: its deadline recorded, the
+ * timer armed if none is. 0, or -1. */
+static int
+close_batch(accel_state *state, core_object *core, Py_ssize_t new_commands)
+{
+    Py_ssize_t batched_total = core->batched_total + new_commands;
+    core->batched_total = batched_total;
+    Py_ssize_t batches = PyObject_Length(core->batches);
+    Py_ssize_t scripts = PyObject_Length(core->scripts);
+    if (batches < 0 || scripts < 0) {
+        return -1;
+    }
+    if (batches > 0 || scripts > 0) {
+        /* Forget what is answered in full; keeps both deques short under load. */
+        Py_ssize_t in_flight = PyObject_Length(core->pending);
+        if (in_flight < 0) {
+            return -1;
+        }
+        Py_ssize_t answered = batched_total - in_flight;
+        if (forget_answered(state, core->batches, 1, answered) < 0 ||
+            forget_answered(state, core->scripts, 0, answered) < 0) {
+            return -1;
+        }
+    }
+    PyObject *deadline = PyFloat_FromDouble(core->batch_deadline);
+    PyObject *total = deadline == NULL ? NULL : PyLong_FromSsize_t(batched_total);
+    PyObject *batch = total == NULL ? NULL : PyTuple_Pack(2, deadline, total);
+    Py_XDECREF(total);
+    PyObject *done = batch == NULL ? NULL : call_one(core->batches, CNAME(state, APPEND), batch);
+    Py_XDECREF(batch);
+    if (done == NULL) {
+        Py_XDECREF(deadline);
+        return -1;
+    }
+    Py_DECREF(done);
+    if (core->timer == NULL || core->timer == Py_None) {
+        PyObject *on_timer = PyObject_GetAttr((PyObject *)core, CNAME(state, ON_TIMER));
+        PyObject *timer = NULL;
+        if (on_timer != NULL) {
+            PyObject *call_args[2] = {deadline, on_timer};
+            timer = PyObject_Vectorcall(core->call_at, call_args, 2, NULL);
+            Py_DECREF(on_timer);
+        }
+        if (timer == NULL) {
+            Py_DECREF(deadline);
+            return -1;
+        }
+        Py_XSETREF(core->timer, timer);
+    }
+    Py_DECREF(deadline);
+    return 0;
+}
+
+/* Hand the write buffer to the transport in one write, and empty it. 0, or -1. */
+static int
+write_out(accel_state *state, core_object *core)
+{
+    PyObject *buffer = core->write_buffer;
+    Py_ssize_t count = PyList_GET_SIZE(buffer);
+    if (count > 0 && core->transport != NULL && core->transport != Py_None) {
+        PyObject *data;
+        if (count == 1) {
+            data = Py_NewRef(PyList_GET_ITEM(buffer, 0));
+        }
+        else {
+            PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+            data = empty == NULL ? NULL : call_one(empty, CNAME(state, JOIN), buffer);
+            Py_XDECREF(empty);
+        }
+        PyObject *done = data == NULL ? NULL : call_one(core->transport, CNAME(state, WRITE), data);
+        Py_XDECREF(data);
+        if (done == NULL) {
+            return -1;
+        }
+        Py_DECREF(done);
+        if (PyList_SetSlice(buffer, 0, PyList_GET_SIZE(buffer), NULL) < 0) {
+            return -1;
+        }
+    }
+    core->held = 0;
+    return 0;
+}
+
+CORE_METHOD(core_flush)
+{
+    core_object *core = (core_object *)self;
+    accel_state *state = CORE_STATE(defining_class);
+    (void)args;
+    if (!core_arguments("_flush", nargsf, kwnames, 0) || state == NULL || !core_ready(core)) {
+        return NULL;
+    }
+    if (core->state == CORE_CLOSED) {
+        Py_RETURN_NONE; /* the flag stays down: nothing is sent any more */
+    }
+    core->flush_due = 1;
+    core->batch_open = 0;
+    Py_ssize_t new_commands = PyList_GET_SIZE(core->write_buffer) - core->held;
+    if (core->state == CORE_READY) {
+        /* Written before the batch is recorded: the bookkeeping then overlaps
+         * the server's work instead of delaying the write (transport.write
+         * runs no callback of this connection: a failure is reported from a
+         * later loop turn). */
+        if (write_out(state, core) < 0) {
+            return NULL;
+        }
+    }
+    else {
+        /* While connecting the batch is only recorded and held back. */
+        core->held = PyList_GET_SIZE(core->write_buffer);
+    }
+    if (new_commands > 0 && close_batch(state, core, new_commands) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+CORE_METHOD(core_get_buffer)
+{
+    core_object *core = (core_object *)self;
+    (void)defining_class;
+    (void)args;
+    if (!core_arguments("get_buffer", nargsf, kwnames, 1) || !core_ready(core)) {
+        return NULL;
+    }
+    return Py_NewRef(core->read_view);
+}
+
+/* Whether reply is an error reply NOSCRIPT: 1, 0, or -1 with an error set. */
+static int
+is_noscript(accel_state *state, PyObject *reply)
+{
+    PyObject *message = PyObject_GetAttr(reply, CNAME(state, MESSAGE));
+    if (message == NULL) {
+        return -1;
+    }
+    int matches = PyUnicode_Check(message)
+                      ? (int)PyUnicode_Tailmatch(message, CNAME(state, NOSCRIPT), 0,
+                                                 PY_SSIZE_T_MAX, -1)
+                      : 0;
+    Py_DECREF(message);
+    return matches;
+}
+
+/* Give one reply to the oldest future. 0, or -1 with an error set. */
+static int
+answer(accel_state *state, core_object *core, PyObject *reply)
+{
+    PyObject *future = PyObject_CallMethodNoArgs(core->pending, CNAME(state, POPLEFT));
+    if (future == NULL) {
+        return -1; /* IndexError: a reply nobody asked for */
+    }
+    PyObject *done = PyObject_CallMethodNoArgs(future, CNAME(state, DONE));
+    int is_done = done == NULL ? -1 : PyObject_IsTrue(done);
+    Py_XDECREF(done);
+    if (is_done != 0) {
+        /* Done means cancelled or timed out: the reply only frees the slot. */
+        Py_DECREF(future);
+        return is_done < 0 ? -1 : 0;
+    }
+    PyObject *set;
+    if ((PyObject *)Py_TYPE(reply) != core->reply_error) {
+        set = call_one(future, CNAME(state, SET_RESULT), reply);
+    }
+    else {
+        int resent = 0;
+        Py_ssize_t scripts = PyObject_Length(core->scripts);
+        if (scripts < 0) {
+            Py_DECREF(future);
+            return -1;
+        }
+        if (scripts > 0) {
+            int noscript = is_noscript(state, reply);
+            if (noscript < 0) {
+                Py_DECREF(future);
+                return -1;
+            }
+            if (noscript) {
+                PyObject *again = call_one((PyObject *)core, CNAME(state, RESEND), future);
+                resent = again == NULL ? -1 : PyObject_IsTrue(again);
+                Py_XDECREF(again);
+                if (resent < 0) {
+                    Py_DECREF(future);
+                    return -1;
+                }
+            }
+        }
+        set = resent ? Py_NewRef(Py_None) : call_one(future, CNAME(state, SET_EXCEPTION), reply);
+    }
+    Py_DECREF(future);
+    Py_XDECREF(set);
+    return set == NULL ? -1 : 0;
+}
+
+/* The replies of one read; 0, or -1 with an error set. */
+static int
+read_replies(accel_state *state, core_object *core, PyObject *nbytes)
+{
+    PyObject *feed_args[4] = {core->reader, core->read_buffer, NULL, nbytes};
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        return -1;
+    }
+    feed_args[2] = zero;
+    PyObject *fed = PyObject_VectorcallMethod(CNAME(state, FEED), feed_args,
+                                              4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(zero);
+    if (fed == NULL) {
+        return -1;
+    }
+    Py_DECREF(fed);
+    PyObject *reply = PyObject_CallMethodNoArgs(core->reader, CNAME(state, GETS));
+    if (reply == NULL) {
+        return -1;
+    }
+    if (reply == Py_False) {
+        Py_DECREF(reply);
+        return 0; /* a part of a reply: nobody to wake yet */
+    }
+    while (reply != Py_False) {
+        int answered = answer(state, core, reply);
+        Py_DECREF(reply);
+        if (answered < 0) {
+            return -1;
+        }
+        reply = PyObject_CallMethodNoArgs(core->reader, CNAME(state, GETS));
+        if (reply == NULL) {
+            return -1;
+        }
+    }
+    Py_DECREF(reply);
+    if (core->flush_due && core->state == CORE_READY) {
+        /* Behind the wake-ups just scheduled: what the answered tasks send next
+         * leaves in this loop turn. Its deadline runs from now, a little before
+         * they send. */
+        return schedule_flush(state, core);
+    }
+    return 0;
+}
+
+CORE_METHOD(core_buffer_updated)
+{
+    core_object *core = (core_object *)self;
+    accel_state *state = CORE_STATE(defining_class);
+    if (!core_arguments("buffer_updated", nargsf, kwnames, 1) || state == NULL ||
+        !core_ready(core)) {
+        return NULL;
+    }
+    if (read_replies(state, core, args[0]) == 0) {
+        Py_RETURN_NONE;
+    }
+    /* What the read raised, to the Python side: it aborts the connection for
+     * a reply nobody asked for or malformed RESP, and raises anything else. */
+    PyObject *error = accel_take_exception();
+    if (error == NULL) {
+        return NULL;
+    }
+    PyObject *handled = call_one(self, CNAME(state, READ_FAILED), error);
+    Py_DECREF(error);
+    return handled;
+}
+
+#define CORE_METHOD_FLAGS (METH_METHOD | METH_FASTCALL | METH_KEYWORDS)
+#define CORE_METHOD_ENTRY(name, function, doc)                                           \
+    {name, (PyCFunction)(void (*)(void))function, CORE_METHOD_FLAGS, doc}
+static PyMethodDef core_methods[] = {
+    CORE_METHOD_ENTRY("send_script", core_send_script,
+                      "send_script(payload, script, keys, args): queue an encoded EVALSHA; "
+                      "the future of its reply."),
+    CORE_METHOD_ENTRY("_queue", core_queue,
+                      "_queue(future, payload): one command at the end of the pipeline."),
+    CORE_METHOD_ENTRY("_schedule_flush", core_schedule_flush,
+                      "Schedule the one write of this loop turn."),
+    CORE_METHOD_ENTRY("_flush", core_flush,
+                      "Close this turn's commands into a batch and write them in one go."),
+    CORE_METHOD_ENTRY("get_buffer", core_get_buffer, "The read buffer (a memoryview)."),
+    CORE_METHOD_ENTRY("buffer_updated", core_buffer_updated,
+                      "Feed what was read to the Reader and answer the oldest futures."),
+    {NULL, NULL, 0, NULL},
+};
+#undef CORE_METHOD_ENTRY
+
+#define CORE_OBJECT_MEMBER(name, member)                                                 \
+    {name, T_OBJECT_EX, offsetof(core_object, member), 0, NULL},
+static PyMemberDef core_members[] = {
+    CORE_OBJECT_MEMBER("_loop", loop)
+    CORE_OBJECT_MEMBER("_pending", pending)
+    CORE_OBJECT_MEMBER("_write_buffer", write_buffer)
+    CORE_OBJECT_MEMBER("_scripts", scripts)
+    CORE_OBJECT_MEMBER("_batches", batches)
+    CORE_OBJECT_MEMBER("_reader", reader)
+    CORE_OBJECT_MEMBER("_read_buffer", read_buffer)
+    CORE_OBJECT_MEMBER("_read_view", read_view)
+    CORE_OBJECT_MEMBER("_future_type", future_type)
+    CORE_OBJECT_MEMBER("_reply_error", reply_error)
+    CORE_OBJECT_MEMBER("_call_soon", call_soon)
+    CORE_OBJECT_MEMBER("_call_at", call_at)
+    CORE_OBJECT_MEMBER("_loop_time", loop_time)
+    {"_transport", T_OBJECT, offsetof(core_object, transport), 0, NULL},
+    {"_timer", T_OBJECT, offsetof(core_object, timer), 0, NULL},
+    {"_batch_deadline", T_DOUBLE, offsetof(core_object, batch_deadline), 0, NULL},
+    {"_command_timeout_s", T_DOUBLE, offsetof(core_object, command_timeout_s), 0, NULL},
+    {"_held", T_PYSSIZET, offsetof(core_object, held), 0, NULL},
+    {"_batched_total", T_PYSSIZET, offsetof(core_object, batched_total), 0, NULL},
+    {"_state", T_INT, offsetof(core_object, state), 0, NULL},
+    {"usable", T_BOOL, offsetof(core_object, usable), 0, NULL},
+    {"batch_open", T_BOOL, offsetof(core_object, batch_open), 0, NULL},
+    {"_flush_due", T_BOOL, offsetof(core_object, flush_due), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+#undef CORE_OBJECT_MEMBER
+
+PyDoc_STRVAR(core_doc,
+"The per-command path of moderato's asyncio Redis connection\n"
+"(moderato/redis/connection.py's RedisConnection is its subclass): the\n"
+"pipeline's state as members, and the steps every command and read take.");
+
+static PyType_Slot core_slots[] = {
+    ACCEL_GC_SLOTS(core, core_doc),
+    {Py_tp_methods, core_methods},
+    {Py_tp_members, core_members},
+    {0, NULL},
+};
+
+ACCEL_TYPE_SPEC(core_spec, "moderato._accel.ConnectionCore", sizeof(core_object),
+                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE, core_slots);
+
+int
+connection_core_add_to_module(PyObject *module)
+{
+    Py_BUILD_ASSERT(CNAME_END == CORE_NAME_COUNT);
+    accel_state *state = PyModule_GetState(module);
+    for (int i = 0; i < CORE_NAME_COUNT; i++) {
+        state->core_names[i] = PyUnicode_InternFromString(core_name_texts[i]);
+        if (state->core_names[i] == NULL) {
+            return -1;
+        }
+    }
+    state->core_loop_keyword = PyTuple_Pack(1, CNAME(state, LOOP));
+    state->core_sent_keyword = PyTuple_Pack(1, CNAME(state, SENT));
+    if (state->core_loop_keyword == NULL || state->core_sent_keyword == NULL) {
+        return -1;
+    }
+    return accel_add_type(module, &core_spec, "ConnectionCore", &state->core_type);
+}

@@ -12,9 +12,11 @@ import hashlib
 import re
 import shutil
 import ssl
+import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 import warnings
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
@@ -994,3 +996,43 @@ async def test_a_required_role_is_checked_on_every_connect(own_redis_server: Red
 def test_a_required_role_is_master_or_slave() -> None:
     with pytest.raises(ValueError, match="role must be 'master', 'slave' or None, got 'primary'"):
         RedisClient.from_url("redis://h", role="primary")
+
+
+# -- no leak in the per-command path ----------------------------------------------------
+
+LEAK_ROUNDS = 4_000
+LEAK_BOUND_BYTES = 16 << 10
+
+
+async def test_no_leaks_in_the_per_command_path(client: RedisClient) -> None:
+    """Every step ConnectionCore takes (send_script, _queue, the flush, the reply
+    dispatch, an error reply, a batch of several commands): the references of what
+    it is given do not move, and traced memory does not grow."""
+    failing = make_script(b"return redis.error_reply('MODERATO_ARG leak')")
+    key, argument = "".join(["leak-", "key"]), 10**30  # counted: not interned or cached
+
+    async def rounds(times: int) -> None:
+        for _ in range(times):
+            assert await client.evalsha(DOUBLE, [key], [21]) == 42
+            with pytest.raises(RedisReplyError):
+                await client.evalsha(failing, [key], [])
+            assert await client.execute("ECHO", key) == key.encode()
+            replies = await asyncio.gather(*(client.execute("INCRBY", key, 1) for _ in range(3)))
+            assert len(replies) == 3
+            await client.execute("SET", "leak-big", argument)
+
+    await rounds(200)
+    gc.collect()
+    counts = [sys.getrefcount(value) for value in (key, argument, DOUBLE, failing)]
+    tracemalloc.start()
+    try:
+        await rounds(200)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        await rounds(LEAK_ROUNDS)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(value) for value in (key, argument, DOUBLE, failing)] == counts
+    assert after - before < LEAK_BOUND_BYTES

@@ -178,10 +178,17 @@ def bare_client_subjects(port: int, algorithm: str = "token_bucket") -> list[Sub
     ]
 
 
-async def bare_client(connect: Callable[[Any], Awaitable[Any]], script_source: str) -> Any:
+async def bare_client(
+    connect: Callable[[Any], Awaitable[Any]], script_source: str, per_turn: bool = False
+) -> Any:
     """The bare client's connection: ``connect(protocol_factory)`` (the loop's
     create_connection or create_unix_connection), the script loaded; returns the
-    transport and ``send(command) -> future of its reply`` (hiredis, replies in order)."""
+    transport and ``send(command) -> future of its reply`` (hiredis, replies in order).
+
+    ``per_turn`` (benchmarks/sequential_floor.py only): each command is not written
+    at once but with every other command of its loop turn, in one write made by a
+    ``loop.call_soon`` callback the turn's first command schedules, as moderato's
+    pipelining does."""
     import asyncio
     from collections import deque
 
@@ -205,6 +212,18 @@ async def bare_client(connect: Callable[[Any], Awaitable[Any]], script_source: s
 
     transport, _ = await connect(Protocol)
     write = transport.write
+    if per_turn:
+        queued: list[bytes] = []
+        write_now = transport.write
+
+        def flush() -> None:
+            write_now(b"".join(queued) if len(queued) > 1 else queued[0])
+            queued.clear()
+
+        def write(data: bytes) -> None:
+            if not queued:
+                loop.call_soon(flush)
+            queued.append(data)
 
     def send(command: bytes) -> asyncio.Future[Any]:
         future = loop.create_future()

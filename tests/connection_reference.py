@@ -27,32 +27,8 @@ _CLOSED = 2
 
 
 class ReferenceCore:
-    """The per-command steps in Python, over the same attributes."""
-
-    # Declared for the type checker: RedisConnection (and its C base) set them.
-    _loop: Any
-    _pending: Any
-    _write_buffer: list[bytes]
-    _scripts: Any
-    _batches: Any
-    _reader: Any
-    _read_buffer: bytearray
-    _read_view: memoryview
-    _transport: Any
-    _timer: Any
-    _batch_deadline: float
-    _command_timeout_s: float
-    _held: int
-    _batched_total: int
-    _state: int
-    _label: str
-    usable: bool
-    batch_open: bool
-    _flush_due: bool
-    _closed_error: Any
-    _on_timer: Any
-    _abort: Any
-    _resend_after_noscript: Any
+    """The per-command steps in Python, over the same attributes (RedisConnection's
+    and its C base's, set by RedisConnection.__init__)."""
 
     def send_script(
         self, payload: bytes, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]

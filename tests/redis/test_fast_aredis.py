@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import pytest
 import pytest_asyncio
+from one_call_helpers import Counted, comparable, redis_state, twin_cases
 from redis_servers import RedisServer
 
 from moderato import RateLimiter, _accel
@@ -33,62 +34,10 @@ from moderato.redis import RedisClient
 PYTHON_CHECK = RateLimiter.check_with_info.__wrapped__  # type: ignore[attr-defined]
 
 
-class Counted:
-    """Counts the client's evalsha() calls: the checks the Python path sent."""
-
-    def __init__(self, client: RedisClient) -> None:
-        self.calls = 0
-        evalsha = client.evalsha
-
-        def counted(*args: Any) -> Any:
-            self.calls += 1
-            return evalsha(*args)
-
-        client.evalsha = counted  # type: ignore[method-assign]
-
-
 def client_of(limiter: RateLimiter) -> RedisClient:
     client = limiter.backend.client  # type: ignore[attr-defined]
     assert type(client) is RedisClient
     return client
-
-
-def redis_state(server: RedisServer, prefix: str) -> dict[bytes, Any]:
-    """Every key under ``prefix`` (the prefix cut off) with its type and value."""
-    import redis
-
-    connection = redis.Redis(port=server.port)
-    try:
-        state: dict[bytes, Any] = {}
-        for key in connection.scan_iter(match=f"{prefix}:*".encode()):
-            kind = connection.type(key)
-            if kind == b"string":
-                value: Any = connection.get(key)
-            elif kind == b"hash":
-                value = sorted(connection.hgetall(key).items())
-            elif kind == b"zset":
-                value = connection.zcard(key)
-            else:
-                value = kind
-            state[key[len(prefix) :]] = (kind, value)
-        return state
-    finally:
-        connection.close()
-
-
-def comparable(result: Any) -> Any:
-    """A result without what moves with the clock between two checks."""
-    return (
-        result.allowed,
-        result.limit,
-        result.remaining,
-        result.rate,
-        result.algorithm,
-        result.window_seconds,
-        result.bypassed,
-        result.shadow_denied,
-        [(p.limit, p.remaining, p.window_seconds, p.refill) for p in result.policies],
-    )
 
 
 async def outcome(call: Callable[..., Any], *args: Any, **keywords: Any) -> Any:
@@ -135,16 +84,7 @@ async def test_same_as_the_python_path(
     limiters: tuple[RateLimiter, RateLimiter], redis_server: RedisServer, algorithm: str
 ) -> None:
     fast, slow = limiters
-    cases: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
-        (("u1", "3/minute"), {"algorithm": algorithm}),
-        (("u1", "3/minute"), {"algorithm": algorithm, "scope": "GET /a"}),
-        (("u2", "3/minute;5/hour"), {"algorithm": algorithm}),
-        (("u3", "2/minute"), {"algorithm": algorithm, "shadow": True}),
-        (("u4", "2/minute"), {"algorithm": algorithm, "cost": 1, "tenant": None}),
-        (("u5", "4/minute"), {"algorithm": algorithm, "tenant": "t"}),
-        (("u6", "4/minute"), {"algorithm": algorithm, "cost": 2}),
-        (("bad key", "3/minute"), {"algorithm": algorithm}),
-    ]
+    cases = twin_cases(algorithm)
     for limiter in limiters:
         await limiter.check_with_info("warm", "1/minute", algorithm=algorithm)
     for _ in range(6):

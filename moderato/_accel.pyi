@@ -138,6 +138,7 @@ class FastCheck:
 
     def __init__(
         self,
+        *,
         prefix: str,
         secret: Optional[bytes],
         backend: object,

@@ -20,7 +20,7 @@ awaited, as from a coroutine. The blocking limiter's returns the result.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar, cast
 
 from . import _accel
 from .backends.memory import MemoryBackend, _store_error, wall_clock_ms
@@ -31,6 +31,7 @@ from .plans import Plan
 from .results import CheckResult
 
 F = Callable[..., Any]
+T = TypeVar("T")
 
 
 def fast_method(function: F, *, blocking: bool) -> F:
@@ -44,49 +45,77 @@ def fast_check_for(limiter: LimiterCore[Any, Any], backend: object) -> Optional[
     ``memory://``'s own (a wrapped or another backend: every check the Python path's)."""
     if type(backend) is not MemoryBackend or limiter._node_of is not None:
         return None
-    keyspace = limiter._keyspace
-    plans = limiter._plans
     return _accel.FastCheck(
-        prefix=keyspace.prefix,
-        secret=keyspace.identity_secret,
+        **limiter_fields(limiter),
         backend=backend,
         store=backend.store,
-        defaults=plans.defaults,
-        plans=plans,
-        breaker=limiter.breaker,
-        failure_log=limiter.failure_log,
         wall_clock=wall_clock_ms,
-        finish=_finish,
         shadowed=shadowed,
-        global_scope=GLOBAL_SCOPE,
     )
 
 
-def _finish(
+def limiter_fields(limiter: LimiterCore[Any, Any]) -> dict[str, Any]:
+    """What both one-call checks (this one and fast_redis.py's) read of the limiter,
+    and the one Python end of a check C took but does not end (``finish``): their C
+    objects' common head (csrc/fast_common.h), as constructor keywords."""
+    keyspace = limiter._keyspace
+    plans = limiter._plans
+    return {
+        "prefix": keyspace.prefix,
+        "secret": keyspace.identity_secret,
+        "defaults": plans.defaults,
+        "plans": plans,
+        "breaker": limiter.breaker,
+        "failure_log": limiter.failure_log,
+        "global_scope": GLOBAL_SCOPE,
+        "finish": finish,
+    }
+
+
+def told_breaker(limiter: LimiterCore[Any, Any], step: Callable[[], T]) -> T:
+    """``step()`` of a one-call check that C did not end, whatever it raises told to
+    the breaker first (``_failed``), as ``_decision`` tells it; the caller then takes a
+    BackendError through the failure policy (``_undecided``)."""
+    try:
+        return step()
+    except BaseException as raised:
+        limiter._failed("decide", raised, limiter.breaker)
+        raise
+
+
+def finish(
     limiter: LimiterCore[Any, Any],
     plan: Plan,
     scope: object,
     shadow: Optional[bool],
     reply: object,
-    error: Optional[BaseException],
+    outcome: Optional[object],
 ) -> CheckResult:
-    """A one-call check whose decision did not give a result, the rest of the Python
-    path's way: ``error`` raised by the clock or the store (a ValueError is the store's
-    refusal), or a ``reply`` C did not decode. Through the breaker (``_failed``) and the
-    failure policy (``_undecided``); no metrics nor recorder are attached on this path."""
-    try:
+    """A one-call check (this one or fast_redis.py's) that C took as far as the store's
+    or the server's reply but does not end itself, the rest of the Python path's way.
+    ``outcome`` is what C made of it: a CheckResult (a denial, for shadow mode; or a
+    breaker, outage log or metrics that changed meanwhile), what the clock or the store
+    raised (a ValueError is the store's refusal), or None: ``reply``, which C did not
+    decode. Through the breaker and the failure policy, then ``_decision``'s and
+    ``check_with_info``'s last steps."""
+    breaker = limiter.breaker
+    if not isinstance(outcome, CheckResult):
+
+        def result() -> CheckResult:
+            if outcome is None:
+                return decoded(plan, reply)  # raises the BackendError naming the script
+            if isinstance(outcome, ValueError):
+                raise _store_error(plan.script_name, outcome) from None
+            raise cast(BaseException, outcome)
+
         try:
-            if error is None:
-                result = decoded(plan, reply)  # raises the BackendError naming the script
-            elif isinstance(error, ValueError):
-                raise _store_error(plan.script_name, error) from None
-            else:
-                raise error
-        except BaseException as raised:
-            limiter._failed("decide", raised, limiter.breaker)
-            raise
-    except BackendError as raised:
-        return limiter._undecided(plan, 1, raised)
-    if not result.allowed and (limiter.shadow if shadow is None else shadow):
-        result = shadowed(result, scope)
-    return result
+            outcome = told_breaker(limiter, result)
+        except BackendError as raised:
+            return limiter._undecided(plan, 1, raised)
+    if not breaker.settled or limiter.failure_log.active or limiter.metrics is not None:
+        limiter._succeeded("decide", breaker)
+    if not outcome.allowed and (limiter.shadow if shadow is None else shadow):
+        outcome = shadowed(outcome, scope)
+    if limiter.metrics is not None:
+        limiter._observe(plan, outcome, 0.0)  # attached during the check: untimed
+    return outcome

@@ -13,7 +13,7 @@ EVALSHA, an idle connection of the pool taken and given back as
 ``RedisClient.evalsha()`` does it, one ``send()`` and one ``recv()`` with the GIL
 released, the reply framed and the result built. Whatever C does not finish
 after the send comes back here, to go on the Python path's way from where C
-stopped (``_rest``, ``_finish``): the command is never sent twice.
+stopped (``_rest``; ``fast_check.finish``): the command is never sent twice.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from typing import Any, Optional
 
 from . import _accel
 from .backends.blocking_redis import BlockingRedisBackend
-from .backends.replies import decoded, translated
+from .backends.replies import translated
 from .errors import BackendError
-from .limiter_core import GLOBAL_SCOPE, LimiterCore, shadowed
+from .fast_check import finish, limiter_fields, told_breaker
+from .limiter_core import LimiterCore
 from .plans import Plan
 from .redis.blocking.client import IDLE_CHECK_AFTER_S, RedisClient
 from .redis.blocking.connection import BlockingConnection
@@ -47,20 +48,11 @@ def redis_fast_check_for(limiter: LimiterCore[Any, Any], backend: object) -> Opt
     client = backend.client
     if type(client) is not RedisClient or client.address.tls or limiter._node_of is not None:
         return None
-    keyspace = limiter._keyspace
-    plans = limiter._plans
     return _accel.RedisFastCheck(
-        prefix=keyspace.prefix,
-        secret=keyspace.identity_secret,
+        **limiter_fields(limiter),
         client=client,
-        defaults=plans.defaults,
-        plans=plans,
-        breaker=limiter.breaker,
-        failure_log=limiter.failure_log,
         load_script=load_script,
-        finish=_finish,
         rest=_rest,
-        global_scope=GLOBAL_SCOPE,
         idle_check_after_s=IDLE_CHECK_AFTER_S,
     )
 
@@ -83,55 +75,18 @@ def _rest(
     failure policy, as the Python path takes them."""
     backend: Any = getattr(limiter, "_backend")  # noqa: B009 (the blocking limiter's)
     client: RedisClient = backend.client
-    try:
+
+    def replied() -> object:
         try:
-            try:
-                reply = client.evalsha_rest(
-                    connection,
-                    taken_at,
-                    load_script(plan.script_name),
-                    keys,
-                    plan.unit_args,
-                    data,
-                    error,
-                )
-            except RedisClientError as raised:
-                raise translated(raised, plan.algorithm.name) from None
-            result = decoded(plan, reply)  # a malformed reply: the BackendError naming it
-        except BaseException as raised:
-            limiter._failed("decide", raised, limiter.breaker)
-            raise
+            script = load_script(plan.script_name)
+            return client.evalsha_rest(
+                connection, taken_at, script, keys, plan.unit_args, data, error
+            )
+        except RedisClientError as raised:
+            raise translated(raised, plan.algorithm.name) from None
+
+    try:
+        reply = told_breaker(limiter, replied)
     except BackendError as raised:
         return limiter._undecided(plan, 1, raised)
-    return _finish(limiter, plan, scope, shadow, reply, result)
-
-
-def _finish(
-    limiter: LimiterCore[Any, Any],
-    plan: Plan,
-    scope: object,
-    shadow: Optional[bool],
-    reply: object,
-    result: Optional[CheckResult],
-) -> CheckResult:
-    """A one-call check whose reply was read whole, its connection given back, that C
-    does not end itself: ``result`` None (``check_result`` refused the reply), a denial
-    (shadow mode), or a breaker, outage log or metrics that changed during the round
-    trip. ``_decision``'s and ``check_with_info``'s last steps."""
-    breaker = limiter.breaker
-    if result is None:
-        try:
-            try:
-                result = decoded(plan, reply)
-            except BaseException as raised:
-                limiter._failed("decide", raised, breaker)
-                raise
-        except BackendError as raised:
-            return limiter._undecided(plan, 1, raised)
-    if not breaker.settled or limiter.failure_log.active or limiter.metrics is not None:
-        limiter._succeeded("decide", breaker)
-    if not result.allowed and (limiter.shadow if shadow is None else shadow):
-        result = shadowed(result, scope)
-    if limiter.metrics is not None:
-        limiter._observe(plan, result, 0.0)  # attached during the check: untimed
-    return result
+    return finish(limiter, plan, scope, shadow, reply, None)  # decoded there

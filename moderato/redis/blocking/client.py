@@ -205,13 +205,7 @@ class RedisClient(FromUrl):
         except BaseException:
             self._free_place()
             raise
-        if connection.generation == self._generation:
-            connection.idle_since = taken_at
-            self._idle.append(connection)
-            if self._waiters:
-                self._hand_over()
-        else:
-            self._give(connection)
+        self._give(connection, idle_since=taken_at)
         if type(reply) is RedisReplyError:
             raise reply
         return reply
@@ -356,12 +350,14 @@ class RedisClient(FromUrl):
         self._free_place()
         return self._take()
 
-    def _give(self, connection: BlockingConnection) -> None:
+    def _give(self, connection: BlockingConnection, *, idle_since: Optional[float] = None) -> None:
+        """Give a connection back: idle since ``idle_since`` (when its command began, as
+        ``evalsha()`` counts it) or else since now; first to a waiting thread."""
         if connection.generation != self._generation:  # closed (or forked) meanwhile
             connection.close()
             self._free_place()
             return
-        connection.idle_since = monotonic()
+        connection.idle_since = monotonic() if idle_since is None else idle_since
         self._idle.append(connection)
         if self._waiters:  # read after the append: a waiter that came meanwhile sees it
             self._hand_over()

@@ -34,50 +34,21 @@
 
 #include "decode.h"
 #include "fast_aredis.h"
+#include "fast_common.h"
 #include "fast_redis.h"
 #include "heap_type.h"
 #include "keys.h"
 #include "sequence.h"
 #include "store_decide.h"
 
-/* Most compiled plans a FastCheck keeps before it starts over (plans.py's
- * MAX_PLANS). */
-#define FAST_MAX_COMPILED 4096
-
-#define FAST_NAMES(X)                                                                    \
-    X(FAST_CHECK, "_fast_check")                                                         \
-    X(METRICS, "metrics")                                                                \
-    X(RECORDER, "recorder")                                                              \
-    X(SETTLED, "settled")                                                                \
-    X(ACTIVE, "active")                                                                  \
-    X(CLOCK, "clock")                                                                    \
-    X(SHADOW, "shadow")                                                                  \
-    X(PLANS, "_plans")                                                                   \
-    X(SCRIPT_NAME, "script_name")                                                        \
-    X(KEY_TAG, "key_tag")                                                                \
-    X(WINDOWS_S, "windows_s")                                                            \
-    X(UNIT_ARGS, "unit_args")                                                            \
-    X(RESULT_SHAPE, "result_shape")                                                      \
-    X(COST, "cost")                                                                      \
-    X(TENANT_TYPE, "tenant_type")                                                        \
-    X(SCOPE, "scope")                                                                    \
-    X(ALGORITHM, "algorithm")                                                            \
-    X(TENANT, "tenant")                                                                  \
-    X(BURST, "burst")                                                                    \
-    X(EMPTY, "")
-
-#define FAST_NAME_ENUM(name, text) NAME_##name,
-enum { FAST_NAMES(FAST_NAME_ENUM) NAME_END };
-#undef FAST_NAME_ENUM
-
+/* The texts of FAST_NAMES (fast_common.h), interned into the state below. */
 #define FAST_NAME_TEXT(name, text) text,
 static const char *const name_texts[] = {FAST_NAMES(FAST_NAME_TEXT)};
 #undef FAST_NAME_TEXT
 
-/* A compiled plan: (script_name, key_tag, windows_s, unit_args, result_shape,
- * parsed), parsed a capsule of its fast_plan. */
-enum { PLAN_SCRIPT, PLAN_TAG, PLAN_WINDOWS, PLAN_ARGS, PLAN_SHAPE, PLAN_PARSED, PLAN_FIELDS };
-enum { PLAN_READ_FIELDS = PLAN_PARSED }; /* the plan's attributes */
+/* A compiled plan: its read fields (fast_common.h) and parsed, a capsule of
+ * its fast_plan. */
+enum { PLAN_PARSED = PLAN_READ_FIELDS, PLAN_FIELDS };
 
 /* What a plan's checks repeat, parsed once: the store's arguments
  * (store_decision_new) and the keys' windows. */
@@ -253,97 +224,43 @@ ACCEL_TYPE_SPEC(ready_spec, "moderato._accel.ReadyCheck", sizeof(ready_object),
 /* ---- FastCheck: what one limiter's checks read ----------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *prefix;      /* the key space's prefix (str) */
-    PyObject *secret;      /* its identity secret (bytes) or None */
-    PyObject *backend;     /* the MemoryBackend: its clock is read per check */
-    PyObject *store;       /* its MemoryStore */
-    PyObject *defaults;    /* Plans.defaults: the default algorithm's plans by rate */
-    PyObject *plans;       /* the Plans: its _plans by (rate, algorithm) */
-    PyObject *breaker;     /* the limiter's breaker: settled */
-    PyObject *failure_log; /* its OutageLog: active */
-    PyObject *wall_clock;  /* the backend's default clock: the store reads its own */
-    PyObject *finish;      /* finish(limiter, plan, scope, shadow, reply, error) */
-    PyObject *shadowed;    /* shadowed(result, scope) */
-    PyObject *global_scope;
-    PyObject *compiled;    /* {plan: (script_name, key_tag, windows_s, unit_args, shape)} */
+    FAST_LIMITER_HEAD
+    PyObject *backend;    /* the MemoryBackend: its clock is read per check */
+    PyObject *store;      /* its MemoryStore */
+    PyObject *wall_clock; /* the backend's default clock: the store reads its own */
+    PyObject *shadowed;   /* shadowed(result, scope) */
 } fast_check_object;
 
-/* The constructor's keywords, in order, each the member it sets; and every
- * member. */
-#define FAST_CHECK_ARGUMENTS(X)                                                          \
-    X(prefix) X(secret) X(backend) X(store) X(defaults) X(plans) X(breaker) X(failure_log) \
-    X(wall_clock) X(finish) X(shadowed) X(global_scope)
-#define FAST_CHECK_MEMBERS(X) FAST_CHECK_ARGUMENTS(X) X(compiled)
+/* Every member (the head's: fast_common.h). */
+#define FAST_CHECK_MEMBERS(X)                                                            \
+    FAST_LIMITER_MEMBERS(X) X(backend) X(store) X(wall_clock) X(shadowed)
 
 ACCEL_GC_FUNCTIONS(fast_check, fast_check_object, FAST_CHECK_MEMBERS)
 
 static PyObject *
 fast_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-#define KEYWORD(member) #member,
-    static char *keywords[] = {FAST_CHECK_ARGUMENTS(KEYWORD) NULL};
-#undef KEYWORD
-    PyObject *values[sizeof(keywords) / sizeof(keywords[0]) - 1];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOOO!OOOOOOU:FastCheck", keywords,
-                                     &values[0], &values[1], &values[2], &values[3],
-                                     &PyDict_Type, &values[4], &values[5], &values[6],
-                                     &values[7], &values[8], &values[9], &values[10],
-                                     &values[11])) {
+    /* The keywords, in order, each the member it sets. */
+#define FAST_CHECK_ARGUMENTS(X)                                                          \
+    FAST_LIMITER_ARGUMENTS(X) X(backend) X(store) X(wall_clock) X(shadowed)
+    FAST_CONSTRUCTOR_TABLES(fast_check_object, FAST_CHECK_ARGUMENTS, );
+    PyObject *values[Py_ARRAY_LENGTH(offsets)];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOO!OOOUOOOOO:FastCheck", keywords,
+                                     &values[0], &values[1], &PyDict_Type, &values[2],
+                                     &values[3], &values[4], &values[5], &values[6], &values[7],
+                                     &values[8], &values[9], &values[10], &values[11])) {
         return NULL;
     }
-    if (values[1] != Py_None && !PyBytes_Check(values[1])) {
-        PyErr_Format(PyExc_TypeError, "FastCheck() secret must be bytes or None, not %.100s",
-                     Py_TYPE(values[1])->tp_name);
-        return NULL;
-    }
-    fast_check_object *fast = (fast_check_object *)type->tp_alloc(type, 0);
-    if (fast == NULL) {
-        return NULL;
-    }
-    PyObject *compiled = PyDict_New();
-    if (compiled == NULL) {
-        Py_DECREF(fast);
-        return NULL;
-    }
-    PyObject **value = values;
-#define TAKE_ARGUMENT(member) fast->member = Py_NewRef(*value++);
-    FAST_CHECK_ARGUMENTS(TAKE_ARGUMENT)
-#undef TAKE_ARGUMENT
-    fast->compiled = compiled;
-    return (PyObject *)fast;
+    return fast_limiter_new(type, "FastCheck", values, offsets, Py_ARRAY_LENGTH(offsets));
 }
-
-static PyObject *
-fast_check_compiled_count(PyObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSsize_t(PyDict_GET_SIZE(((fast_check_object *)self)->compiled));
-}
-
-static PyGetSetDef fast_check_getset[] = {
-    {"compiled_count", fast_check_compiled_count, NULL,
-     "Plans compiled for the one-call path so far (for tests).", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
 
 PyDoc_STRVAR(fast_check_doc,
-"FastCheck(*, prefix, secret, backend, store, defaults, plans, breaker,\n"
-"          failure_log, wall_clock, finish, shadowed, global_scope)\n"
-"--\n"
-"\n"
-"What a memory:// limiter's one-call checks read (its _fast_check; built by\n"
-"moderato/fast_check.py). A FastMethod takes a check this way only while\n"
-"it holds one.");
+             FAST_LIMITER_DOC("FastCheck", "backend, store, wall_clock, shadowed",
+                              "What a memory:// limiter's one-call checks read (its\n"
+                              "_fast_check; built by moderato/fast_check.py). A FastMethod\n"
+                              "takes a check this way only while it holds one."));
 
-static PyType_Slot fast_check_slots[] = {
-    ACCEL_GC_SLOTS(fast_check, fast_check_doc),
-    {Py_tp_new, fast_check_new},
-    {Py_tp_getset, fast_check_getset},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(fast_check_spec, "moderato._accel.FastCheck", sizeof(fast_check_object),
-                Py_TPFLAGS_HAVE_GC | ACCEL_TPFLAGS_IMMUTABLE, fast_check_slots);
+FAST_LIMITER_TYPE(fast_check, "moderato._accel.FastCheck", fast_check_object, fast_check_doc);
 
 /* ---- the check ----------------------------------------------------------------- */
 
@@ -398,115 +315,37 @@ parse_plan(PyObject *module, PyObject *compiled, PyObject *keys)
     return capsule;
 }
 
-/* The plan's compiled fields, a borrowed tuple, or NULL (declined: no
- * exception set). A plan is compiled on its first check here: key_args are
- * that check's build_keys arguments but the windows (its algorithm's tag
- * left out: the plan's). */
-static PyObject *
-compiled_plan(PyObject *module, accel_state *state, fast_check_object *fast, PyObject *plan,
-              PyObject **key_args)
+/* What compiling a plan needs of its first check: the module, and that
+ * check's build_keys arguments but the windows (its algorithm's tag left
+ * out: the plan's). */
+typedef struct {
+    PyObject *module;
+    PyObject **key_args;
+} plan_context;
+
+/* fast_check's step in compiling a plan (fast_plan_step): its script a name
+ * and its windows a tuple, the first check's keys built and the plan parsed
+ * from them. */
+static int
+complete_plan(PyObject *compiled, void *context)
 {
-    PyObject *compiled = PyDict_GetItemWithError(fast->compiled, plan);
-    if (compiled != NULL || PyErr_Occurred()) {
-        PyErr_Clear();
-        return compiled;
-    }
-    compiled = PyTuple_New(PLAN_FIELDS);
-    if (compiled == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    static const int names[PLAN_READ_FIELDS] = {NAME_SCRIPT_NAME, NAME_KEY_TAG, NAME_WINDOWS_S,
-                                                NAME_UNIT_ARGS, NAME_RESULT_SHAPE};
-    for (int i = 0; i < PLAN_READ_FIELDS; i++) {
-        PyObject *value = PyObject_GetAttr(plan, state->names[names[i]]);
-        if (value == NULL) {
-            Py_DECREF(compiled);
-            PyErr_Clear();
-            return NULL;
-        }
-        PyTuple_SET_ITEM(compiled, i, value);
-    }
+    const plan_context *first = context;
+    PyObject **key_args = first->key_args;
     if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_SCRIPT)) ||
-        !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_ARGS)) ||
         !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, PLAN_WINDOWS))) {
-        Py_DECREF(compiled);
-        return NULL;
+        return -1;
     }
     PyObject *build_args[7] = {key_args[0], PyTuple_GET_ITEM(compiled, PLAN_TAG), key_args[2],
                                key_args[3], key_args[4], PyTuple_GET_ITEM(compiled, PLAN_WINDOWS),
                                key_args[6]};
-    PyObject *keys = keys_build(module, build_args, 7, NULL);
-    PyObject *parsed = keys == NULL ? NULL : parse_plan(module, compiled, keys);
+    PyObject *keys = keys_build(first->module, build_args, 7, NULL);
+    PyObject *parsed = keys == NULL ? NULL : parse_plan(first->module, compiled, keys);
     Py_XDECREF(keys);
     if (parsed == NULL) {
-        Py_DECREF(compiled);
-        PyErr_Clear();
-        return NULL;
+        return -1;
     }
     PyTuple_SET_ITEM(compiled, PLAN_PARSED, parsed);
-    if (PyDict_GET_SIZE(fast->compiled) >= FAST_MAX_COMPILED) {
-        PyDict_Clear(fast->compiled);
-    }
-    int stored = PyDict_SetItem(fast->compiled, plan, compiled);
-    Py_DECREF(compiled);
-    if (stored < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    /* The dict holds it now; a collection while storing cannot have
-     * dropped it: nothing else refers to the dict. */
-    return PyDict_GetItemWithError(fast->compiled, plan);
-}
-
-/* Whether owner.<name> is wanted (by identity): 1 or 0, never an exception.
- * Read with getattr, not from the instances' __dict__: asking for the
- * __dict__ of an object whose attributes CPython keeps inline (3.11 on)
- * would make one, and slow every Python read of its attributes. */
-static int
-attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
-{
-    PyObject *value = PyObject_GetAttr(owner, name);
-    if (value == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int matches = value == wanted;
-    Py_DECREF(value);
-    return matches;
-}
-
-/* Whether the limiter's state lets its check take the one-call path: no
- * metrics nor recorder, its breaker settled, no outage being logged. 1 or
- * 0, never an exception. */
-static int
-limiter_allows(accel_state *state, PyObject *limiter, fast_check_object *fast)
-{
-    return attribute_is(limiter, state->names[NAME_METRICS], Py_None) &&
-           attribute_is(limiter, state->names[NAME_RECORDER], Py_None) &&
-           attribute_is(fast->breaker, state->names[NAME_SETTLED], Py_True) &&
-           attribute_is(fast->failure_log, state->names[NAME_ACTIVE], Py_False);
-}
-
-/* The check's plan, a new reference, or NULL (declined, no exception). */
-static PyObject *
-find_plan(accel_state *state, fast_check_object *fast, PyObject *rate, PyObject *algorithm)
-{
-    PyObject *plan;
-    if (algorithm == Py_None) {
-        plan = PyDict_GetItemWithError(fast->defaults, rate);
-        Py_XINCREF(plan);
-    }
-    else {
-        PyObject *plans = PyObject_GetAttr(fast->plans, state->names[NAME_PLANS]);
-        PyObject *pair = plans == NULL ? NULL : PyTuple_Pack(2, rate, algorithm);
-        plan = pair == NULL || !PyDict_Check(plans) ? NULL : PyDict_GetItemWithError(plans, pair);
-        Py_XINCREF(plan);
-        Py_XDECREF(pair);
-        Py_XDECREF(plans);
-    }
-    PyErr_Clear();
-    return plan;
+    return 0;
 }
 
 /* The rest of the Python path for a check the store was asked: the
@@ -697,9 +536,11 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
     PyObject *secret = fast->secret == Py_None ? NULL : fast->secret;
     PyObject *key_args[7] = {fast->prefix, NULL, state->names[NAME_EMPTY], scope, key, NULL,
                              fast->secret};
-    if (!limiter_allows(state, limiter, fast) ||
-        (plan = find_plan(state, fast, rate, algorithm)) == NULL ||
-        (compiled = compiled_plan(module, state, fast, plan, key_args)) == NULL) {
+    plan_context first = {module, key_args};
+    if (!fast_limiter_allows(state, limiter, (fast_limiter *)fast) ||
+        (plan = fast_find_plan(state, (fast_limiter *)fast, rate, algorithm)) == NULL ||
+        (compiled = fast_compiled_plan(state, (fast_limiter *)fast, plan, PLAN_FIELDS,
+                                       complete_plan, &first)) == NULL) {
         goto done;
     }
     Py_INCREF(compiled);
@@ -864,13 +705,8 @@ fast_check_add_to_module(PyObject *module)
 {
     Py_BUILD_ASSERT(NAME_END == FAST_NAME_COUNT);
     accel_state *state = PyModule_GetState(module);
-    for (int i = 0; i < FAST_NAME_COUNT; i++) {
-        state->names[i] = PyUnicode_InternFromString(name_texts[i]);
-        if (state->names[i] == NULL) {
-            return -1;
-        }
-    }
-    if (accel_add_type(module, &ready_spec, "ReadyCheck", &state->ready_type) < 0 ||
+    if (fast_intern_names(state->names, name_texts, FAST_NAME_COUNT) < 0 ||
+        accel_add_type(module, &ready_spec, "ReadyCheck", &state->ready_type) < 0 ||
         accel_add_type(module, &fast_check_spec, "FastCheck", &state->fast_check_type) < 0 ||
         accel_add_type(module, &fast_method_spec, "FastMethod", &state->fast_method_type) < 0) {
         return -1;

@@ -51,9 +51,6 @@
 #define MSG_NOSIGNAL 0
 #endif
 
-/* Most compiled plans a RedisFastCheck keeps before it starts over (plans.py's
- * MAX_PLANS). */
-#define REDIS_MAX_COMPILED 4096
 /* The first read's buffer: a decision's reply is far smaller; a longer one
  * is finished by rest(). */
 #define REDIS_READ_BYTES 16384
@@ -68,181 +65,96 @@ static const char *const redis_name_texts[] = {REDIS_NAMES(REDIS_NAME_TEXT)};
 
 /* ---- RedisFastCheck: what one limiter's checks read ------------------------------- */
 
-/* The constructor's object keywords, in order, each the member it sets
- * (idle_check_after_s follows them); and every member. */
-#define REDIS_CHECK_ARGUMENTS(X)                                                         \
-    X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
-    X(load_script) X(finish) X(rest) X(global_scope)
 ACCEL_GC_FUNCTIONS(redis_check, redis_check_object, REDIS_CHECK_MEMBERS)
 
 static PyObject *
 redis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-#define KEYWORD(member) #member,
-    static char *keywords[] = {REDIS_CHECK_ARGUMENTS(KEYWORD) "idle_check_after_s", NULL};
-#undef KEYWORD
-    PyObject *values[sizeof(keywords) / sizeof(keywords[0]) - 2];
+    /* The object keywords, in order, each the member it sets; then the double. */
+#define REDIS_CHECK_ARGUMENTS(X) FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(rest)
+    FAST_CONSTRUCTOR_TABLES(redis_check_object, REDIS_CHECK_ARGUMENTS, "idle_check_after_s", );
+    PyObject *values[Py_ARRAY_LENGTH(offsets)];
     double idle_check_after_s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOO!OOOOOOUd:RedisFastCheck", keywords,
-                                     &values[0], &values[1], &values[2], &PyDict_Type,
-                                     &values[3], &values[4], &values[5], &values[6],
-                                     &values[7], &values[8], &values[9], &values[10],
-                                     &idle_check_after_s)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOO!OOOUOOOOd:RedisFastCheck", keywords,
+                                     &values[0], &values[1], &PyDict_Type, &values[2],
+                                     &values[3], &values[4], &values[5], &values[6], &values[7],
+                                     &values[8], &values[9], &values[10], &idle_check_after_s)) {
         return NULL;
     }
-    if (values[1] != Py_None && !PyBytes_Check(values[1])) {
-        PyErr_Format(PyExc_TypeError,
-                     "RedisFastCheck() secret must be bytes or None, not %.100s",
-                     Py_TYPE(values[1])->tp_name);
-        return NULL;
+    PyObject *check =
+        fast_limiter_new(type, "RedisFastCheck", values, offsets, Py_ARRAY_LENGTH(offsets));
+    if (check != NULL) {
+        ((redis_check_object *)check)->idle_check_after_s = idle_check_after_s;
     }
-    redis_check_object *check = (redis_check_object *)type->tp_alloc(type, 0);
-    if (check == NULL) {
-        return NULL;
-    }
-    check->compiled = PyDict_New();
-    if (check->compiled == NULL) {
-        Py_DECREF(check);
-        return NULL;
-    }
-    PyObject **value = values;
-#define TAKE_ARGUMENT(member) check->member = Py_NewRef(*value++);
-    REDIS_CHECK_ARGUMENTS(TAKE_ARGUMENT)
-#undef TAKE_ARGUMENT
-    check->idle_check_after_s = idle_check_after_s;
-    return (PyObject *)check;
+    return check;
 }
-
-static PyObject *
-redis_check_compiled_count(PyObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSsize_t(PyDict_GET_SIZE(((redis_check_object *)self)->compiled));
-}
-
-static PyGetSetDef redis_check_getset[] = {
-    {"compiled_count", redis_check_compiled_count, NULL,
-     "Plans compiled for the one-call path so far (for tests).", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
 
 PyDoc_STRVAR(redis_check_doc,
-"RedisFastCheck(*, prefix, secret, client, defaults, plans, breaker,\n"
-"               failure_log, load_script, finish, rest, global_scope,\n"
-"               idle_check_after_s)\n"
-"--\n"
-"\n"
-"What a blocking limiter's one-call checks over one Redis server read (its\n"
-"_fast_check; built by moderato/fast_redis.py).");
+             FAST_LIMITER_DOC("RedisFastCheck",
+                              "client, load_script, rest, idle_check_after_s",
+                              "What a blocking limiter's one-call checks over one Redis\n"
+                              "server read (its _fast_check; built by\n"
+                              "moderato/fast_redis.py)."));
 
-static PyType_Slot redis_check_slots[] = {
-    ACCEL_GC_SLOTS(redis_check, redis_check_doc),
-    {Py_tp_new, redis_check_new},
-    {Py_tp_getset, redis_check_getset},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(redis_check_spec, "moderato._accel.RedisFastCheck", sizeof(redis_check_object),
-                Py_TPFLAGS_HAVE_GC | ACCEL_TPFLAGS_IMMUTABLE, redis_check_slots);
+FAST_LIMITER_TYPE(redis_check, "moderato._accel.RedisFastCheck", redis_check_object,
+                  redis_check_doc);
 
 /* ---- what is read before anything is sent ---------------------------------------- */
 
-/* Whether owner.<name> is `wanted` (by identity): 1 or 0, never an exception. */
+/* fast_common.h's, for fast_aredis.c (fast_redis.h says what each does). */
+
 int
 fast_redis_attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
 {
-    PyObject *value = PyObject_GetAttr(owner, name);
-    if (value == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int matches = value == wanted;
-    Py_DECREF(value);
-    return matches;
+    return fast_attribute_is(owner, name, wanted);
 }
 
-/* The breaker settled and no outage being logged: the Python path then tells
- * neither anything after a decision. */
 int
 fast_redis_quiet(accel_state *state, redis_check_object *check)
 {
-    return fast_redis_attribute_is(check->breaker, NAME(state, SETTLED), Py_True) &&
-           fast_redis_attribute_is(check->failure_log, NAME(state, ACTIVE), Py_False);
+    return fast_quiet(state, (fast_limiter *)check);
 }
 
-/* The check's plan, a new reference, or NULL (declined, no exception). */
 PyObject *
-fast_redis_find_plan(accel_state *state, redis_check_object *check, PyObject *rate, PyObject *algorithm)
+fast_redis_find_plan(accel_state *state, redis_check_object *check, PyObject *rate,
+                     PyObject *algorithm)
 {
-    PyObject *plan;
-    if (algorithm == Py_None) {
-        plan = PyDict_GetItemWithError(check->defaults, rate);
-        Py_XINCREF(plan);
-    }
-    else {
-        PyObject *plans = PyObject_GetAttr(check->plans, NAME(state, PLANS));
-        PyObject *pair = plans == NULL ? NULL : PyTuple_Pack(2, rate, algorithm);
-        plan = pair == NULL || !PyDict_Check(plans) ? NULL : PyDict_GetItemWithError(plans, pair);
-        Py_XINCREF(plan);
-        Py_XDECREF(pair);
-        Py_XDECREF(plans);
-    }
-    PyErr_Clear();
-    return plan;
+    return fast_find_plan(state, (fast_limiter *)check, rate, algorithm);
 }
 
-/* The plan's compiled fields, a borrowed tuple, or NULL (declined, no
- * exception). */
+/* A compiled plan over Redis is its read fields (fast_common.h), the
+ * script's SHA in its name's place, and the script (RPLAN_*): this is the
+ * step that makes them (fast_plan_step), load_script(name) and its sha, a
+ * str. */
+typedef struct {
+    accel_state *state;
+    redis_check_object *check;
+} plan_context;
+
+static int
+complete_plan(PyObject *compiled, void *context)
+{
+    const plan_context *first = context;
+    PyObject *script = PyObject_CallOneArg(first->check->load_script,
+                                           PyTuple_GET_ITEM(compiled, RPLAN_SHA));
+    PyObject *sha = script == NULL ? NULL : PyObject_GetAttr(script, NAME(first->state, SHA));
+    if (sha == NULL) {
+        Py_XDECREF(script);
+        return -1;
+    }
+    /* The tuple is new, held by this compile alone: its items may change. */
+    Py_DECREF(PyTuple_GET_ITEM(compiled, RPLAN_SHA));
+    PyTuple_SET_ITEM(compiled, RPLAN_SHA, sha);
+    PyTuple_SET_ITEM(compiled, RPLAN_SCRIPT, script);
+    return PyUnicode_CheckExact(sha) ? 0 : -1;
+}
+
 PyObject *
 fast_redis_compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
 {
-    PyObject *compiled = PyDict_GetItemWithError(check->compiled, plan);
-    if (compiled != NULL || PyErr_Occurred()) {
-        PyErr_Clear();
-        return compiled;
-    }
-    compiled = PyTuple_New(RPLAN_FIELDS);
-    if (compiled == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    PyObject *name = PyObject_GetAttr(plan, NAME(state, SCRIPT_NAME));
-    PyObject *script = name == NULL ? NULL : PyObject_CallOneArg(check->load_script, name);
-    Py_XDECREF(name);
-    PyObject *sha = script == NULL ? NULL : PyObject_GetAttr(script, NAME(state, SHA));
-    if (sha == NULL) {
-        Py_XDECREF(script);
-        Py_DECREF(compiled);
-        PyErr_Clear();
-        return NULL;
-    }
-    PyTuple_SET_ITEM(compiled, RPLAN_SHA, sha);
-    static const int names[RPLAN_SCRIPT] = {0, RNAME_KEY_TAG, RNAME_WINDOWS_S, RNAME_UNIT_ARGS,
-                                            RNAME_RESULT_SHAPE};
-    for (int i = RPLAN_TAG; i < RPLAN_SCRIPT; i++) {
-        PyObject *value = PyObject_GetAttr(plan, state->redis_names[names[i]]);
-        if (value == NULL) {
-            Py_DECREF(script);
-            Py_DECREF(compiled);
-            PyErr_Clear();
-            return NULL;
-        }
-        PyTuple_SET_ITEM(compiled, i, value);
-    }
-    PyTuple_SET_ITEM(compiled, RPLAN_SCRIPT, script);
-    if (!PyUnicode_CheckExact(sha) || !PyTuple_CheckExact(PyTuple_GET_ITEM(compiled, RPLAN_ARGS))) {
-        Py_DECREF(compiled);
-        return NULL;
-    }
-    if (PyDict_GET_SIZE(check->compiled) >= REDIS_MAX_COMPILED) {
-        PyDict_Clear(check->compiled);
-    }
-    int stored = PyDict_SetItem(check->compiled, plan, compiled);
-    Py_DECREF(compiled);
-    if (stored < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return PyDict_GetItemWithError(check->compiled, plan);
+    plan_context first = {state, check};
+    return fast_compiled_plan(state, (fast_limiter *)check, plan, RPLAN_FIELDS, complete_plan,
+                              &first);
 }
 
 static double
@@ -310,9 +222,9 @@ take_connection(accel_state *state, redis_check_object *check, taken_connection 
     }
     PyObject *connection = taken->connection;
     if (same_generation(state, check->client, connection) != 1 ||
-        !fast_redis_attribute_is(connection, NAME(state, BUDGET_S), Py_None) ||
-        !fast_redis_attribute_is(connection, NAME(state, RETIMED), Py_False) ||
-        !fast_redis_attribute_is(connection, NAME(state, KERNEL_TIMEOUTS), Py_True)) {
+        !fast_attribute_is(connection, NAME(state, BUDGET_S), Py_None) ||
+        !fast_attribute_is(connection, NAME(state, RETIMED), Py_False) ||
+        !fast_attribute_is(connection, NAME(state, KERNEL_TIMEOUTS), Py_True)) {
         goto put_back;
     }
     PyObject *idle_since = PyObject_GetAttr(connection, NAME(state, IDLE_SINCE));
@@ -536,8 +448,8 @@ decided(accel_state *state, PyObject *module, PyObject *limiter, redis_check_obj
     PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(compiled, RPLAN_SHAPE)};
     PyObject *result = decode_check_result(module, result_args, 2);
     if (result != NULL && Py_TYPE(result) == state->check_result_type &&
-        results_field(result, 0) == Py_True && fast_redis_quiet(state, check) &&
-        fast_redis_attribute_is(limiter, NAME(state, METRICS), Py_None)) {
+        results_field(result, 0) == Py_True && fast_quiet(state, (fast_limiter *)check) &&
+        fast_attribute_is(limiter, NAME(state, METRICS), Py_None)) {
         return result;
     }
     /* A denial (shadow mode), a reply check_result refused (the BackendError
@@ -560,11 +472,10 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
     if (scope == NULL) {
         scope = check->global_scope;
     }
-    if (!fast_redis_attribute_is(limiter, NAME(state, METRICS), Py_None) ||
-        !fast_redis_attribute_is(limiter, NAME(state, RECORDER), Py_None) || !fast_redis_quiet(state, check)) {
+    if (!fast_limiter_allows(state, limiter, (fast_limiter *)check)) {
         return 0;
     }
-    PyObject *plan = fast_redis_find_plan(state, check, rate, algorithm);
+    PyObject *plan = fast_find_plan(state, (fast_limiter *)check, rate, algorithm);
     if (plan == NULL) {
         return 0;
     }
@@ -661,11 +572,8 @@ fast_redis_add_to_module(PyObject *module)
 {
     Py_BUILD_ASSERT(RNAME_END == REDIS_NAME_COUNT);
     accel_state *state = PyModule_GetState(module);
-    for (int i = 0; i < REDIS_NAME_COUNT; i++) {
-        state->redis_names[i] = PyUnicode_InternFromString(redis_name_texts[i]);
-        if (state->redis_names[i] == NULL) {
-            return -1;
-        }
+    if (fast_intern_names(state->redis_names, redis_name_texts, REDIS_NAME_COUNT) < 0) {
+        return -1;
     }
     return accel_add_type(module, &redis_check_spec, "RedisFastCheck", &state->redis_check_type);
 }

@@ -4,6 +4,7 @@
 #ifndef MODERATO_FAST_REDIS_H
 #define MODERATO_FAST_REDIS_H
 
+#include "fast_common.h"
 #include "results.h"
 
 /* The attribute and method names both one-call checks over Redis read (in
@@ -57,32 +58,21 @@ enum { RPLAN_SHA, RPLAN_TAG, RPLAN_WINDOWS, RPLAN_ARGS, RPLAN_SHAPE, RPLAN_SCRIP
 
 /* What one limiter's one-call checks over one Redis server read: a
  * RedisFastCheck (the blocking limiter's) or an AsyncRedisFastCheck (the
- * asyncio limiter's, fast_aredis.c), one layout. */
+ * asyncio limiter's, fast_aredis.c), one layout: the head every one-call
+ * check's object begins with (fast_common.h), then its own. The head's
+ * finish is, for the asyncio limiter's, settle(limiter, plan, key, scope,
+ * shadow, reply, error). */
 typedef struct {
-    PyObject_HEAD
-    PyObject *prefix;      /* the key space's prefix (str) */
-    PyObject *secret;      /* its identity secret (bytes) or None */
+    FAST_LIMITER_HEAD
     PyObject *client;      /* the backend's RedisClient */
-    PyObject *defaults;    /* Plans.defaults: the default algorithm's plans by rate */
-    PyObject *plans;       /* the Plans: its _plans by (rate, algorithm) */
-    PyObject *breaker;     /* the limiter's breaker: settled */
-    PyObject *failure_log; /* its OutageLog: active */
     PyObject *load_script; /* load_script(name) -> Script */
-    PyObject *finish;      /* blocking: finish(limiter, plan, scope, shadow, reply, result);
-                              asyncio: settle(limiter, plan, key, scope, shadow, reply,
-                              error) */
     PyObject *rest;        /* blocking: rest(limiter, plan, scope, shadow, connection,
                               taken_at, keys, data, error); asyncio: get_running_loop */
-    PyObject *global_scope;
-    PyObject *compiled;    /* {plan: (sha, key_tag, windows_s, unit_args, shape, script)} */
     double idle_check_after_s; /* blocking only */
 } redis_check_object;
 
 /* Every object member of a redis_check_object: X(member) each. */
-#define REDIS_CHECK_MEMBERS(X)                                                           \
-    X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
-    X(load_script) X(finish) X(rest) X(global_scope) X(compiled)
-
+#define REDIS_CHECK_MEMBERS(X) FAST_LIMITER_MEMBERS(X) X(client) X(load_script) X(rest)
 
 /* Whether owner.<name> is `wanted` (by identity): 1 or 0, never an exception. */
 int fast_redis_attribute_is(PyObject *owner, PyObject *name, PyObject *wanted);

@@ -278,9 +278,9 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         if tenant is not None:
             tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
         plans = self._plans
-        try:  # the commonest check's plan: the default algorithm's, by rate text alone
-            if algorithm is None and burst is None:
-                plan = plans.defaults[rate]
+        try:  # the commonest checks' plans, by rate text alone or with the algorithm's name
+            if burst is None:
+                plan = plans.defaults[rate] if algorithm is None else plans._plans[rate, algorithm]
             else:
                 plan = plans.get(rate, algorithm, burst)
         except (KeyError, TypeError):  # a rate not seen yet, or not text (refused here)
@@ -318,8 +318,11 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
                 except BaseException as error:
                     self._failed("decide", error, breaker)
                     raise
-                if result is not pending:  # asked: the breaker and its metrics count it
-                    self._answered("decide", breaker)
+                # Asked: the breaker and its metrics count it (_answered's test, inline).
+                if result is not pending and (
+                    not breaker.settled or self.failure_log.active or self.metrics is not None
+                ):
+                    self._succeeded("decide", breaker)
         except BackendError as error:
             if self.recorder is not None:
                 return self._recorded_undecided(plan, cost, scope, error)

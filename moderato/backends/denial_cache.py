@@ -70,10 +70,12 @@ from ..errors import RateLimitConfigError
 from ..keys import KeySpace
 from ..metrics import Metrics
 from ..plans import Plan
+from ..policy import SCALE
 from ..redis import RedisClient
 from ..redis.forks import abandon_in_children
 from ..redis.subscriber import Subscriber
 from ..results import CheckResult
+from ..scripts import load_script
 from .announce import channel_for
 from .base import Backend, DirectDecisions, Part
 from .redis import RedisBackend
@@ -376,7 +378,8 @@ class DenialCachingBackend(DirectDecisions):
         if not apply:  # a peek (get_usage) is never remembered nor answered locally
             return self.backend.start_check(plan, keys, cost_scaled, apply)
         cache = self.cache
-        if self._breaker.state == CLOSED:
+        # An empty cache answers nothing: no lookup() call (the admitted check's path).
+        if cache._entries and self._breaker.state == CLOSED:
             local = cache.lookup(plan, keys[0], cost_scaled)
             if local is not None:
                 if self._local_denials is not None:
@@ -386,7 +389,9 @@ class DenialCachingBackend(DirectDecisions):
         # Issued before it is sent, so before Redis reads its clock.
         issued_s = cache.clock()
         generation = cache.generation
-        sent = self.backend.start_check(plan, keys, cost_scaled, apply)
+        # The wrapped RedisBackend.start_check, applied (a peek went there above), inline.
+        args = plan.unit_args if cost_scaled == SCALE else (cost_scaled, 1, *plan.script_args)
+        sent = self.client.evalsha(load_script(plan.script_name), keys, args)
         self._in_flight[sent] = (keys[0], cost_scaled, issued_s, generation)
         return sent
 
@@ -394,6 +399,13 @@ class DenialCachingBackend(DirectDecisions):
         ticket = self._in_flight.pop(sent, None)
         result = decoded(plan, reply)
         if ticket is not None:  # the reply decoded cleanly: it may be remembered
+            if reply[ALLOWED]:
+                # record()'s admitted case without the call: an admission forgets the
+                # entry it contradicts; nothing is remembered.
+                entries = self.cache._entries
+                if entries:
+                    entries.pop((plan, ticket[0]), None)
+                return result
             first_key, cost_scaled, issued_s, generation = ticket
             self.cache.record(plan, first_key, cost_scaled, issued_s, generation, reply)
         return result

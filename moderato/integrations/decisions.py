@@ -14,6 +14,10 @@ from ..results import CheckResult
 
 _DECISIONS = "moderato.decisions"
 _HEADERS_DONE = "moderato.headers_done"
+DECISIONS = _DECISIONS
+"""The scope's key for its decisions: the paths of every request (decorator.py's
+one-limit route, the headers middleware) read and write it without a call."""
+HEADERS_DONE = _HEADERS_DONE
 
 
 def record(scope: Scope, result: CheckResult) -> None:
@@ -38,6 +42,7 @@ def claim_headers(scope: Scope) -> bool:
 
 
 _MIDDLEWARE = "moderato.middleware"
+MIDDLEWARE = _MIDDLEWARE
 
 
 def mark_middleware(scope: Scope) -> None:

@@ -43,7 +43,7 @@ from ..errors import (
 from ..specs import F, RateSpec, RuleOptions
 from . import stack
 from .combinations import check_combination
-from .decisions import record
+from .decisions import DECISIONS
 from .declared import declare
 from .order import remember
 from .request_limits import RULE_ATTRIBUTE, RULES_ATTRIBUTE, stacked
@@ -113,16 +113,25 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
                 "rate-limited endpoint must be called by FastAPI or Starlette routing"
             )
         scope = request.scope
-        if stack.decides_alone(rule, scope):
+        # What the route's first request worked out (stack.alone_arguments); else, for a
+        # shape it cannot tell, the general question.
+        arguments = stack.alone_arguments(rule, scope)
+        if arguments is not None or stack.decides_alone(rule, scope):
             # stack.enforce's one-limit path and rule.enforce's body written out: every
             # coroutine between the endpoint and the client's future is resumed again when
-            # Redis answers. The same steps, records and conversions as theirs.
+            # Redis answers, and every call costs about as much. The same steps, records
+            # and conversions as theirs.
             try:
-                arguments = rule._arguments_now(request, None)
                 if arguments is None:
-                    arguments = await rule._arguments(request, None)
-                result = await rule._checked(arguments)
-                record(scope, result)
+                    arguments = rule._arguments_now(request, None)
+                    if arguments is None:
+                        arguments = await rule._arguments(request, None)
+                key, rate, cost, tenant, bucket_scope = arguments  # rule._checked's call
+                result = await rule.limiter.check_with_info(
+                    key, rate, cost=cost, tenant_type=tenant, scope=bucket_scope,
+                    algorithm=rule.algorithm, shadow=rule.shadow, burst=rule.burst,
+                )  # fmt: skip
+                scope.setdefault(DECISIONS, []).append(result)  # record(scope, result)
                 if not result.allowed:
                     raise exceeded(result)
             except (RateLimitExceeded, BackendError, RateLimitCallbackError) as error:
@@ -130,7 +139,7 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
                 if converted is None:
                     raise
                 raise converted from error.__cause__
-            stack.decided_alone(rule, scope, result)
+            scope[stack.DECIDED] = stack.Decided((rule,), {id(rule): result}, "")
         else:
             await stack.enforce(rule, request)
         if is_async:

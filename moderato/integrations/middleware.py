@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket
 
 from ..errors import RateLimitConfigError
 from ..options import request_callback_option
+from ..results import CheckResult
 from ..specs import RULE_OPTIONS, CostSpec, RateSpec, RequestCallback, RuleOptions
 from ..web.addresses import ProxyHeader
 from ..web.headers import HeaderList, HeaderStyle, legacy_for_one, render, report, validate_style
@@ -39,7 +40,7 @@ from ..web.paths import ExemptPaths, exact_paths, normalize
 from ..web.responses import error_response
 from . import stack
 from .callbacks import call_callback, callback_returned_unusable
-from .decisions import claim_headers, mark_middleware, recorded
+from .decisions import DECISIONS, HEADERS_DONE, MIDDLEWARE, claim_headers, mark_middleware
 from .declared import declare
 from .exempt_apps import exempt_mount_paths
 from .identity import ClientIdentity
@@ -90,7 +91,7 @@ class RateLimitHeadersMiddleware(_RoutesChecked):
         # request below it (its Redis round trip), a second one would be too.
         style = self.headers
         send_with_headers = _HeaderSender(scope, send, style)
-        mark_middleware(scope)
+        scope[MIDDLEWARE] = scope.get("app")  # mark_middleware(scope), without the call
         try:
             await self.app(scope, receive, send_with_headers)
         except Exception as error:
@@ -292,7 +293,7 @@ async def serve(
 ) -> None:
     """Run ``app``, adding decision headers to its response and answering moderato errors."""
     send_with_headers = _HeaderSender(scope, send, style)
-    mark_middleware(scope)
+    scope[MIDDLEWARE] = scope.get("app")  # mark_middleware(scope)
     try:
         await app(scope, receive, send_with_headers)
     except Exception as error:
@@ -318,12 +319,31 @@ class _HeaderSender:
 
     def __call__(self, message: Message) -> Awaitable[None]:
         # Not a coroutine: the application awaits the inner send's own awaitable, so
-        # each message costs no coroutine of ours.
+        # each message costs no coroutine of ours. claim_headers() and recorded() are
+        # written out, and so is adding the headers: each call would cost about as much
+        # as its work, on every limited response.
         if message["type"] == "http.response.start":
             self.started = True
             scope = self.scope
-            if claim_headers(scope):
-                message = _with_headers(message, _decision_headers(scope, self.style))
+            if not scope.get(HEADERS_DONE):
+                scope[HEADERS_DONE] = True
+                decisions = scope.get(DECISIONS)
+                if decisions:
+                    extra = None
+                    if self.style == "legacy" and len(decisions) == 1:
+                        extra = legacy_for_one(decisions[0])  # one admitted decision
+                    if extra is None:
+                        extra = _reported_headers(decisions, self.style)
+                    if extra:
+                        headers = list(message.get("headers", ()))
+                        present = set()  # a loop: a set comprehension is one call more
+                        for name, _ in headers:
+                            present.add(name.lower())
+                        # The application's own values win (its handler's Retry-After).
+                        for pair in extra:
+                            if pair[0] not in present:
+                                headers.append(pair)
+                        message = {**message, "headers": headers}
         return self.send(message)
 
 
@@ -339,28 +359,11 @@ async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderSt
     return True
 
 
-def _decision_headers(scope: Scope, style: HeaderStyle) -> HeaderList:
-    decisions = recorded(scope)
-    if not decisions:
-        return []
-    if style == "legacy" and len(decisions) == 1:
-        quick = legacy_for_one(decisions[0])
-        if quick is not None:
-            return quick
+def _reported_headers(decisions: list[CheckResult], style: HeaderStyle) -> HeaderList:
+    """The headers of the decisions' report: the response's headers past the quick
+    case of one admitted legacy decision (``_HeaderSender``)."""
     decision_report = report(decisions)
     return [] if decision_report is None else render(decision_report, style, time.time())
-
-
-def _with_headers(message: Message, extra: HeaderList) -> Message:
-    if not extra:
-        return message
-    headers = list(message.get("headers", ()))
-    present = {name.lower() for name, _ in headers}
-    # The application's own values win (e.g. its handler already set Retry-After).
-    for pair in extra:
-        if pair[0] not in present:
-            headers.append(pair)
-    return {**message, "headers": headers}
 
 
 def route_path(scope: Scope) -> str:

@@ -24,6 +24,7 @@ from ..policy import policy_for
 from .rule import LimitRule
 from .scope import (
     has_opaque_mounts,
+    index_of,
     mounted_apps,
     route_template,
     route_templates,
@@ -93,6 +94,63 @@ def _plan(scope: Scope) -> RoutePlan:
     # Routing the index does not know (an opaque router): the route Starlette
     # recorded, and the endpoint's own decorators.
     return make_plan(scope.get("route"), scope.get("endpoint"), method, "")
+
+
+class RouteFacts(NamedTuple):
+    """What every request of one route shares, for one method and root path: worked out
+    by its first request, kept in the routing index (scope.py) and dropped with it."""
+
+    alone: Optional[LimitRule]
+    """The route's one limit, when it is a rule of its own on the route's default scope
+    or its own (no suffix); None: several limits, or none."""
+    overrides_provider: Any
+    """Whose ``dependency_overrides``, when set, make the route's limits be read again
+    (``route_limits``); None for a route without FastAPI's dependency tree."""
+    scope_name: str
+    """The route's default scope (``route_scope``)."""
+
+
+ROUTE_FACTS_LIMIT = 1024
+"""Entries one index keeps (routes x methods x root paths); past it the table starts
+over, so that root paths that vary per request cannot grow it without bound."""
+
+
+def learn_route(scope: Scope) -> Optional[RouteFacts]:
+    """The routed request's ``RouteFacts``, worked out now and kept for the next request
+    with the same router, endpoint, method and root path (stack.py reads them there).
+
+    None, and nothing kept but the refusal, when the route's limits or its scope could
+    depend on more than those: several templates reach the endpoint (chosen by path and
+    host), or the template cannot be found, or the request is not plain HTTP.
+    """
+    method = scope.get("method")
+    root_path = scope.get("app_root_path")
+    if root_path is None:
+        root_path = scope.get("root_path", "")
+    if scope.get("type") != "http" or type(method) is not str or type(root_path) is not str:
+        return None
+    template = route_template(scope)
+    if template is None:
+        return None
+    router, endpoint = scope["router"], scope["endpoint"]
+    index = index_of(router)  # after route_template, which may have built it again
+    templates = index.templates.get(id(endpoint))
+    routes = index.routes
+    if len(routes) >= ROUTE_FACTS_LIMIT:
+        routes.clear()
+    key = (endpoint, method, root_path)
+    if templates is None or len(templates) != 1 or templates[0] is not template:
+        routes[key] = None
+        return None
+    plan = _plan(scope)
+    limits = plan.limits
+    facts = RouteFacts(
+        limits[0].rule if len(limits) == 1 and not limits[0].suffix else None,
+        plan.overrides_provider if plan.dependant is not None else None,
+        template.render(scope_method(scope), root_path),
+    )
+    routes[key] = facts
+    return facts
 
 
 def make_plan(route: Any, endpoint: Any, method: str, path: str) -> RoutePlan:

@@ -94,9 +94,15 @@ class _Index:
     """Whether a mount's routes could not be seen (an app that is not a routing tree)."""
     mounted_apps: list[Any] = field(default_factory=list)
     """The applications mounted under the router (their middlewares may limit too)."""
+    routes: dict[tuple[object, object, object], Any] = field(default_factory=dict)
+    """What request_limits.py works out once per (endpoint, method, root path) of a
+    request: dropped with the index when it is built again (routes added or missed)."""
 
 
 _indexes: dict[int, tuple[weakref.ref[Any], _Index]] = {}
+INDEXES = _indexes
+"""Each outermost router's index, by ``id(router)`` with a weak reference to it: read
+directly by the one-limit check (stack.py), which must not pay a call to find it."""
 _warned: set[str] = set()
 
 
@@ -132,6 +138,11 @@ def route_template(scope: Scope) -> Optional[_Template]:
     template = _choose(templates, scope, _original_root_path(scope)) if templates else None
     scope[_ROUTE_TEMPLATE] = (routed, router, template)
     return template
+
+
+def index_of(router: Any) -> _Index:
+    """The index ``route_template`` reads for ``router`` (built if there is none)."""
+    return _index(router)
 
 
 def route_templates(router: Any) -> list[_Template]:

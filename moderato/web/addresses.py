@@ -100,6 +100,11 @@ def _peer(text: str) -> tuple[Optional[IPAddress], str]:
     return address, text if address is None else str(address)
 
 
+parsed_peer = _peer
+"""``_peer``, for the one-limit check (integrations/stack.py), which asks it directly:
+``ProxyRules.client_address`` for a peer no proxy is trusted for is its second item."""
+
+
 def _rightmost_elements(values: Sequence[str], limit: int) -> tuple[list[str], bool]:
     """Up to ``limit`` comma-separated elements, nearest the server first.
 

@@ -7,8 +7,11 @@ installed, as there) under
 a Python function's ``call`` events (a coroutine's every resumption is one: it
 costs about what a call does) and each C function's. Prints the totals per
 request and, function by function, the second app's count less the first's.
+``--opcodes`` counts bytecodes executed per Python function instead
+(``sys.settrace`` with ``f_trace_opcodes``): what a call's body costs.
 
     python benchmarks/app_calls.py floor_moderato_client moderato_decorator
+    python benchmarks/app_calls.py --opcodes floor_moderato_client moderato_decorator
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def _name(frame: FrameType, event: str, arg: Any) -> str:
     return f"{path}:{code.co_name}"
 
 
-async def counted(module: str, requests: int, concurrency: int) -> Counter[str]:
+async def counted(module: str, requests: int, concurrency: int, opcodes: bool) -> Counter[str]:
     driver = Driver(module, "allowed")
     await driver.start()
     await driver.run(max(requests // 4, concurrency), concurrency)  # warm-up
@@ -55,10 +58,28 @@ async def counted(module: str, requests: int, concurrency: int) -> Counter[str]:
         if event in ("call", "c_call"):
             counts[_name(frame, event, arg)] += 1
 
-    sys.setprofile(profile)
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        name = _name(frame, event, arg)
+
+        def each(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[name] += 1
+            return each
+
+        return each
+
+    if opcodes:
+        sys.settrace(trace)
+    else:
+        sys.setprofile(profile)
     try:
         await driver.run(requests, concurrency)
     finally:
+        sys.settrace(None)
         sys.setprofile(None)
     await driver.stop()
     if driver.statuses.get(200, 0) < requests:
@@ -72,14 +93,17 @@ def main() -> None:
     parser.add_argument("second", help="the app whose extra calls are listed")
     parser.add_argument("--requests", type=int, default=320)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--opcodes", action="store_true", help="bytecodes, not calls")
     args = parser.parse_args()
     from redis_servers import RedisServer
 
     server = RedisServer().start()
     os.environ["MODERATO_BENCH_REDIS_URL"] = server.url
+    # Traced, the app runs many times slower than Redis answers (as under callgrind).
+    os.environ.setdefault("MODERATO_BENCH_TIMEOUT_S", "60")
     try:
-        first = run(counted(args.first, args.requests, args.concurrency))
-        second = run(counted(args.second, args.requests, args.concurrency))
+        first = run(counted(args.first, args.requests, args.concurrency, args.opcodes))
+        second = run(counted(args.second, args.requests, args.concurrency, args.opcodes))
     finally:
         server.close()
     n = args.requests
@@ -87,11 +111,17 @@ def main() -> None:
     def python(counts: Counter[str]) -> float:
         return sum(v for k, v in counts.items() if not k.startswith("C:")) / n
 
-    print(
-        f"calls per request: {args.first} {sum(first.values()) / n:.1f}, "
-        f"{args.second} {sum(second.values()) / n:.1f} "
-        f"(python: {python(first):.1f} vs {python(second):.1f})"
-    )
+    if args.opcodes:
+        print(
+            f"bytecodes per request: {args.first} {python(first):.1f}, "
+            f"{args.second} {python(second):.1f}"
+        )
+    else:
+        print(
+            f"calls per request: {args.first} {sum(first.values()) / n:.1f}, "
+            f"{args.second} {sum(second.values()) / n:.1f} "
+            f"(python: {python(first):.1f} vs {python(second):.1f})"
+        )
     differences = {name: (second[name] - first[name]) / n for name in {*first, *second}}
     for name, difference in sorted(differences.items(), key=lambda item: (-item[1], item[0])):
         if abs(difference) >= 0.005:

@@ -126,6 +126,35 @@ async def test_a_flood_reaches_redis_once_per_remembered_denial(
     assert sample(registry, "moderato_limit_exceeded_total", algorithm=name) == 202
 
 
+async def test_an_admission_forgets_the_denial_it_contradicts(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    # A denied cost of 3 is remembered; a cost of 1 is not answered by that entry, goes
+    # to Redis, is admitted, and the admission forgets the entry: the next cost of 3 is
+    # asked again. An admission with nothing remembered keeps the cache empty.
+    await clear_of_boundary(3600, margin_s=3.0)
+    async with RateLimiter(redis_url, key_prefix="dc-forget", **CACHED) as limiter:
+        cache = cache_of(limiter)
+        for _ in range(3):
+            assert (await limiter.check_with_info("forget", "5/hour", cost=1)).allowed
+        assert len(cache) == 0
+        assert not (await limiter.check_with_info("forget", "5/hour", cost=3)).allowed
+        await until(lambda: cache.subscribed)
+        assert not (await limiter.check_with_info("forget", "5/hour", cost=3)).allowed
+        assert len(cache) == 1
+        before = evalsha_calls(redis_server)
+        assert not (await limiter.check_with_info("forget", "5/hour", cost=3)).allowed
+        assert evalsha_calls(redis_server) == before  # answered by the entry
+        admitted = await limiter.check_with_info("forget", "5/hour", cost=1)
+        assert (admitted.allowed, admitted.remaining) == (True, 1)
+        assert len(cache) == 0
+        assert evalsha_calls(redis_server) == before + 1
+        denied = await limiter.check_with_info("forget", "5/hour", cost=3)
+        assert (denied.allowed, denied.remaining) == (False, 1)
+        assert evalsha_calls(redis_server) == before + 2
+        await limiter.reset("forget")
+
+
 async def test_a_local_denial_reads_as_redis_would_answer(redis_url: str) -> None:
     """The same fields as a check of the same request by a limiter without the cache."""
     await clear_of_boundary(60, margin_s=3.0)

@@ -253,10 +253,12 @@ async def test_timed_out_caller_keeps_the_stream_in_step(redis_url: str) -> None
         started = time.monotonic()
         with pytest.raises(RedisClientError, match=r"did not reply within 0\.25 s"):
             await client.execute("BLPOP", "empty-list", "0.4")
-        assert 0.24 <= time.monotonic() - started < 0.35
-        # Queued behind the BLPOP on the same connection; answered when it ends.
+        # Raised before the BLPOP's own 0.4 s end, which a loaded machine may come near.
+        assert 0.24 <= time.monotonic() - started < 0.39
+        # Queued behind the BLPOP on the same connection; answered when it ends (the upper
+        # bound only tells that from a hang: a loaded machine answers late).
         assert await client.execute("ECHO", "behind") == b"behind"
-        assert 0.38 <= time.monotonic() - started < 0.5
+        assert 0.38 <= time.monotonic() - started < 0.9
         assert await client.execute("INCR", "t") == 1
     finally:
         await client.close()
@@ -272,7 +274,7 @@ async def test_timeout_on_a_paused_server_then_recovery(own_redis_server: RedisS
             *(client.execute("INCR", "p") for _ in range(10)), return_exceptions=True
         )
         elapsed = time.monotonic() - started
-        assert 0.29 <= elapsed < 0.3 + 0.1
+        assert 0.29 <= elapsed < 0.3 + 0.2  # the deadline, plus a loaded machine's lateness
         assert all(isinstance(r, RedisClientError) for r in results)
         assert "did not reply within 0.3 s" in str(results[0])
 

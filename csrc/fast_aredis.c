@@ -491,19 +491,7 @@ fast_aredis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObj
         goto done;
     }
     Py_INCREF(compiled);
-    PyObject *key_args[7] = {check->prefix,
-                             PyTuple_GET_ITEM(compiled, RPLAN_TAG),
-                             NAME(state, EMPTY),
-                             scope,
-                             key,
-                             PyTuple_GET_ITEM(compiled, RPLAN_WINDOWS),
-                             check->secret};
-    keys = keys_build(module, key_args, 7, NULL);
-    if (keys != NULL) {
-        PyObject *encode_args[3] = {PyTuple_GET_ITEM(compiled, RPLAN_SHA), keys,
-                                    PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
-        payload = resp_encode_evalsha(module, encode_args, 3);
-    }
+    payload = fast_redis_payload(state, module, check, compiled, scope, key, &keys);
     if (payload == NULL || (connection = connection_for(state, check)) == NULL) {
         PyErr_Clear(); /* the Python path raises it (a bad key part), or takes the check */
         Py_DECREF(compiled);

@@ -150,6 +150,27 @@ complete_plan(PyObject *compiled, void *context)
 }
 
 PyObject *
+fast_redis_payload(accel_state *state, PyObject *module, redis_check_object *check,
+                   PyObject *compiled, PyObject *scope, PyObject *key, PyObject **keys_out)
+{
+    PyObject *key_args[7] = {check->prefix,
+                             PyTuple_GET_ITEM(compiled, RPLAN_TAG),
+                             NAME(state, EMPTY),
+                             scope,
+                             key,
+                             PyTuple_GET_ITEM(compiled, RPLAN_WINDOWS),
+                             check->secret};
+    PyObject *keys = keys_build(module, key_args, 7, NULL);
+    *keys_out = keys;
+    if (keys == NULL) {
+        return NULL;
+    }
+    PyObject *encode_args[3] = {PyTuple_GET_ITEM(compiled, RPLAN_SHA), keys,
+                                PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
+    return resp_encode_evalsha(module, encode_args, 3);
+}
+
+PyObject *
 fast_redis_compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
 {
     plan_context first = {state, check};
@@ -487,19 +508,7 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
         goto declined;
     }
     Py_INCREF(compiled);
-    PyObject *key_args[7] = {check->prefix,
-                             PyTuple_GET_ITEM(compiled, RPLAN_TAG),
-                             NAME(state, EMPTY),
-                             scope,
-                             key,
-                             PyTuple_GET_ITEM(compiled, RPLAN_WINDOWS),
-                             check->secret};
-    keys = keys_build(module, key_args, 7, NULL);
-    if (keys != NULL) {
-        PyObject *encode_args[3] = {PyTuple_GET_ITEM(compiled, RPLAN_SHA), keys,
-                                    PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
-        payload = resp_encode_evalsha(module, encode_args, 3);
-    }
+    payload = fast_redis_payload(state, module, check, compiled, scope, key, &keys);
     if (payload == NULL || !PyBytes_CheckExact(payload) || !take_connection(state, check, &taken)) {
         PyErr_Clear(); /* the Python path raises it (a bad key part), or takes the check */
         Py_DECREF(compiled);

@@ -89,6 +89,13 @@ PyObject *fast_redis_find_plan(accel_state *state, redis_check_object *check, Py
 PyObject *fast_redis_compiled_plan(accel_state *state, redis_check_object *check,
                                    PyObject *plan);
 
+/* The check's keys (*keys_out, a new reference, or NULL) and its EVALSHA's bytes
+ * (returned, a new reference) from the plan's compiled fields: NULL with an
+ * exception set when a key part or the encoding fails (*keys_out may be set). */
+PyObject *fast_redis_payload(accel_state *state, PyObject *module, redis_check_object *check,
+                             PyObject *compiled, PyObject *scope, PyObject *key,
+                             PyObject **keys_out);
+
 /* The check of limiter (whose _fast_check is `check`, a RedisFastCheck)
  * for a text key and rate, a text scope (NULL: the global one), a text or
  * None algorithm and any shadow: 1 when taken (*out the result, a new

@@ -49,9 +49,8 @@ from .scope import INDEXES
 if TYPE_CHECKING:
     from ..limiter import RateLimiter
 
-_DECIDED = "moderato.decided"
+DECIDED = "moderato.decided"
 """The request's decision in its scope: a Decided."""
-DECIDED = _DECIDED
 
 
 class Decided:
@@ -96,13 +95,13 @@ async def enforce(
 ) -> Optional[CheckResult]:
     """A decorator's or a dependency's check: the request's decision, taken now with
     every other limit of its route if none was taken yet, as ``rule.enforce`` raises."""
-    decided: Optional[Decided] = request.scope.get(_DECIDED)
+    decided: Optional[Decided] = request.scope.get(DECIDED)
     if decided is not None:
         return decided.result_for(rule)
     limits = route_limits(request.scope, rule)
     if len(limits) == 1 and not limits[0].suffix:
         result = await rule.enforce(request, convert=convert)
-        request.scope[_DECIDED] = Decided((rule,), {id(rule): result}, "")
+        request.scope[DECIDED] = Decided((rule,), {id(rule): result}, "")
         return result
     try:
         return await decide(limits, request, request, rule)
@@ -118,7 +117,7 @@ def decides_alone(rule: LimitRule, scope: Scope) -> bool:
     before the check: no decision taken yet, no ``exempt_when``, and the rule the route's
     only limit (the commonest shape: one decorator). The decorator then runs that path
     itself (decorator.py): two coroutines fewer between the request and Redis's reply."""
-    if rule.exempt_when is not None or _DECIDED in scope:
+    if rule.exempt_when is not None or DECIDED in scope:
         return False
     limits = route_limits(scope, rule)
     return len(limits) == 1 and not limits[0].suffix
@@ -142,7 +141,7 @@ def alone_arguments(rule: LimitRule, scope: Scope) -> Optional[CheckArguments]:
     Each step is written out (each Python call costs about as much as the rest of this
     function): on every request of the commonest route (decorator.py).
     """
-    if rule.exempt_when is not None or _DECIDED in scope:
+    if rule.exempt_when is not None or DECIDED in scope:
         return None
     router = scope.get("router")
     root_path = scope.get("app_root_path")
@@ -197,7 +196,7 @@ def alone_arguments(rule: LimitRule, scope: Scope) -> Optional[CheckArguments]:
 
 def decided_alone(rule: LimitRule, scope: Scope, result: Optional[CheckResult]) -> None:
     """Record ``rule``'s decision as the request's, as ``enforce``'s one-limit path does."""
-    scope[_DECIDED] = Decided((rule,), {id(rule): result}, "")
+    scope[DECIDED] = Decided((rule,), {id(rule): result}, "")
 
 
 LimitsInside = Callable[[Any, HTTPConnection], Awaitable[list[Limit]]]
@@ -211,7 +210,7 @@ async def decide_for_middleware(
     it) with those of the route the request will reach and of the middlewares of the
     applications mounted on its way (``limits_inside``); raises as ``rule.check`` does.
     An outer middleware's decision is taken as its own."""
-    decided: Optional[Decided] = request.scope.get(_DECIDED)
+    decided: Optional[Decided] = request.scope.get(DECIDED)
     if decided is not None:
         for limit in limits:
             decided.result_for(limit.rule)
@@ -238,7 +237,7 @@ async def decide_for_middleware(
         # The app-wide limit alone (the usual case): the rule's own path, no joint step.
         rule = everything[0].rule
         result = await rule.enforce(request, scope=everything[0].bucket_scope, convert=False)
-        request.scope[_DECIDED] = Decided((rule,), {id(rule): result}, unseen)
+        request.scope[DECIDED] = Decided((rule,), {id(rule): result}, unseen)
     elif everything:
         await decide(
             unique(everything), request, routed, None, unseen=unseen, connections=connections
@@ -299,7 +298,7 @@ async def decide(
             deciding = together.results[together.deciding]
             assert deciding is not None
             raise exceeded(deciding)
-    request.scope[_DECIDED] = Decided([limit.rule for limit in limits], results, unseen)
+    request.scope[DECIDED] = Decided([limit.rule for limit in limits], results, unseen)
     return None if rule is None else results.get(id(rule))
 
 

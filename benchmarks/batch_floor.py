@@ -145,6 +145,18 @@ def trial(client: redis.Redis, port: int, argv: list[str], calls: int) -> float:
     return redis_cpu_s(client) - before
 
 
+def write_results(
+    benchmark: str, options: dict[str, Any], rows: list[dict[str, Any]], **more: Any
+) -> Path:
+    """benchmarks/results/<benchmark, dashed>-<UTC time>.json: the rows and how they were run."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = ROOT / "benchmarks" / "results" / f"{benchmark.replace('_', '-')}-{stamp}.json"
+    record = {"benchmark": benchmark, "when": stamp, "options": options}
+    record.update(load_average=list(os.getloadavg()), **more, rows=rows)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
@@ -242,22 +254,7 @@ def main() -> None:
             f"hot key counters: {int(counted):,} scaled, sent {hot_decisions:,} decisions: "
             + ("exact" if exact else "MISMATCH")
         )
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        path = ROOT / "benchmarks" / "results" / f"batch-floor-{stamp}.json"
-        path.write_text(
-            json.dumps(
-                {
-                    "benchmark": "batch_floor",
-                    "when": stamp,
-                    "options": vars(options),
-                    "load_average": list(os.getloadavg()),
-                    "hot_key_exact": exact,
-                    "rows": results,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        path = write_results("batch_floor", vars(options), results, hot_key_exact=exact)
         print(f"written to {path.relative_to(ROOT)}")
     finally:
         server.close()

@@ -114,6 +114,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 end
 
+--#batch shared
+
 -- The general path's accrual: split_per_ms once per policy, then
 -- linear_accrual_scaled(elapsed) = accrued(elapsed) as above.
 local per_ms_whole, per_ms_rest

@@ -62,6 +62,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 end
 
+--#batch shared
 --#include prelude.lua
 
 -- Fixed window.

@@ -32,10 +32,9 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
 local FIELDS_PER_POLICY = 2
---#include one_policy.lua
-
 -- The state the one-policy path in accrual.lua reads and writes.
 local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'level', 'drained', true
+--#include one_policy.lua
 --#include accrual.lua
 
 --#include prelude.lua

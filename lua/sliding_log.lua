@@ -99,6 +99,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 end
 
+--#batch shared
 --#include prelude.lua
 
 -- Sliding log.

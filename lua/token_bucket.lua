@@ -27,10 +27,9 @@ in both cases nothing has been written. The math is docs/internals.md
 ]]
 
 local FIELDS_PER_POLICY = 3
---#include one_policy.lua
-
 -- The state the one-policy path in accrual.lua reads and writes.
 local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':bucket:v2', 'tokens', 'credited', false
+--#include one_policy.lua
 --#include accrual.lua
 
 --#include prelude.lua

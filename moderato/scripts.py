@@ -21,6 +21,16 @@ _INCLUDE = b"--#include "
 RESET_SCRIPT = "reset"
 TOGETHER_SCRIPT = "together"
 """The composite's own part (lua/together.lua): several decisions as one."""
+BATCH_DRIVER = "batch"
+"""A batched script's driver (lua/batch.lua): several checks of one algorithm in one call."""
+MAX_BATCH_PARTS = 16
+"""The most checks one batched call decides (lua/batch.lua refuses more): with the general
+path's dearest decisions (16 policies, a denial's search) a call stays near 100 µs of Redis."""
+MAX_BATCH_ARGUMENT_BYTES = 16384
+"""The most argument and key bytes the client puts in one batched call."""
+_EACH_MARKER = b"--#batch each"
+_SHARED_MARKER = b"--#batch shared"
+_LAST_LINE = b"return decide("
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
 
@@ -191,3 +201,55 @@ def composite_script(names: tuple[str, ...]) -> Script:
     return Script(
         name=f"together({'+'.join(names)})", source=source, sha=hashlib.sha1(source).hexdigest()
     )
+
+
+@cache
+def batched_script(name: str) -> Script:
+    """The decision script ``name`` deciding several checks in one call (lua/batch.lua).
+
+    Made of the script's own text, split at its two markers, so each algorithm's math
+    has one home: its head (up to ``--#batch each``: the clock, read once) stays at the
+    top; the one-policy straight-line path (to ``--#batch shared``) becomes
+    ``each_decision()``, run once per check; the general path (the rest, to its closing
+    ``return decide(...)``) becomes ``general_path()``, run for a check the straight-line
+    path leaves to it. ``KEYS`` and ``ARGV`` are locals the driver sets per check.
+    """
+    if name not in ALGORITHMS:
+        raise ValueError(
+            f"unknown decision script {name!r}; expected one of {', '.join(ALGORITHMS)}"
+        )
+    directory = scripts_dir()
+    lines = _with_includes(directory, _read(directory / f"{name}.lua")).rstrip(b"\n").split(b"\n")
+    each = [i for i, line in enumerate(lines) if line.startswith(_EACH_MARKER)]
+    shared = [i for i, line in enumerate(lines) if line.startswith(_SHARED_MARKER)]
+    if (
+        len(each) != 1
+        or len(shared) != 1
+        or not each[0] < shared[0]
+        or not lines[-1].startswith(_LAST_LINE)
+    ):
+        raise ValueError(
+            f"{name}.lua needs one '--#batch each', then one '--#batch shared' line, and "
+            f"its last line 'return decide(...)' to be batched"
+        )
+    head, straight_line = lines[: each[0]], lines[each[0] + 1 : shared[0]]
+    general = lines[shared[0] + 1 :]
+    driver = _with_includes(directory, _read(directory / f"{BATCH_DRIVER}.lua"))
+    source = without_comments(
+        b"\n".join(
+            [
+                b"local BATCH_KEYS, BATCH_ARGV = KEYS, ARGV",
+                b"local KEYS, ARGV",
+                *head,
+                b"local function each_decision()",
+                b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil",
+                *straight_line,
+                b"end",
+                b"local function general_path()",
+                *general,
+                b"end",
+                driver,
+            ]
+        )
+    )
+    return Script(name=f"batch({name})", source=source, sha=hashlib.sha1(source).hexdigest())

@@ -14,8 +14,9 @@ from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir, without_com
 def test_scripts_are_found_in_the_source_tree() -> None:
     assert scripts_dir() == Path(__file__).resolve().parents[2] / "lua"
     # spliced into scripts, never run on their own (together.lua and one_instant.lua:
-    # into the composite scripts.composite_script() assembles; replied.lua: into
-    # prelude.lua and reset.lua)
+    # into the composite scripts.composite_script() assembles; batch.lua: into the
+    # batched scripts scripts.batched_script() assembles; replied.lua: into prelude.lua
+    # and reset.lua)
     included = (
         "prelude",
         "accrual",
@@ -24,6 +25,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "window_counter",
         "together",
         "one_instant",
+        "batch",
         "replied",
     )
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)

@@ -111,19 +111,6 @@ ACCEL_GC_FUNCTIONS(core, core_object, CORE_MEMBERS)
 /* The module state of the defining class of a method (the core itself). */
 #define CORE_STATE(defining_class) ((accel_state *)PyType_GetModuleState(defining_class))
 
-/* A method's fixed count of positional arguments, and no keywords. */
-static int
-core_arguments(const char *name, size_t nargsf, PyObject *kwnames, Py_ssize_t wanted)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != wanted || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %zd positional arguments (%zd given)", name,
-                     wanted, nargs);
-        return 0;
-    }
-    return 1;
-}
-
 #define CORE_METHOD(name)                                                                \
     static PyObject *name(PyObject *self, PyTypeObject *defining_class,                  \
                           PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -138,6 +125,38 @@ core_ready(core_object *core)
         core->call_soon == NULL || core->call_at == NULL || core->loop_time == NULL ||
         core->loop == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ConnectionCore used before its __init__ set it up");
+        return 0;
+    }
+    return 1;
+}
+
+/* A method's call checked: its fixed count of positional arguments and no
+ * keywords, the core set up by its __init__. The module state of the
+ * method's defining class, or NULL with an exception set. */
+static accel_state *
+core_called(const char *name, PyObject *self, PyTypeObject *defining_class, size_t nargsf,
+            PyObject *kwnames, Py_ssize_t wanted)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != wanted || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd positional arguments (%zd given)", name,
+                     wanted, nargs);
+        return NULL;
+    }
+    accel_state *state = CORE_STATE(defining_class);
+    if (state == NULL || !core_ready((core_object *)self)) {
+        return NULL;
+    }
+    return state;
+}
+
+/* A method's payload: bytes, else a TypeError naming the method's
+ * signature. 1, or 0 with the error set. */
+static int
+core_payload(PyObject *payload, const char *signature)
+{
+    if (!PyBytes_Check(payload)) {
+        PyErr_SetString(PyExc_TypeError, signature);
         return 0;
     }
     return 1;
@@ -204,16 +223,9 @@ queue(accel_state *state, core_object *core, PyObject *future, PyObject *payload
 
 CORE_METHOD(core_queue)
 {
-    core_object *core = (core_object *)self;
-    accel_state *state = CORE_STATE(defining_class);
-    if (!core_arguments("_queue", nargsf, kwnames, 2) || state == NULL || !core_ready(core)) {
-        return NULL;
-    }
-    if (!PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "_queue(future, payload: bytes)");
-        return NULL;
-    }
-    if (queue(state, core, args[0], args[1]) < 0) {
+    accel_state *state = core_called("_queue", self, defining_class, nargsf, kwnames, 2);
+    if (state == NULL || !core_payload(args[1], "_queue(future, payload: bytes)") ||
+        queue(state, (core_object *)self, args[0], args[1]) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -221,11 +233,9 @@ CORE_METHOD(core_queue)
 
 CORE_METHOD(core_schedule_flush)
 {
-    core_object *core = (core_object *)self;
-    accel_state *state = CORE_STATE(defining_class);
+    accel_state *state = core_called("_schedule_flush", self, defining_class, nargsf, kwnames, 0);
     (void)args;
-    if (!core_arguments("_schedule_flush", nargsf, kwnames, 0) || state == NULL ||
-        !core_ready(core) || schedule_flush(state, core) < 0) {
+    if (state == NULL || schedule_flush(state, (core_object *)self) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -258,13 +268,9 @@ new_future(accel_state *state, core_object *core)
 CORE_METHOD(core_send_script)
 {
     core_object *core = (core_object *)self;
-    accel_state *state = CORE_STATE(defining_class);
-    if (!core_arguments("send_script", nargsf, kwnames, 4) || state == NULL ||
-        !core_ready(core)) {
-        return NULL;
-    }
-    if (!PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "send_script(payload: bytes, script, keys, args)");
+    accel_state *state = core_called("send_script", self, defining_class, nargsf, kwnames, 4);
+    if (state == NULL ||
+        !core_payload(args[0], "send_script(payload: bytes, script, keys, args)")) {
         return NULL;
     }
     if (!core->usable) {
@@ -427,9 +433,9 @@ write_out(accel_state *state, core_object *core)
 CORE_METHOD(core_flush)
 {
     core_object *core = (core_object *)self;
-    accel_state *state = CORE_STATE(defining_class);
+    accel_state *state = core_called("_flush", self, defining_class, nargsf, kwnames, 0);
     (void)args;
-    if (!core_arguments("_flush", nargsf, kwnames, 0) || state == NULL || !core_ready(core)) {
+    if (state == NULL) {
         return NULL;
     }
     if (core->state == CORE_CLOSED) {
@@ -459,13 +465,11 @@ CORE_METHOD(core_flush)
 
 CORE_METHOD(core_get_buffer)
 {
-    core_object *core = (core_object *)self;
-    (void)defining_class;
     (void)args;
-    if (!core_arguments("get_buffer", nargsf, kwnames, 1) || !core_ready(core)) {
+    if (core_called("get_buffer", self, defining_class, nargsf, kwnames, 1) == NULL) {
         return NULL;
     }
-    return Py_NewRef(core->read_view);
+    return Py_NewRef(((core_object *)self)->read_view);
 }
 
 /* Whether reply is an error reply NOSCRIPT: 1, 0, or -1 with an error set. */
@@ -582,13 +586,11 @@ read_replies(accel_state *state, core_object *core, PyObject *nbytes)
 
 CORE_METHOD(core_buffer_updated)
 {
-    core_object *core = (core_object *)self;
-    accel_state *state = CORE_STATE(defining_class);
-    if (!core_arguments("buffer_updated", nargsf, kwnames, 1) || state == NULL ||
-        !core_ready(core)) {
+    accel_state *state = core_called("buffer_updated", self, defining_class, nargsf, kwnames, 1);
+    if (state == NULL) {
         return NULL;
     }
-    if (read_replies(state, core, args[0]) == 0) {
+    if (read_replies(state, (core_object *)self, args[0]) == 0) {
         Py_RETURN_NONE;
     }
     /* What the read raised, to the Python side: it aborts the connection for

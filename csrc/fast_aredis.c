@@ -2,10 +2,12 @@
  *
  * The asyncio RateLimiter's check_with_info is a FastMethod (fast_check.c).
  * When the limiter's _fast_check is an AsyncRedisFastCheck
- * (moderato/fast_redis.py: a RedisBackend of its own over a plain
+ * (moderato/fast_aredis.py: a RedisBackend of its own over a plain
  * RedisClient: TCP, TLS or unix; no Cluster, Sentinel, redis-py client nor
  * denial cache), the FastMethod hands the commonest check (text identity,
- * rate and scope, no tenant, a cost of 1, no burst) here. With no metrics
+ * rate and scope, no tenant, a cost of 1, no burst) to fast_redis_check(),
+ * which builds its request as for the blocking check and hands it here
+ * (fast_aredis_send). With no metrics
  * nor recorder, the breaker settled, no outage being logged, a plan already
  * made for the rate, a running event loop whose pool the client already
  * holds, and a usable connection in it, it is sent from C:
@@ -35,90 +37,34 @@
  */
 #include "fast_aredis.h"
 
+#include "coroutine.h"
 #include "decode.h"
-#include "fast_redis.h"
 #include "heap_type.h"
 #include "keys.h"
 #include "resp.h"
 
 /* ---- AsyncRedisFastCheck: what one asyncio limiter's checks read ------------------- */
 
-/* The constructor's keywords, in order, each the member it sets. */
-#define AREDIS_CHECK_ARGUMENTS(X)                                                        \
-    X(prefix) X(secret) X(client) X(defaults) X(plans) X(breaker) X(failure_log)         \
-    X(load_script) X(finish) X(rest) X(global_scope)
-
 ACCEL_GC_FUNCTIONS(aredis_check, redis_check_object, REDIS_CHECK_MEMBERS)
 
 static PyObject *
 aredis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    /* settle and get_running_loop are kept as finish and rest (fast_redis.h). */
-    static char *keywords[] = {"prefix",      "secret",      "client",
-                               "defaults",    "plans",       "breaker",
-                               "failure_log", "load_script", "settle",
-                               "get_running_loop", "global_scope", NULL};
-    PyObject *values[sizeof(keywords) / sizeof(keywords[0]) - 1];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOOO!OOOOOOU:AsyncRedisFastCheck", keywords,
-                                     &values[0], &values[1], &values[2], &PyDict_Type,
-                                     &values[3], &values[4], &values[5], &values[6],
-                                     &values[7], &values[8], &values[9], &values[10])) {
-        return NULL;
-    }
-    if (values[1] != Py_None && !PyBytes_Check(values[1])) {
-        PyErr_Format(PyExc_TypeError,
-                     "AsyncRedisFastCheck() secret must be bytes or None, not %.100s",
-                     Py_TYPE(values[1])->tp_name);
-        return NULL;
-    }
-    redis_check_object *check = (redis_check_object *)type->tp_alloc(type, 0);
-    if (check == NULL) {
-        return NULL;
-    }
-    check->compiled = PyDict_New();
-    if (check->compiled == NULL) {
-        Py_DECREF(check);
-        return NULL;
-    }
-    PyObject **value = values;
-#define TAKE_ARGUMENT(member) check->member = Py_NewRef(*value++);
-    AREDIS_CHECK_ARGUMENTS(TAKE_ARGUMENT)
-#undef TAKE_ARGUMENT
-    check->idle_check_after_s = 0.0;
-    return (PyObject *)check;
+    FAST_CONSTRUCTOR_TABLES(redis_check_object, AREDIS_CHECK_ARGUMENTS, );
+    PyObject *values[FAST_MAX_ARGUMENTS];
+    return fast_limiter_new(type, args, kwargs, "UOO!OOOUOOOO:AsyncRedisFastCheck", keywords,
+                            offsets, Py_ARRAY_LENGTH(offsets), values);
 }
-
-static PyObject *
-aredis_check_compiled_count(PyObject *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSsize_t(PyDict_GET_SIZE(((redis_check_object *)self)->compiled));
-}
-
-static PyGetSetDef aredis_check_getset[] = {
-    {"compiled_count", aredis_check_compiled_count, NULL,
-     "Plans compiled for the one-call path so far (for tests).", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
 
 PyDoc_STRVAR(aredis_check_doc,
-"AsyncRedisFastCheck(*, prefix, secret, client, defaults, plans, breaker,\n"
-"                    failure_log, load_script, settle, get_running_loop,\n"
-"                    global_scope)\n"
-"--\n"
-"\n"
-"What an asyncio limiter's one-call checks over one Redis server read (its\n"
-"_fast_check; built by moderato/fast_redis.py).");
+             FAST_LIMITER_DOC("AsyncRedisFastCheck", "client, load_script, get_running_loop",
+                              "What an asyncio limiter's one-call checks over one Redis\n"
+                              "server read (its _fast_check; built by\n"
+                              "moderato/fast_aredis.py). Its finish is the settle() that\n"
+                              "ends a check the Python path's way from the await on."));
 
-static PyType_Slot aredis_check_slots[] = {
-    ACCEL_GC_SLOTS(aredis_check, aredis_check_doc),
-    {Py_tp_new, aredis_check_new},
-    {Py_tp_getset, aredis_check_getset},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(aredis_check_spec, "moderato._accel.AsyncRedisFastCheck",
-                sizeof(redis_check_object), Py_TPFLAGS_HAVE_GC | ACCEL_TPFLAGS_IMMUTABLE,
-                aredis_check_slots);
+FAST_LIMITER_TYPE(aredis_check, "moderato._accel.AsyncRedisFastCheck", redis_check_object,
+                  aredis_check_doc);
 
 /* ---- PendingCheck: the awaitable of a check sent --------------------------------- */
 
@@ -140,8 +86,6 @@ typedef struct {
     X(future) X(iter) X(check) X(limiter) X(plan) X(key) X(scope) X(shadow) X(shape)
 ACCEL_GC_FUNCTIONS(pending, pending_object, PENDING_MEMBERS)
 
-enum { STEP_YIELD, STEP_RETURN, STEP_ERROR };
-
 /* Whether the check's shadow setting (its own, else the limiter's) is on:
  * 1, 0, or -1 with an exception set. */
 static int
@@ -150,7 +94,7 @@ shadow_on(accel_state *state, pending_object *pending)
     if (pending->shadow != Py_None) {
         return PyObject_IsTrue(pending->shadow);
     }
-    PyObject *setting = PyObject_GetAttr(pending->limiter, NAME(state, SHADOW));
+    PyObject *setting = PyObject_GetAttr(pending->limiter, state->names[NAME_SHADOW]);
     int on = setting == NULL ? -1 : PyObject_IsTrue(setting);
     Py_XDECREF(setting);
     return on;
@@ -167,9 +111,7 @@ pending_outcome(accel_state *state, PyObject *module, pending_object *pending, P
         PyObject *result_args[2] = {reply, pending->shape};
         PyObject *result = decode_check_result(module, result_args, 2);
         if (result != NULL && Py_TYPE(result) == state->check_result_type &&
-            fast_redis_quiet(state, check) &&
-            fast_redis_attribute_is(pending->limiter, NAME(state, METRICS), Py_None) &&
-            fast_redis_attribute_is(pending->limiter, NAME(state, RECORDER), Py_None) &&
+            fast_limiter_allows(state, pending->limiter, (fast_limiter *)check) &&
             (results_field(result, 0) == Py_True || shadow_on(state, pending) == 0)) {
             return result;
         }
@@ -241,9 +183,10 @@ step_future(pending_object *pending, PyObject *value, PyObject **out, PyObject *
     return -1;
 }
 
-/* One step of the awaitable: sent value (None), or thrown (an exception
- * instance, a new reference given over). STEP_YIELD (*out: what to yield),
- * STEP_RETURN (*out: the result) or STEP_ERROR (an exception set). */
+/* One step of the awaitable (coroutine.h): sent value (None), or thrown
+ * (an exception instance, a new reference given over): what throw() raises
+ * where the check awaits its reply (a task's cancellation, the client's
+ * error) goes to settle(), the Python path's way. */
 static int
 pending_step(pending_object *pending, PyObject *value, PyObject *thrown, PyObject **out)
 {
@@ -284,122 +227,13 @@ pending_step(pending_object *pending, PyObject *value, PyObject *thrown, PyObjec
     return *out == NULL ? STEP_ERROR : STEP_RETURN;
 }
 
-/* A step's outcome as an iterator's: the value yielded, or NULL with
- * StopIteration(result) or the error set. */
-static PyObject *
-as_iterator_step(int stepped, PyObject *out)
-{
-    if (stepped == STEP_YIELD) {
-        return out;
-    }
-    if (stepped == STEP_RETURN) {
-        /* StopIteration(result), its value taken as given even if it is a tuple. */
-        PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, out);
-        Py_DECREF(out);
-        if (stop != NULL) {
-            PyErr_SetObject(PyExc_StopIteration, stop);
-            Py_DECREF(stop);
-        }
-    }
-    return NULL;
-}
-
-static PyObject *
-pending_iternext(PyObject *self)
-{
-    PyObject *out;
-    int stepped = pending_step((pending_object *)self, Py_None, NULL, &out);
-    return as_iterator_step(stepped, out);
-}
-
-static PyObject *
-pending_send(PyObject *self, PyObject *value)
-{
-    PyObject *out;
-    int stepped = pending_step((pending_object *)self, value, NULL, &out);
-    return as_iterator_step(stepped, out);
-}
-
-#if PY_VERSION_HEX >= 0x030A0000
-static PySendResult
-pending_am_send(PyObject *self, PyObject *value, PyObject **presult)
-{
-    int stepped = pending_step((pending_object *)self, value, NULL, presult);
-    return stepped == STEP_YIELD ? PYGEN_NEXT : stepped == STEP_RETURN ? PYGEN_RETURN : PYGEN_ERROR;
-}
-#endif
-
-static PyObject *
-pending_await(PyObject *self)
-{
-    return Py_NewRef(self);
-}
-
-/* throw(type[, value[, traceback]]): raised where the check awaits its
- * reply, as into the Python path's coroutine (a task's cancellation, the
- * client's error): settle() takes it the Python path's way. */
-static PyObject *
-pending_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs < 1 || nargs > 3) {
-        PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments, got %zd", nargs);
-        return NULL;
-    }
-    PyObject *thrown = args[0];
-    if (PyExceptionInstance_Check(thrown)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(thrown), thrown);
-    }
-    else if (PyExceptionClass_Check(thrown)) {
-        PyErr_SetObject(thrown, nargs >= 2 ? args[1] : Py_None);
-    }
-    else {
-        PyErr_SetString(PyExc_TypeError,
-                        "exceptions must be classes or instances deriving from BaseException");
-        return NULL;
-    }
-    PyObject *error = accel_take_exception();
-    if (error == NULL) {
-        return NULL;
-    }
-    PyObject *out;
-    int stepped = pending_step((pending_object *)self, Py_None, error, &out);
-    return as_iterator_step(stepped, out);
-}
-
-/* close(): the check is dropped where it awaits its reply; the reply, when
- * it comes, only frees the connection's slot for it. */
-static PyObject *
-pending_close(PyObject *self, PyObject *Py_UNUSED(ignored))
-{
-    pending_object *pending = (pending_object *)self;
-    pending->done = 1;
-    (void)pending_clear(self);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef pending_methods[] = {
-    {"send", pending_send, METH_O, "Step the check: yield its future, or end with the result."},
-    {"throw", (PyCFunction)(void (*)(void))pending_throw, METH_FASTCALL,
-     "Raise the exception where the check awaits its reply."},
-    {"close", pending_close, METH_NOARGS, "Drop the check."},
-    {NULL, NULL, 0, NULL},
-};
-
+/* Closed, the check is dropped where it awaits its reply; the reply, when it
+ * comes, only frees the connection's slot for it. */
 PyDoc_STRVAR(pending_doc,
 "A check over Redis sent when it was called, as a coroutine: awaiting it\n"
 "waits for the reply and returns the CheckResult or raises the error.");
 
-static PyType_Slot pending_slots[] = {
-    ACCEL_GC_SLOTS(pending, pending_doc),
-    {Py_tp_iter, pending_await},
-    {Py_tp_iternext, pending_iternext},
-    {Py_tp_methods, pending_methods},
-    {Py_am_await, pending_await},
-#if PY_VERSION_HEX >= 0x030A0000
-    {Py_am_send, pending_am_send},
-#endif
-    {0, NULL},
-};
+ACCEL_COROUTINE_SLOTS(pending, pending_object, pending_doc, {Py_tp_iter, pending_await}, );
 
 ACCEL_TYPE_SPEC(pending_spec, "moderato._accel.PendingCheck", sizeof(pending_object),
                 Py_TPFLAGS_HAVE_GC, pending_slots);
@@ -412,10 +246,10 @@ ACCEL_TYPE_SPEC(pending_spec, "moderato._accel.PendingCheck", sizeof(pending_obj
 static int
 joinable(accel_state *state, PyObject *connection)
 {
-    if (connection == Py_None || !fast_redis_attribute_is(connection, NAME(state, USABLE), Py_True)) {
+    if (connection == Py_None || !fast_attribute_is(connection, NAME(state, USABLE), Py_True)) {
         return 0;
     }
-    if (fast_redis_attribute_is(connection, NAME(state, BATCH_OPEN), Py_True)) {
+    if (fast_attribute_is(connection, NAME(state, BATCH_OPEN), Py_True)) {
         return 1;
     }
     PyObject *pending = PyObject_GetAttr(connection, NAME(state, PENDING));
@@ -433,7 +267,7 @@ joinable(accel_state *state, PyObject *connection)
 static PyObject *
 connection_for(accel_state *state, redis_check_object *check)
 {
-    PyObject *loop = PyObject_CallNoArgs(check->rest); /* get_running_loop() */
+    PyObject *loop = PyObject_CallNoArgs(check->get_running_loop);
     PyObject *pools = loop == NULL ? NULL : PyObject_GetAttr(check->client, NAME(state, POOLS));
     PyObject *pool = NULL;
     if (pools != NULL && PyDict_CheckExact(pools)) {
@@ -449,7 +283,7 @@ connection_for(accel_state *state, redis_check_object *check)
     PyObject *connection = PyObject_GetAttr(pool, NAME(state, ONLY));
     if (connection != NULL &&
         (connection == Py_None ||
-         !fast_redis_attribute_is(connection, NAME(state, USABLE), Py_True))) {
+         !fast_attribute_is(connection, NAME(state, USABLE), Py_True))) {
         Py_DECREF(connection);
         connection = PyObject_GetAttr(pool, NAME(state, BATCHING));
         if (connection != NULL && !joinable(state, connection)) {
@@ -467,71 +301,44 @@ connection_for(accel_state *state, redis_check_object *check)
 }
 
 int
-fast_aredis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *found,
-                  PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
-                  PyObject *shadow, PyObject **out)
+fast_aredis_send(accel_state *state, PyObject *limiter, redis_check_object *check,
+                 const redis_request *request, PyObject *key, PyObject *shadow, PyObject **out)
 {
-    redis_check_object *check = (redis_check_object *)found;
-    if (scope == NULL) {
-        scope = check->global_scope;
+    PyObject *connection = connection_for(state, check);
+    if (connection == NULL) {
+        return 0; /* the Python path takes the check */
     }
-    if (!fast_redis_attribute_is(limiter, NAME(state, METRICS), Py_None) ||
-        !fast_redis_attribute_is(limiter, NAME(state, RECORDER), Py_None) ||
-        !fast_redis_quiet(state, check)) {
-        return 0;
-    }
-    PyObject *plan = fast_redis_find_plan(state, check, rate, algorithm);
-    if (plan == NULL) {
-        return 0;
-    }
-    PyObject *keys = NULL, *payload = NULL, *connection = NULL, *future = NULL;
-    int taken = 0;
-    PyObject *compiled = fast_redis_compiled_plan(state, check, plan);
-    if (compiled == NULL) {
-        goto done;
-    }
-    Py_INCREF(compiled);
-    payload = fast_redis_payload(state, module, check, compiled, scope, key, &keys);
-    if (payload == NULL || (connection = connection_for(state, check)) == NULL) {
-        PyErr_Clear(); /* the Python path raises it (a bad key part), or takes the check */
-        Py_DECREF(compiled);
-        goto done;
-    }
-    PyObject *send_args[5] = {connection, payload, PyTuple_GET_ITEM(compiled, RPLAN_SCRIPT), keys,
+    PyObject *compiled = request->compiled;
+    PyObject *send_args[5] = {connection, request->payload,
+                              PyTuple_GET_ITEM(compiled, RPLAN_SCRIPT), request->keys,
                               PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
-    future = PyObject_VectorcallMethod(NAME(state, SEND_SCRIPT), send_args,
-                                       5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *future = PyObject_VectorcallMethod(NAME(state, SEND_SCRIPT), send_args,
+                                                 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(connection);
     if (future == NULL) {
         PyErr_Clear(); /* closed meanwhile, nothing queued: the Python path's */
-        Py_DECREF(compiled);
-        goto done;
+        return 0;
     }
     /* From here the command is queued: the check is taken whatever happens. */
-    taken = 1;
     pending_object *pending = PyObject_GC_New(pending_object, state->pending_check_type);
     if (pending != NULL) {
-        pending->future = future;
-        future = NULL;
+        pending->future = future; /* given over */
         pending->iter = NULL;
-        pending->check = Py_NewRef(found);
+        pending->check = Py_NewRef((PyObject *)check);
         pending->limiter = Py_NewRef(limiter);
-        pending->plan = Py_NewRef(plan);
+        pending->plan = Py_NewRef(request->plan);
         pending->key = Py_NewRef(key);
-        pending->scope = Py_NewRef(scope);
+        pending->scope = Py_NewRef(request->scope);
         pending->shadow = Py_NewRef(shadow);
         pending->shape = Py_NewRef(PyTuple_GET_ITEM(compiled, RPLAN_SHAPE));
         pending->done = 0;
         PyObject_GC_Track(pending);
     }
+    else {
+        Py_DECREF(future);
+    }
     *out = (PyObject *)pending;
-    Py_DECREF(compiled);
-done:
-    Py_XDECREF(future);
-    Py_XDECREF(connection);
-    Py_XDECREF(payload);
-    Py_XDECREF(keys);
-    Py_DECREF(plan);
-    return taken;
+    return 2;
 }
 
 /* ---- the module's part ---------------------------------------------------------------- */

@@ -5,17 +5,17 @@
 #ifndef MODERATO_FAST_AREDIS_H
 #define MODERATO_FAST_AREDIS_H
 
+#include "fast_redis.h"
 #include "results.h"
 
-/* The check of limiter (whose _fast_check is `check`, an
- * AsyncRedisFastCheck) for a text key and rate, a text scope (NULL: the
- * global one), a text or None algorithm and any shadow: 1 when taken (*out
- * the PendingCheck awaiting its reply, a new reference, or NULL with the
- * error set), 0 when declined (nothing sent, no exception set: the Python
- * method's). */
-int fast_aredis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *check,
-                      PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
-                      PyObject *shadow, PyObject **out);
+/* Send the request of limiter's check (fast_redis_check built it; the
+ * caller releases it) on a connection of this loop's pool: 2 when sent
+ * (*out the PendingCheck awaiting its reply, a new reference, or NULL with
+ * the error set), 0 when declined (nothing sent, no exception set: the
+ * Python method's). */
+int fast_aredis_send(accel_state *state, PyObject *limiter, redis_check_object *check,
+                     const redis_request *request, PyObject *key, PyObject *shadow,
+                     PyObject **out);
 
 /* Create the AsyncRedisFastCheck and PendingCheck types in this module's
  * state and add them to it. 0, or -1 with an exception set. */

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <structmember.h>
 
+#include "coroutine.h"
 #include "decode.h"
 #include "fast_aredis.h"
 #include "fast_common.h"
@@ -84,17 +85,27 @@ ready_new(accel_state *state, PyObject *result, PyObject *error)
 #define READY_MEMBERS(X) X(result) X(error)
 ACCEL_GC_FUNCTIONS(ready, ready_object, READY_MEMBERS)
 
-/* The one step: the result (a new reference), or NULL with the error set. */
-static PyObject *
-ready_step(ready_object *ready, PyObject *value)
+/* The one step (coroutine.h): the result, or the error. Thrown into, it
+ * ends as a coroutine that has not started does: the exception propagates. */
+static int
+ready_step(ready_object *ready, PyObject *value, PyObject *thrown, PyObject **out)
 {
+    *out = NULL;
+    if (thrown != NULL) {
+        ready->done = 1;
+        Py_CLEAR(ready->result);
+        Py_CLEAR(ready->error);
+        PyErr_SetObject((PyObject *)Py_TYPE(thrown), thrown);
+        Py_DECREF(thrown);
+        return STEP_ERROR;
+    }
     if (ready->done) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
-        return NULL;
+        return STEP_ERROR;
     }
     if (value != Py_None) {
         PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
-        return NULL;
+        return STEP_ERROR;
     }
     ready->done = 1;
     if (ready->error != NULL) {
@@ -103,120 +114,18 @@ ready_step(ready_object *ready, PyObject *value)
         Py_CLEAR(ready->result);
         PyErr_SetObject((PyObject *)Py_TYPE(error), error);
         Py_DECREF(error);
-        return NULL;
+        return STEP_ERROR;
     }
-    PyObject *result = ready->result;
+    *out = ready->result;
     ready->result = NULL;
-    return result;
+    return *out == NULL ? STEP_ERROR : STEP_RETURN;
 }
-
-/* The step as an iterator's: StopIteration(result) when it returns. */
-static int
-stop_with(PyObject *result)
-{
-    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
-    Py_DECREF(result);
-    if (stop != NULL) {
-        PyErr_SetObject(PyExc_StopIteration, stop);
-        Py_DECREF(stop);
-    }
-    return -1;
-}
-
-static PyObject *
-ready_iternext(PyObject *self)
-{
-    PyObject *result = ready_step((ready_object *)self, Py_None);
-    if (result != NULL) {
-        stop_with(result);
-    }
-    return NULL;
-}
-
-static PyObject *
-ready_send(PyObject *self, PyObject *value)
-{
-    PyObject *result = ready_step((ready_object *)self, value);
-    if (result != NULL) {
-        stop_with(result);
-    }
-    return NULL;
-}
-
-#if PY_VERSION_HEX >= 0x030A0000
-static PySendResult
-ready_am_send(PyObject *self, PyObject *value, PyObject **presult)
-{
-    *presult = ready_step((ready_object *)self, value);
-    return *presult == NULL ? PYGEN_ERROR : PYGEN_RETURN;
-}
-#endif
-
-static PyObject *
-ready_await(PyObject *self)
-{
-    return Py_NewRef(self);
-}
-
-/* throw(type[, value[, traceback]]): as into a coroutine that has not
- * started: it ends, and the exception propagates. */
-static PyObject *
-ready_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    ready_object *ready = (ready_object *)self;
-    if (nargs < 1 || nargs > 3) {
-        PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments, got %zd", nargs);
-        return NULL;
-    }
-    ready->done = 1;
-    Py_CLEAR(ready->result);
-    Py_CLEAR(ready->error);
-    PyObject *thrown = args[0];
-    if (PyExceptionInstance_Check(thrown)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(thrown), thrown);
-    }
-    else if (PyExceptionClass_Check(thrown)) {
-        PyErr_SetObject(thrown, nargs >= 2 ? args[1] : Py_None);
-    }
-    else {
-        PyErr_SetString(PyExc_TypeError,
-                        "exceptions must be classes or instances deriving from BaseException");
-    }
-    return NULL;
-}
-
-static PyObject *
-ready_close(PyObject *self, PyObject *Py_UNUSED(ignored))
-{
-    ready_object *ready = (ready_object *)self;
-    ready->done = 1;
-    Py_CLEAR(ready->result);
-    Py_CLEAR(ready->error);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef ready_methods[] = {
-    {"send", ready_send, METH_O, "Take the one step: raise StopIteration(result) or the error."},
-    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL,
-     "Raise the exception given, as into a coroutine that has not started."},
-    {"close", ready_close, METH_NOARGS, "Drop the outcome."},
-    {NULL, NULL, 0, NULL},
-};
 
 PyDoc_STRVAR(ready_doc,
 "The outcome of a check decided when it was called, as a completed\n"
 "coroutine: awaiting it returns the CheckResult or raises the error.");
 
-static PyType_Slot ready_slots[] = {
-    ACCEL_GC_SLOTS(ready, ready_doc),
-    {Py_tp_iternext, ready_iternext},
-    {Py_tp_methods, ready_methods},
-    {Py_am_await, ready_await},
-#if PY_VERSION_HEX >= 0x030A0000
-    {Py_am_send, ready_am_send},
-#endif
-    {0, NULL},
-};
+ACCEL_COROUTINE_SLOTS(ready, ready_object, ready_doc, );
 
 ACCEL_TYPE_SPEC(ready_spec, "moderato._accel.ReadyCheck", sizeof(ready_object),
                 Py_TPFLAGS_HAVE_GC, ready_slots);
@@ -244,14 +153,9 @@ fast_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 #define FAST_CHECK_ARGUMENTS(X)                                                          \
     FAST_LIMITER_ARGUMENTS(X) X(backend) X(store) X(wall_clock) X(shadowed)
     FAST_CONSTRUCTOR_TABLES(fast_check_object, FAST_CHECK_ARGUMENTS, );
-    PyObject *values[Py_ARRAY_LENGTH(offsets)];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOO!OOOUOOOOO:FastCheck", keywords,
-                                     &values[0], &values[1], &PyDict_Type, &values[2],
-                                     &values[3], &values[4], &values[5], &values[6], &values[7],
-                                     &values[8], &values[9], &values[10], &values[11])) {
-        return NULL;
-    }
-    return fast_limiter_new(type, "FastCheck", values, offsets, Py_ARRAY_LENGTH(offsets));
+    PyObject *values[FAST_MAX_ARGUMENTS];
+    return fast_limiter_new(type, args, kwargs, "UOO!OOOUOOOOO:FastCheck", keywords, offsets,
+                            Py_ARRAY_LENGTH(offsets), values);
 }
 
 PyDoc_STRVAR(fast_check_doc,
@@ -507,16 +411,11 @@ fast_path(fast_method_object *method, PyObject *const *args, PyObject *kwnames,
         }
     }
     PyObject *found = PyObject_GetAttr(limiter, state->names[NAME_FAST_CHECK]);
-    if (found != NULL && Py_TYPE(found) == state->aredis_check_type) {
-        /* The asyncio limiter over one Redis server (fast_aredis.c): *out is
-         * the awaitable itself. */
-        int aredis_taken = fast_aredis_check(state, module, limiter, found, key, rate, scope,
-                                             algorithm, shadow, out);
-        Py_DECREF(found);
-        return aredis_taken ? 2 : 0;
-    }
-    if (found != NULL && Py_TYPE(found) == state->redis_check_type) {
-        /* The blocking limiter over one Redis server (fast_redis.c). */
+    if (found != NULL && (Py_TYPE(found) == state->redis_check_type ||
+                          Py_TYPE(found) == state->aredis_check_type)) {
+        /* The blocking or the asyncio limiter over one Redis server
+         * (fast_redis.c; for the asyncio one's, 2: *out is the awaitable
+         * itself). */
         int redis_taken = fast_redis_check(state, module, limiter, found, key, rate, scope,
                                            algorithm, shadow, out);
         Py_DECREF(found);

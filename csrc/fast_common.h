@@ -1,13 +1,16 @@
-/* What the two one-call checks share (fast_check.c: memory://'s;
- * fast_redis.c: the blocking limiter's over one Redis server): the head of
- * their per-limiter objects, the names both read, the limiter's conditions,
- * the plan lookup and the compiled-plan cache. Static inline functions: each
- * check's file compiles them into its own path, as when each had a copy.
+/* What the one-call checks share (fast_check.c: memory://'s;
+ * fast_redis.c: the blocking limiter's over one Redis server and the
+ * request both checks over Redis send; fast_aredis.c: the asyncio
+ * limiter's): the head of their per-limiter objects and its constructor,
+ * the names all read, the limiter's conditions, the plan lookup and the
+ * compiled-plan cache. Static inline functions: each check's file compiles
+ * them into its own path, as when each had a copy.
  */
 #ifndef MODERATO_FAST_COMMON_H
 #define MODERATO_FAST_COMMON_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "heap_type.h"
 #include "results.h"
@@ -17,8 +20,8 @@
 #define FAST_MAX_COMPILED 4096
 
 /* The attribute and keyword names fast_check.c interns into the state's
- * names (FAST_NAME_COUNT, results.h); fast_redis.c reads the ones it shares
- * from there. */
+ * names (FAST_NAME_COUNT, results.h); the checks over Redis read the ones
+ * they share from there, their own from redis_names (fast_redis.h). */
 #define FAST_NAMES(X)                                                                    \
     X(FAST_CHECK, "_fast_check")                                                         \
     X(METRICS, "metrics")                                                                \
@@ -71,12 +74,15 @@ typedef struct {
 } fast_limiter;
 
 /* The head's members set by a constructor, each its keyword, first in
- * both constructors (format "UOO!OOOUO", PyDict_Type before defaults); and
+ * every constructor (format "UOO!OOOUO", PyDict_Type before defaults); and
  * all the head's members (for ACCEL_GC_FUNCTIONS). */
 #define FAST_LIMITER_ARGUMENTS(X)                                                        \
     X(prefix) X(secret) X(defaults) X(plans) X(breaker) X(failure_log) X(global_scope)    \
     X(finish)
 #define FAST_LIMITER_MEMBERS(X) FAST_LIMITER_ARGUMENTS(X) X(compiled)
+
+/* Most keywords a constructor takes: the head's and a check's own. */
+#define FAST_MAX_ARGUMENTS 13
 
 /* In a constructor of object_type whose keywords are ARGUMENTS (an X-macro
  * of the members they set, in order): static char *keywords[] (ARGUMENTS'
@@ -86,21 +92,32 @@ typedef struct {
 #define FAST_CONSTRUCTOR_TABLES(object_type, ARGUMENTS, ...)                               \
     typedef object_type fast_constructed;                                                 \
     static char *keywords[] = {ARGUMENTS(FAST_KEYWORD_) __VA_ARGS__ NULL};                \
-    static const Py_ssize_t offsets[] = {ARGUMENTS(FAST_OFFSET_)}
+    static const Py_ssize_t offsets[] = {ARGUMENTS(FAST_OFFSET_)};                        \
+    Py_BUILD_ASSERT(Py_ARRAY_LENGTH(keywords) - 1 <= FAST_MAX_ARGUMENTS)
 #define FAST_KEYWORD_(member) #member,
 #define FAST_OFFSET_(member) offsetof(fast_constructed, member),
 
-/* A new object of type from its constructor's parsed arguments, or NULL with
- * an exception set: values[i] (secret values[1], bytes or None) set to the
- * member at offsets[i] (offsetof), its compiled-plan cache made. type_name
- * names the constructor in the TypeError. */
+/* A new object of type from its constructor's arguments, or NULL with an
+ * exception set: parsed by format (the head's "UOO!OOOUO", then one object
+ * unit for each further keyword, then ":" and the type's name) into
+ * values[] (FAST_MAX_ARGUMENTS of them; the caller reads those past count,
+ * the extra keywords'), secret (values[1]) bytes or None, values[i] set to
+ * the member at offsets[i] (offsetof) for i < count, its compiled-plan cache
+ * made. */
 static inline PyObject *
-fast_limiter_new(PyTypeObject *type, const char *type_name, PyObject *const *values,
-                 const Py_ssize_t *offsets, Py_ssize_t count)
+fast_limiter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs, const char *format,
+                 char **keywords, const Py_ssize_t *offsets, Py_ssize_t count, PyObject **values)
 {
+    /* Addresses past the format's units are not read. */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &values[0], &values[1],
+                                     &PyDict_Type, &values[2], &values[3], &values[4],
+                                     &values[5], &values[6], &values[7], &values[8], &values[9],
+                                     &values[10], &values[11], &values[12])) {
+        return NULL;
+    }
     if (values[1] != Py_None && !PyBytes_Check(values[1])) {
         PyErr_Format(PyExc_TypeError, "%s() secret must be bytes or None, not %.100s",
-                     type_name, Py_TYPE(values[1])->tp_name);
+                     strchr(format, ':') + 1, Py_TYPE(values[1])->tp_name);
         return NULL;
     }
     fast_limiter *fast = (fast_limiter *)type->tp_alloc(type, 0);

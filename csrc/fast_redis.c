@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "decode.h"
+#include "fast_aredis.h"
 #include "heap_type.h"
 #include "keys.h"
 #include "resp.h"
@@ -70,22 +71,20 @@ ACCEL_GC_FUNCTIONS(redis_check, redis_check_object, REDIS_CHECK_MEMBERS)
 static PyObject *
 redis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    /* The object keywords, in order, each the member it sets; then the double. */
-#define REDIS_CHECK_ARGUMENTS(X) FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(rest)
     FAST_CONSTRUCTOR_TABLES(redis_check_object, REDIS_CHECK_ARGUMENTS, "idle_check_after_s", );
-    PyObject *values[Py_ARRAY_LENGTH(offsets)];
-    double idle_check_after_s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UOO!OOOUOOOOd:RedisFastCheck", keywords,
-                                     &values[0], &values[1], &PyDict_Type, &values[2],
-                                     &values[3], &values[4], &values[5], &values[6], &values[7],
-                                     &values[8], &values[9], &values[10], &idle_check_after_s)) {
+    PyObject *values[FAST_MAX_ARGUMENTS];
+    PyObject *check = fast_limiter_new(type, args, kwargs, "UOO!OOOUOOOOO:RedisFastCheck",
+                                       keywords, offsets, Py_ARRAY_LENGTH(offsets), values);
+    if (check == NULL) {
         return NULL;
     }
-    PyObject *check =
-        fast_limiter_new(type, "RedisFastCheck", values, offsets, Py_ARRAY_LENGTH(offsets));
-    if (check != NULL) {
-        ((redis_check_object *)check)->idle_check_after_s = idle_check_after_s;
+    /* The keyword after the objects, read as the format unit "d" reads it. */
+    double idle_check_after_s = PyFloat_AsDouble(values[Py_ARRAY_LENGTH(offsets)]);
+    if (idle_check_after_s == -1.0 && PyErr_Occurred()) {
+        Py_DECREF(check);
+        return NULL;
     }
+    ((redis_check_object *)check)->idle_check_after_s = idle_check_after_s;
     return check;
 }
 
@@ -100,27 +99,6 @@ FAST_LIMITER_TYPE(redis_check, "moderato._accel.RedisFastCheck", redis_check_obj
                   redis_check_doc);
 
 /* ---- what is read before anything is sent ---------------------------------------- */
-
-/* fast_common.h's, for fast_aredis.c (fast_redis.h says what each does). */
-
-int
-fast_redis_attribute_is(PyObject *owner, PyObject *name, PyObject *wanted)
-{
-    return fast_attribute_is(owner, name, wanted);
-}
-
-int
-fast_redis_quiet(accel_state *state, redis_check_object *check)
-{
-    return fast_quiet(state, (fast_limiter *)check);
-}
-
-PyObject *
-fast_redis_find_plan(accel_state *state, redis_check_object *check, PyObject *rate,
-                     PyObject *algorithm)
-{
-    return fast_find_plan(state, (fast_limiter *)check, rate, algorithm);
-}
 
 /* A compiled plan over Redis is its read fields (fast_common.h), the
  * script's SHA in its name's place, and the script (RPLAN_*): this is the
@@ -149,13 +127,17 @@ complete_plan(PyObject *compiled, void *context)
     return PyUnicode_CheckExact(sha) ? 0 : -1;
 }
 
-PyObject *
-fast_redis_payload(accel_state *state, PyObject *module, redis_check_object *check,
-                   PyObject *compiled, PyObject *scope, PyObject *key, PyObject **keys_out)
+/* The check's keys (*keys_out, a new reference, or NULL) and its EVALSHA's
+ * bytes (returned, a new reference) from the plan's compiled fields: NULL
+ * with an exception set when a key part or the encoding fails (*keys_out
+ * may be set). */
+static PyObject *
+payload_of(accel_state *state, PyObject *module, redis_check_object *check, PyObject *compiled,
+           PyObject *scope, PyObject *key, PyObject **keys_out)
 {
     PyObject *key_args[7] = {check->prefix,
                              PyTuple_GET_ITEM(compiled, RPLAN_TAG),
-                             NAME(state, EMPTY),
+                             state->names[NAME_EMPTY],
                              scope,
                              key,
                              PyTuple_GET_ITEM(compiled, RPLAN_WINDOWS),
@@ -170,12 +152,47 @@ fast_redis_payload(accel_state *state, PyObject *module, redis_check_object *che
     return resp_encode_evalsha(module, encode_args, 3);
 }
 
-PyObject *
-fast_redis_compiled_plan(accel_state *state, redis_check_object *check, PyObject *plan)
+/* Let go of what a request holds. */
+static void
+request_release(redis_request *request)
 {
+    Py_CLEAR(request->payload);
+    Py_CLEAR(request->keys);
+    Py_CLEAR(request->compiled);
+    Py_CLEAR(request->plan);
+}
+
+/* The request of limiter's check (fast_redis_check's arguments): 1
+ * (*request filled in), or 0 (declined: nothing held, no exception set; the
+ * Python path raises what failed, a bad key part). */
+static int
+request_of(accel_state *state, PyObject *module, PyObject *limiter, redis_check_object *check,
+           PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
+           redis_request *request)
+{
+    fast_limiter *fast = (fast_limiter *)check;
+    *request = (redis_request){scope == NULL ? check->global_scope : scope, NULL, NULL, NULL, NULL};
+    if (!fast_limiter_allows(state, limiter, fast)) {
+        return 0;
+    }
+    request->plan = fast_find_plan(state, fast, rate, algorithm);
+    if (request->plan == NULL) {
+        return 0;
+    }
     plan_context first = {state, check};
-    return fast_compiled_plan(state, (fast_limiter *)check, plan, RPLAN_FIELDS, complete_plan,
-                              &first);
+    PyObject *compiled =
+        fast_compiled_plan(state, fast, request->plan, RPLAN_FIELDS, complete_plan, &first);
+    if (compiled != NULL) {
+        request->compiled = Py_NewRef(compiled);
+        request->payload =
+            payload_of(state, module, check, compiled, request->scope, key, &request->keys);
+        if (request->payload != NULL && PyBytes_CheckExact(request->payload)) {
+            return 1;
+        }
+    }
+    PyErr_Clear(); /* the Python path raises it (a bad key part), or takes the check */
+    request_release(request);
+    return 0;
 }
 
 static double
@@ -460,66 +477,46 @@ frame_reply(const char *data, Py_ssize_t size, Py_ssize_t *at, int depth, PyObje
  * reference, or NULL with the error set. */
 static PyObject *
 decided(accel_state *state, PyObject *module, PyObject *limiter, redis_check_object *check,
-        taken_connection *taken, PyObject *plan, PyObject *compiled, PyObject *scope,
-        PyObject *shadow, PyObject *reply)
+        taken_connection *taken, const redis_request *request, PyObject *shadow, PyObject *reply)
 {
     if (give_back(state, check, taken) < 0) {
         return NULL; /* raised from the pool's code, as from evalsha() */
     }
-    PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(compiled, RPLAN_SHAPE)};
+    PyObject *result_args[2] = {reply, PyTuple_GET_ITEM(request->compiled, RPLAN_SHAPE)};
     PyObject *result = decode_check_result(module, result_args, 2);
     if (result != NULL && Py_TYPE(result) == state->check_result_type &&
         results_field(result, 0) == Py_True && fast_quiet(state, (fast_limiter *)check) &&
-        fast_attribute_is(limiter, NAME(state, METRICS), Py_None)) {
+        fast_attribute_is(limiter, state->names[NAME_METRICS], Py_None)) {
         return result;
     }
     /* A denial (shadow mode), a reply check_result refused (the BackendError
      * naming the script), or a breaker, failure log or metrics that changed
      * meanwhile: the Python path's end. */
     PyErr_Clear();
-    PyObject *rest = PyObject_CallFunctionObjArgs(check->finish, limiter, plan, scope, shadow,
-                                                  reply, result != NULL ? result : Py_None,
-                                                  NULL);
+    PyObject *rest = PyObject_CallFunctionObjArgs(check->finish, limiter, request->plan,
+                                                  request->scope, shadow, reply,
+                                                  result != NULL ? result : Py_None, NULL);
     Py_XDECREF(result);
     return rest;
 }
 
-int
-fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *found,
-                 PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
-                 PyObject *shadow, PyObject **out)
+/* Send the request on an idle connection of the pool and read the reply:
+ * fast_redis_check's 1 or 0. */
+static int
+round_trip_check(accel_state *state, PyObject *module, PyObject *limiter,
+                 redis_check_object *check, const redis_request *request, PyObject *shadow,
+                 PyObject **out)
 {
-    redis_check_object *check = (redis_check_object *)found;
-    if (scope == NULL) {
-        scope = check->global_scope;
-    }
-    if (!fast_limiter_allows(state, limiter, (fast_limiter *)check)) {
-        return 0;
-    }
-    PyObject *plan = fast_find_plan(state, (fast_limiter *)check, rate, algorithm);
-    if (plan == NULL) {
-        return 0;
-    }
-    PyObject *keys = NULL, *payload = NULL;
     taken_connection taken = {NULL, NULL, NULL, -1, 0.0};
-    int done = 0;
-    PyObject *compiled = fast_redis_compiled_plan(state, check, plan);
-    if (compiled == NULL) {
-        goto declined;
-    }
-    Py_INCREF(compiled);
-    payload = fast_redis_payload(state, module, check, compiled, scope, key, &keys);
-    if (payload == NULL || !PyBytes_CheckExact(payload) || !take_connection(state, check, &taken)) {
-        PyErr_Clear(); /* the Python path raises it (a bad key part), or takes the check */
-        Py_DECREF(compiled);
-        goto declined;
+    if (!take_connection(state, check, &taken)) {
+        return 0; /* the Python path takes the check */
     }
     /* From here the command is sent: the check is taken whatever happens. */
-    done = 1;
     char buffer[REDIS_READ_BYTES];
     /* taken.sock is held meanwhile: its descriptor stays open. */
-    Py_ssize_t got = round_trip(taken.fd, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload),
-                                buffer, (Py_ssize_t)sizeof(buffer));
+    Py_ssize_t got = round_trip(taken.fd, PyBytes_AS_STRING(request->payload),
+                                PyBytes_GET_SIZE(request->payload), buffer,
+                                (Py_ssize_t)sizeof(buffer));
     PyObject *reply = NULL, *data = NULL, *error = NULL;
     if (got < 0) {
         error = accel_take_exception();
@@ -545,8 +542,7 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
         }
     }
     if (reply != NULL) {
-        *out = decided(state, module, limiter, check, &taken, plan, compiled, scope, shadow,
-                       reply);
+        *out = decided(state, module, limiter, check, &taken, request, shadow, reply);
         Py_DECREF(reply);
     }
     else if (data == NULL && error == NULL) {
@@ -557,21 +553,34 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
         PyObject *taken_at = PyFloat_FromDouble(taken.taken_at);
         *out = taken_at == NULL
                    ? NULL
-                   : PyObject_CallFunctionObjArgs(check->rest, limiter, plan, scope, shadow,
-                                                  taken.connection, taken_at, keys,
+                   : PyObject_CallFunctionObjArgs(check->rest, limiter, request->plan,
+                                                  request->scope, shadow, taken.connection,
+                                                  taken_at, request->keys,
                                                   data != NULL ? data : Py_None,
                                                   error != NULL ? error : Py_None, NULL);
         Py_XDECREF(taken_at);
         Py_XDECREF(data);
         Py_XDECREF(error);
     }
-    Py_DECREF(compiled);
-declined:
     taken_release(&taken);
-    Py_XDECREF(payload);
-    Py_XDECREF(keys);
-    Py_DECREF(plan);
-    return done;
+    return 1;
+}
+
+int
+fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *found,
+                 PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
+                 PyObject *shadow, PyObject **out)
+{
+    redis_check_object *check = (redis_check_object *)found;
+    redis_request request;
+    if (!request_of(state, module, limiter, check, key, rate, scope, algorithm, &request)) {
+        return 0;
+    }
+    int taken = Py_TYPE(found) == state->aredis_check_type
+                    ? fast_aredis_send(state, limiter, check, &request, key, shadow, out)
+                    : round_trip_check(state, module, limiter, check, &request, shadow, out);
+    request_release(&request);
+    return taken;
 }
 
 /* ---- the module's part ---------------------------------------------------------------- */

@@ -7,21 +7,11 @@
 #include "fast_common.h"
 #include "results.h"
 
-/* The attribute and method names both one-call checks over Redis read (in
- * the module state's redis_names; fast_redis.c interns them). */
+/* The attribute and method names the one-call checks over Redis read
+ * beyond fast_common.h's FAST_NAMES (in the module state's redis_names;
+ * fast_redis.c interns them). */
 #define REDIS_NAMES(X)                                                                   \
-    X(METRICS, "metrics")                                                                \
-    X(RECORDER, "recorder")                                                              \
-    X(SETTLED, "settled")                                                                \
-    X(ACTIVE, "active")                                                                  \
-    X(PLANS, "_plans")                                                                   \
-    X(SCRIPT_NAME, "script_name")                                                        \
-    X(KEY_TAG, "key_tag")                                                                \
-    X(WINDOWS_S, "windows_s")                                                            \
-    X(UNIT_ARGS, "unit_args")                                                            \
-    X(RESULT_SHAPE, "result_shape")                                                      \
     X(SHA, "sha")                                                                        \
-    X(EMPTY, "")                                                                         \
     X(IDLE, "_idle")                                                                     \
     X(POOL_GENERATION, "_generation")                                                    \
     X(WAITERS, "_waiters")                                                               \
@@ -36,7 +26,6 @@
     X(FILENO, "fileno")                                                                  \
     X(POP, "pop")                                                                        \
     X(APPEND, "append")                                                                  \
-    X(SHADOW, "shadow")                                                                  \
     X(POOLS, "_pools")                                                                   \
     X(ONLY, "only")                                                                      \
     X(BATCHING, "batching")                                                              \
@@ -66,41 +55,43 @@ typedef struct {
     FAST_LIMITER_HEAD
     PyObject *client;      /* the backend's RedisClient */
     PyObject *load_script; /* load_script(name) -> Script */
-    PyObject *rest;        /* blocking: rest(limiter, plan, scope, shadow, connection,
-                              taken_at, keys, data, error); asyncio: get_running_loop */
+    union {
+        PyObject *rest; /* blocking: rest(limiter, plan, scope, shadow, connection, taken_at,
+                           keys, data, error) */
+        PyObject *get_running_loop; /* asyncio: asyncio.get_running_loop */
+    };
     double idle_check_after_s; /* blocking only */
 } redis_check_object;
 
 /* Every object member of a redis_check_object: X(member) each. */
 #define REDIS_CHECK_MEMBERS(X) FAST_LIMITER_MEMBERS(X) X(client) X(load_script) X(rest)
 
-/* Whether owner.<name> is `wanted` (by identity): 1 or 0, never an exception. */
-int fast_redis_attribute_is(PyObject *owner, PyObject *name, PyObject *wanted);
+/* The constructors' object keywords, in order, each the member it sets: the
+ * blocking check's (then idle_check_after_s, a number) and the asyncio
+ * check's. */
+#define REDIS_CHECK_ARGUMENTS(X) FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(rest)
+#define AREDIS_CHECK_ARGUMENTS(X)                                                        \
+    FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(get_running_loop)
 
-/* The breaker settled and no outage being logged. */
-int fast_redis_quiet(accel_state *state, redis_check_object *check);
+/* What a check over Redis sends, built before anything is sent. */
+typedef struct {
+    PyObject *scope;    /* the check's, or the global one (borrowed) */
+    PyObject *plan;     /* each of the rest a new reference, or NULL */
+    PyObject *compiled; /* the plan's compiled fields (RPLAN_*) */
+    PyObject *keys;
+    PyObject *payload; /* the EVALSHA's bytes */
+} redis_request;
 
-/* The check's plan, a new reference, or NULL (declined, no exception). */
-PyObject *fast_redis_find_plan(accel_state *state, redis_check_object *check, PyObject *rate,
-                               PyObject *algorithm);
-
-/* The plan's compiled fields (RPLAN_*), a borrowed tuple, or NULL (declined,
- * no exception). */
-PyObject *fast_redis_compiled_plan(accel_state *state, redis_check_object *check,
-                                   PyObject *plan);
-
-/* The check's keys (*keys_out, a new reference, or NULL) and its EVALSHA's bytes
- * (returned, a new reference) from the plan's compiled fields: NULL with an
- * exception set when a key part or the encoding fails (*keys_out may be set). */
-PyObject *fast_redis_payload(accel_state *state, PyObject *module, redis_check_object *check,
-                             PyObject *compiled, PyObject *scope, PyObject *key,
-                             PyObject **keys_out);
-
-/* The check of limiter (whose _fast_check is `check`, a RedisFastCheck)
- * for a text key and rate, a text scope (NULL: the global one), a text or
- * None algorithm and any shadow: 1 when taken (*out the result, a new
- * reference, or NULL with the error set), 0 when declined (nothing sent,
- * no exception set: the Python method's). */
+/* The check of limiter (whose _fast_check is `check`, a RedisFastCheck or
+ * an AsyncRedisFastCheck) for a text key and rate, a text scope (NULL: the
+ * global one), a text or None algorithm and any shadow, when the limiter's
+ * state lets it take the one-call path (fast_limiter_allows) and a plan is
+ * made for the rate: its request built, then sent the blocking client's way
+ * (here) or the asyncio one's (fast_aredis_send). 1 when taken by the
+ * blocking check (*out the result, a new reference, or NULL with the error
+ * set), 2 when taken by the asyncio one (*out the PendingCheck awaiting its
+ * reply), 0 when declined (nothing sent, no exception set: the Python
+ * method's). */
 int fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObject *check,
                      PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
                      PyObject *shadow, PyObject **out);

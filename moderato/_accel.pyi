@@ -2,7 +2,9 @@
 import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypedDict, Union
+
+from typing_extensions import Unpack
 
 _Text = Union[str, bytes]
 _Arg = Union[bytes, bytearray, memoryview, str, int]
@@ -125,13 +127,32 @@ class MemoryStore:
     def clear(self) -> None: ...
     def table_stats(self) -> dict[str, int]: ...
 
-class ReadyCheck:
-    """A check decided when it was called, as a completed coroutine (csrc/fast_check.c)."""
+class _CheckCoroutine:
+    """What ReadyCheck and PendingCheck both are: a check as a coroutine, its steps
+    written once (csrc/coroutine.h); stub-only, not a base class at run time."""
 
     def __await__(self) -> Generator[Any, None, CheckResult]: ...
     def send(self, value: None, /) -> Any: ...
     def throw(self, *args: Any) -> Any: ...
     def close(self) -> None: ...
+
+class ReadyCheck(_CheckCoroutine):
+    """A check decided when it was called, as a completed coroutine (csrc/fast_check.c)."""
+
+class _LimiterFields(TypedDict):
+    """The keywords every one-call check's constructor begins with (csrc/fast_common.h's
+    FAST_LIMITER_ARGUMENTS; moderato/fast_check.py's limiter_fields() builds them):
+    what it reads of the limiter, and the Python end of a check C took but does not
+    end. Stub-only."""
+
+    prefix: str
+    secret: Optional[bytes]
+    defaults: dict[str, Any]
+    plans: object
+    breaker: object
+    failure_log: object
+    global_scope: str
+    finish: Callable[..., Any]
 
 class FastCheck:
     """What a memory:// limiter's one-call checks read (moderato/fast_check.py)."""
@@ -139,18 +160,11 @@ class FastCheck:
     def __init__(
         self,
         *,
-        prefix: str,
-        secret: Optional[bytes],
         backend: object,
         store: MemoryStore,
-        defaults: dict[str, Any],
-        plans: object,
-        breaker: object,
-        failure_log: object,
         wall_clock: Callable[[], int],
-        finish: Callable[..., CheckResult],
         shadowed: Callable[..., CheckResult],
-        global_scope: str,
+        **head: Unpack[_LimiterFields],
     ) -> None: ...
     @property
     def compiled_count(self) -> int: ...
@@ -162,51 +176,32 @@ class RedisFastCheck:
     def __init__(
         self,
         *,
-        prefix: str,
-        secret: Optional[bytes],
         client: object,
-        defaults: dict[str, Any],
-        plans: object,
-        breaker: object,
-        failure_log: object,
         load_script: Callable[[str], Any],
-        finish: Callable[..., Any],
         rest: Callable[..., Any],
-        global_scope: str,
         idle_check_after_s: float,
+        **head: Unpack[_LimiterFields],
     ) -> None: ...
     @property
     def compiled_count(self) -> int: ...
 
 class AsyncRedisFastCheck:
     """What an asyncio limiter's one-call checks over one Redis server read
-    (moderato/fast_aredis.py)."""
+    (moderato/fast_aredis.py); its finish is that module's _settle."""
 
     def __init__(
         self,
         *,
-        prefix: str,
-        secret: Optional[bytes],
         client: object,
-        defaults: dict[str, Any],
-        plans: object,
-        breaker: object,
-        failure_log: object,
         load_script: Callable[[str], Any],
-        settle: Callable[..., Any],
         get_running_loop: Callable[[], Any],
-        global_scope: str,
+        **head: Unpack[_LimiterFields],
     ) -> None: ...
     @property
     def compiled_count(self) -> int: ...
 
-class PendingCheck:
+class PendingCheck(_CheckCoroutine):
     """A check over Redis sent when it was called, as a coroutine (csrc/fast_aredis.c)."""
-
-    def __await__(self) -> Generator[Any, None, CheckResult]: ...
-    def send(self, value: None, /) -> Any: ...
-    def throw(self, *args: Any) -> Any: ...
-    def close(self) -> None: ...
 
 class ConnectionCore:
     """The per-command path of moderato's asyncio Redis connection

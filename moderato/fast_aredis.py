@@ -32,7 +32,8 @@ from . import _accel
 from .backends.redis import RedisBackend
 from .backends.replies import decoded, translated
 from .errors import BackendError
-from .limiter_core import GLOBAL_SCOPE, LimiterCore, shadowed
+from .fast_check import limiter_fields
+from .limiter_core import LimiterCore, shadowed
 from .plans import Plan
 from .redis.client import RedisClient
 from .results import CheckResult
@@ -48,20 +49,11 @@ def async_redis_fast_check_for(limiter: LimiterCore[Any, Any], backend: object) 
     client = backend.client
     if type(client) is not RedisClient:
         return None
-    keyspace = limiter._keyspace
-    plans = limiter._plans
     return _accel.AsyncRedisFastCheck(
-        prefix=keyspace.prefix,
-        secret=keyspace.identity_secret,
+        **limiter_fields(limiter, _settle),
         client=client,
-        defaults=plans.defaults,
-        plans=plans,
-        breaker=limiter.breaker,
-        failure_log=limiter.failure_log,
         load_script=load_script,
-        settle=_settle,
         get_running_loop=asyncio.get_running_loop,
-        global_scope=GLOBAL_SCOPE,
     )
 
 

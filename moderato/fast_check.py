@@ -54,10 +54,14 @@ def fast_check_for(limiter: LimiterCore[Any, Any], backend: object) -> Optional[
     )
 
 
-def limiter_fields(limiter: LimiterCore[Any, Any]) -> dict[str, Any]:
-    """What both one-call checks (this one and fast_redis.py's) read of the limiter,
-    and the one Python end of a check C took but does not end (``finish``): their C
-    objects' common head (csrc/fast_common.h), as constructor keywords."""
+def limiter_fields(
+    limiter: LimiterCore[Any, Any], end: Optional[Callable[..., CheckResult]] = None
+) -> _accel._LimiterFields:
+    """What every one-call check (this one, fast_redis.py's and fast_aredis.py's) reads
+    of the limiter, and the one Python end of a check C took but does not end
+    (``finish``; ``end`` instead where given: the asyncio check over Redis's
+    ``_settle``): their C objects' common head (csrc/fast_common.h), as constructor
+    keywords."""
     keyspace = limiter._keyspace
     plans = limiter._plans
     return {
@@ -68,7 +72,7 @@ def limiter_fields(limiter: LimiterCore[Any, Any]) -> dict[str, Any]:
         "breaker": limiter.breaker,
         "failure_log": limiter.failure_log,
         "global_scope": GLOBAL_SCOPE,
-        "finish": finish,
+        "finish": finish if end is None else end,
     }
 
 

@@ -2,9 +2,10 @@
  *
  * The asyncio RateLimiter's check_with_info is a FastMethod (fast_check.c).
  * When the limiter's _fast_check is an AsyncRedisFastCheck
- * (moderato/fast_aredis.py: a RedisBackend of its own over a plain
- * RedisClient: TCP, TLS or unix; no Cluster, Sentinel, redis-py client nor
- * denial cache), the FastMethod hands the commonest check (text identity,
+ * (moderato/fast_aredis.py: a RedisBackend of its own, its denials
+ * remembered or not, over a plain RedisClient: TCP, TLS or unix; no
+ * Cluster, Sentinel nor redis-py client), the FastMethod hands the
+ * commonest check (text identity,
  * rate and scope, no tenant, a cost of 1, no burst) to fast_redis_check(),
  * which builds its request as for the blocking check and hands it here
  * (fast_aredis_send). With no metrics
@@ -34,6 +35,13 @@
  * queued: the Python method takes the check. As memory://'s one-call check
  * is decided when called, this one is sent when called, not when first
  * awaited; a coroutine of the Python path sends at its first step.
+ *
+ * With the denial cache, DenialCachingBackend's steps: a check whose
+ * identity the cache remembers a denial for is declined before anything is
+ * sent (the Python path looks it up); any other is sent with the cache's
+ * ticket (its clock and generation, read before the send); an admitted
+ * reply forgets the denial it contradicts; a denial goes to settle(), which
+ * remembers it (DenialCache.record).
  */
 #include "fast_aredis.h"
 
@@ -52,16 +60,18 @@ aredis_check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     FAST_CONSTRUCTOR_TABLES(redis_check_object, AREDIS_CHECK_ARGUMENTS, );
     PyObject *values[FAST_MAX_ARGUMENTS];
-    return fast_limiter_new(type, args, kwargs, "UOO!OOOUOOOO:AsyncRedisFastCheck", keywords,
+    return fast_limiter_new(type, args, kwargs, "UOO!OOOUOOOOO:AsyncRedisFastCheck", keywords,
                             offsets, Py_ARRAY_LENGTH(offsets), values);
 }
 
 PyDoc_STRVAR(aredis_check_doc,
-             FAST_LIMITER_DOC("AsyncRedisFastCheck", "client, load_script, get_running_loop",
+             FAST_LIMITER_DOC("AsyncRedisFastCheck",
+                              "client, load_script, get_running_loop, cache",
                               "What an asyncio limiter's one-call checks over one Redis\n"
                               "server read (its _fast_check; built by\n"
                               "moderato/fast_aredis.py). Its finish is the settle() that\n"
-                              "ends a check the Python path's way from the await on."));
+                              "ends a check the Python path's way from the await on; cache\n"
+                              "the backend's DenialCache, or None."));
 
 FAST_LIMITER_TYPE(aredis_check, "moderato._accel.AsyncRedisFastCheck", redis_check_object,
                   aredis_check_doc);
@@ -79,11 +89,18 @@ typedef struct {
     PyObject *scope;
     PyObject *shadow;
     PyObject *shape;   /* the plan's result_shape */
+    /* With a denial cache (else NULL): what remembering its denial needs, as
+     * DenialCachingBackend's ticket has it, and the cache. */
+    PyObject *cache;
+    PyObject *first_key;
+    PyObject *issued_s;   /* cache.clock() before the command was sent */
+    PyObject *generation; /* cache.generation then */
     int done;
 } pending_object;
 
 #define PENDING_MEMBERS(X)                                                               \
-    X(future) X(iter) X(check) X(limiter) X(plan) X(key) X(scope) X(shadow) X(shape)
+    X(future) X(iter) X(check) X(limiter) X(plan) X(key) X(scope) X(shadow) X(shape)     \
+    X(cache) X(first_key) X(issued_s) X(generation)
 ACCEL_GC_FUNCTIONS(pending, pending_object, PENDING_MEMBERS)
 
 /* Whether the check's shadow setting (its own, else the limiter's) is on:
@@ -100,6 +117,45 @@ shadow_on(accel_state *state, pending_object *pending)
     return on;
 }
 
+/* An admission forgets the denial of this check's identity its cache
+ * remembers, if any: DenialCache.record()'s admitted case (an empty cache
+ * has none). 0, or -1 (no exception set: settle() then takes the check). */
+static int
+forget_denial(accel_state *state, pending_object *pending)
+{
+    PyObject *entries = PyObject_GetAttr(pending->cache, NAME(state, ENTRIES));
+    int forgotten = entries != NULL && PyDict_CheckExact(entries) ? 0 : -1;
+    if (forgotten == 0 && PyDict_GET_SIZE(entries) > 0) {
+        PyObject *entry_key = PyTuple_Pack(2, pending->plan, pending->first_key);
+        forgotten = entry_key == NULL ? -1 : PyDict_DelItem(entries, entry_key);
+        Py_XDECREF(entry_key);
+        if (forgotten < 0 && PyErr_ExceptionMatches(PyExc_KeyError)) {
+            forgotten = 0; /* nothing remembered for it */
+        }
+    }
+    Py_XDECREF(entries);
+    PyErr_Clear();
+    return forgotten;
+}
+
+/* Whether C ends a check whose reply decoded to result, with nothing left
+ * for the Python path to do: 1 or 0, never an exception. */
+static int
+ends_in_c(accel_state *state, pending_object *pending, PyObject *result)
+{
+    if (Py_TYPE(result) != state->check_result_type ||
+        !fast_limiter_allows(state, pending->limiter, (fast_limiter *)pending->check)) {
+        return 0;
+    }
+    if (results_field(result, 0) == Py_True) {
+        return pending->cache == NULL || forget_denial(state, pending) == 0;
+    }
+    /* A denial: remembered by settle() when there is a cache. */
+    int shadowing = pending->cache == NULL ? shadow_on(state, pending) : 1;
+    PyErr_Clear();
+    return shadowing == 0;
+}
+
 /* The check's result from the reply (error NULL) or from what the await
  * raised (reply NULL): a new reference, or NULL with the error set. */
 static PyObject *
@@ -110,21 +166,22 @@ pending_outcome(accel_state *state, PyObject *module, pending_object *pending, P
     if (error == NULL) {
         PyObject *result_args[2] = {reply, pending->shape};
         PyObject *result = decode_check_result(module, result_args, 2);
-        if (result != NULL && Py_TYPE(result) == state->check_result_type &&
-            fast_limiter_allows(state, pending->limiter, (fast_limiter *)check) &&
-            (results_field(result, 0) == Py_True || shadow_on(state, pending) == 0)) {
+        if (result != NULL && ends_in_c(state, pending, result)) {
             return result;
         }
         /* A reply check_result refused (the BackendError naming the script), a
-         * denial in shadow mode, or a breaker, failure log, metrics or recorder
-         * that changed meanwhile: the Python path's end. */
+         * denial in shadow mode or to remember, or a breaker, failure log,
+         * metrics or recorder that changed meanwhile: the Python path's end. */
         PyErr_Clear();
         Py_XDECREF(result);
     }
-    return PyObject_CallFunctionObjArgs(check->finish, pending->limiter, pending->plan,
-                                        pending->key, pending->scope, pending->shadow,
-                                        reply != NULL ? reply : Py_None,
-                                        error != NULL ? error : Py_None, NULL);
+#define OR_NONE(object) ((object) != NULL ? (object) : Py_None)
+    return PyObject_CallFunctionObjArgs(
+        check->finish, pending->limiter, pending->plan, pending->key, pending->scope,
+        pending->shadow, OR_NONE(reply), OR_NONE(error), OR_NONE(pending->cache),
+        OR_NONE(pending->first_key), OR_NONE(pending->issued_s), OR_NONE(pending->generation),
+        NULL);
+#undef OR_NONE
 }
 
 /* The future's iterator, stepped with value (or NULL when it ended): 1 (*out
@@ -224,6 +281,10 @@ pending_step(pending_object *pending, PyObject *value, PyObject *thrown, PyObjec
     Py_CLEAR(pending->shadow);
     Py_CLEAR(pending->shape);
     Py_CLEAR(pending->check);
+    Py_CLEAR(pending->cache);
+    Py_CLEAR(pending->first_key);
+    Py_CLEAR(pending->issued_s);
+    Py_CLEAR(pending->generation);
     return *out == NULL ? STEP_ERROR : STEP_RETURN;
 }
 
@@ -300,13 +361,60 @@ connection_for(accel_state *state, redis_check_object *check)
     return connection;
 }
 
+/* Whether the denial cache remembers a denial for this check (its plan and
+ * first key): 1 (the Python path looks it up), 0, or -1 (declined); no
+ * exception set. */
+static int
+remembered(accel_state *state, PyObject *cache, PyObject *plan, PyObject *first_key)
+{
+    PyObject *entries = PyObject_GetAttr(cache, NAME(state, ENTRIES));
+    int found = entries != NULL && PyDict_CheckExact(entries) ? 0 : -1;
+    if (found == 0 && PyDict_GET_SIZE(entries) > 0) { /* an empty cache answers nothing */
+        PyObject *entry_key = PyTuple_Pack(2, plan, first_key);
+        found = entry_key == NULL ? -1 : PyDict_Contains(entries, entry_key);
+        Py_XDECREF(entry_key);
+    }
+    Py_XDECREF(entries);
+    PyErr_Clear();
+    return found;
+}
+
+/* The denial cache's ticket of a check about to be sent, as
+ * DenialCachingBackend.start_check takes it: the cache's clock (issued
+ * before it is sent, so before Redis reads its clock) and generation. 0, or
+ * -1 (declined, no exception set). */
+static int
+take_ticket(accel_state *state, PyObject *cache, PyObject **issued_s, PyObject **generation)
+{
+    PyObject *clock = PyObject_GetAttr(cache, state->names[NAME_CLOCK]);
+    *issued_s = clock == NULL ? NULL : PyObject_CallNoArgs(clock);
+    Py_XDECREF(clock);
+    *generation = *issued_s == NULL ? NULL : PyObject_GetAttr(cache, NAME(state, GENERATION));
+    if (*generation == NULL) {
+        Py_CLEAR(*issued_s);
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
 int
 fast_aredis_send(accel_state *state, PyObject *limiter, redis_check_object *check,
                  const redis_request *request, PyObject *key, PyObject *shadow, PyObject **out)
 {
+    PyObject *cache = check->cache == Py_None ? NULL : check->cache;
+    PyObject *first_key = cache == NULL ? NULL : PyList_GET_ITEM(request->keys, 0);
+    if (cache != NULL && remembered(state, cache, request->plan, first_key) != 0) {
+        return 0; /* the Python path looks it up */
+    }
     PyObject *connection = connection_for(state, check);
     if (connection == NULL) {
         return 0; /* the Python path takes the check */
+    }
+    PyObject *issued_s = NULL, *generation = NULL;
+    if (cache != NULL && take_ticket(state, cache, &issued_s, &generation) < 0) {
+        Py_DECREF(connection);
+        return 0;
     }
     PyObject *compiled = request->compiled;
     PyObject *send_args[5] = {connection, request->payload,
@@ -317,6 +425,8 @@ fast_aredis_send(accel_state *state, PyObject *limiter, redis_check_object *chec
     Py_DECREF(connection);
     if (future == NULL) {
         PyErr_Clear(); /* closed meanwhile, nothing queued: the Python path's */
+        Py_XDECREF(issued_s);
+        Py_XDECREF(generation);
         return 0;
     }
     /* From here the command is queued: the check is taken whatever happens. */
@@ -331,11 +441,17 @@ fast_aredis_send(accel_state *state, PyObject *limiter, redis_check_object *chec
         pending->scope = Py_NewRef(request->scope);
         pending->shadow = Py_NewRef(shadow);
         pending->shape = Py_NewRef(PyTuple_GET_ITEM(compiled, RPLAN_SHAPE));
+        pending->cache = cache == NULL ? NULL : Py_NewRef(cache);
+        pending->first_key = first_key == NULL ? NULL : Py_NewRef(first_key);
+        pending->issued_s = issued_s; /* given over */
+        pending->generation = generation;
         pending->done = 0;
         PyObject_GC_Track(pending);
     }
     else {
         Py_DECREF(future);
+        Py_XDECREF(issued_s);
+        Py_XDECREF(generation);
     }
     *out = (PyObject *)pending;
     return 2;

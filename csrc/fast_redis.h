@@ -33,7 +33,8 @@
     X(BATCH_OPEN, "batch_open")                                                          \
     X(PENDING, "_pending")                                                               \
     X(PICK, "pick")                                                                      \
-    X(SEND_SCRIPT, "send_script")
+    X(SEND_SCRIPT, "send_script")                                                        \
+    X(ENTRIES, "_entries")
 
 #define REDIS_NAME_ENUM(name, text) RNAME_##name,
 enum { REDIS_NAMES(REDIS_NAME_ENUM) RNAME_END };
@@ -61,17 +62,19 @@ typedef struct {
         PyObject *get_running_loop; /* asyncio: asyncio.get_running_loop */
     };
     double idle_check_after_s; /* blocking only */
+    PyObject *cache;       /* asyncio: the backend's DenialCache, or None; blocking: NULL */
 } redis_check_object;
 
 /* Every object member of a redis_check_object: X(member) each. */
-#define REDIS_CHECK_MEMBERS(X) FAST_LIMITER_MEMBERS(X) X(client) X(load_script) X(rest)
+#define REDIS_CHECK_MEMBERS(X)                                                           \
+    FAST_LIMITER_MEMBERS(X) X(client) X(load_script) X(rest) X(cache)
 
 /* The constructors' object keywords, in order, each the member it sets: the
  * blocking check's (then idle_check_after_s, a number) and the asyncio
  * check's. */
 #define REDIS_CHECK_ARGUMENTS(X) FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(rest)
 #define AREDIS_CHECK_ARGUMENTS(X)                                                        \
-    FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(get_running_loop)
+    FAST_LIMITER_ARGUMENTS(X) X(client) X(load_script) X(get_running_loop) X(cache)
 
 /* What a check over Redis sends, built before anything is sent. */
 typedef struct {

@@ -195,6 +195,7 @@ class AsyncRedisFastCheck:
         client: object,
         load_script: Callable[[str], Any],
         get_running_loop: Callable[[], Any],
+        cache: object,
         **head: Unpack[_LimiterFields],
     ) -> None: ...
     @property

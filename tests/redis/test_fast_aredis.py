@@ -28,7 +28,9 @@ from redis_servers import RedisServer
 
 from moderato import RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
+from moderato.backends.denial_cache import MAX_HOLD_S, DenialCache, DenialCachingBackend
 from moderato.errors import BackendError
+from moderato.limiter_core import GLOBAL_SCOPE
 from moderato.redis import RedisClient
 
 PYTHON_CHECK = RateLimiter.check_with_info.__wrapped__  # type: ignore[attr-defined]
@@ -47,10 +49,19 @@ async def outcome(call: Callable[..., Any], *args: Any, **keywords: Any) -> Any:
         return (type(error), str(error))
 
 
+@pytest.fixture(params=[0, 10], ids=["no-cache", "denial-cache"])
+def cache_size(request: pytest.FixtureRequest) -> int:
+    """Every limiter of these tests without, then with, the denial cache."""
+    size: int = request.param
+    return size
+
+
 @pytest_asyncio.fixture
-async def limiters(redis_url: str) -> AsyncIterator[tuple[RateLimiter, RateLimiter]]:
-    fast = RateLimiter(redis_url, key_prefix="afast")
-    slow = RateLimiter(redis_url, key_prefix="aslow")
+async def limiters(
+    redis_url: str, cache_size: int
+) -> AsyncIterator[tuple[RateLimiter, RateLimiter]]:
+    fast = RateLimiter(redis_url, key_prefix="afast", denial_cache_size=cache_size)
+    slow = RateLimiter(redis_url, key_prefix="aslow", denial_cache_size=cache_size)
     try:
         yield fast, slow
     finally:
@@ -58,8 +69,8 @@ async def limiters(redis_url: str) -> AsyncIterator[tuple[RateLimiter, RateLimit
         await slow.close()
 
 
-async def test_one_server_takes_the_c_path(redis_url: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="ac-path")
+async def test_one_server_takes_the_c_path(redis_url: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="ac-path", denial_cache_size=cache_size)
     assert type(limiter._fast_check) is _accel.AsyncRedisFastCheck
     counted = Counted(client_of(limiter))
     assert (await limiter.check_with_info("u0", "100/minute")).allowed  # makes the pool
@@ -74,7 +85,8 @@ async def test_one_server_takes_the_c_path(redis_url: str) -> None:
 
 async def test_other_backends_take_none(redis_url: str) -> None:
     assert type(RateLimiter("memory://")._fast_check) is _accel.FastCheck
-    assert RateLimiter(redis_url, denial_cache_size=10)._fast_check is None
+    cached = RateLimiter(redis_url, denial_cache_size=10)._fast_check
+    assert type(cached) is _accel.AsyncRedisFastCheck  # the denial cache's steps in C
     tls = RateLimiter(redis_url.replace("redis://", "rediss://"))
     assert type(tls._fast_check) is _accel.AsyncRedisFastCheck  # through the transport
 
@@ -115,8 +127,8 @@ async def test_default_algorithm_denials_and_shadow(
     assert not denied.allowed and not denied.shadow_denied
 
 
-async def test_declined_checks_go_to_the_python_path(redis_url: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="adeclined")
+async def test_declined_checks_go_to_the_python_path(redis_url: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="adeclined", denial_cache_size=cache_size)
     await limiter.check_with_info("w", "10/minute")
     counted = Counted(client_of(limiter))
     await limiter.check_with_info("a", "10/minute", tenant="t")
@@ -127,7 +139,9 @@ async def test_declined_checks_go_to_the_python_path(redis_url: str) -> None:
     assert counted.calls == 5
     await limiter.check_with_info("a", "11/minute")
     assert counted.calls == 5
-    metered = RateLimiter(redis_url, key_prefix="adeclined", enable_metrics=True)
+    metered = RateLimiter(
+        redis_url, key_prefix="adeclined", enable_metrics=True, denial_cache_size=cache_size
+    )
     await metered.check_with_info("w", "10/minute")
     counted = Counted(client_of(metered))
     await metered.check_with_info("w", "10/minute")
@@ -136,15 +150,17 @@ async def test_declined_checks_go_to_the_python_path(redis_url: str) -> None:
     await metered.close()
 
 
-async def test_no_running_loop_declines() -> None:
-    limiter = RateLimiter("redis://127.0.0.1:1", key_prefix="aloop")
+async def test_no_running_loop_declines(cache_size: int) -> None:
+    limiter = RateLimiter("redis://127.0.0.1:1", key_prefix="aloop", denial_cache_size=cache_size)
     call = limiter.check_with_info("x", "1/minute")  # the loop's first command: Python's
     assert type(call) is not _accel.PendingCheck
     call.close()
 
 
-async def test_noscript_after_script_flush(redis_url: str, redis_server: RedisServer) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="anoscript")
+async def test_noscript_after_script_flush(
+    redis_url: str, redis_server: RedisServer, cache_size: int
+) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="anoscript", denial_cache_size=cache_size)
     assert (await limiter.check_with_info("n", "5/minute")).remaining == 4
     counted = Counted(client_of(limiter))
     redis_server.command("SCRIPT", "FLUSH")
@@ -158,9 +174,14 @@ async def test_noscript_after_script_flush(redis_url: str, redis_server: RedisSe
 
 
 async def test_paused_server_times_out_and_the_next_check_is_in_step(
-    own_redis_server: RedisServer,
+    own_redis_server: RedisServer, cache_size: int
 ) -> None:
-    limiter = RateLimiter(own_redis_server.url, key_prefix="apaused", command_timeout_s=0.3)
+    limiter = RateLimiter(
+        own_redis_server.url,
+        key_prefix="apaused",
+        command_timeout_s=0.3,
+        denial_cache_size=cache_size,
+    )
     assert (await limiter.check_with_info("p", "100/minute")).remaining == 99
     assert (await limiter.check_with_info("p", "100/minute")).remaining == 98  # the C path
     own_redis_server.pause()
@@ -182,9 +203,15 @@ async def test_paused_server_times_out_and_the_next_check_is_in_step(
 
 
 @pytest.mark.parametrize("fail_open", [False, True])
-async def test_killed_server(own_redis_server: RedisServer, fail_open: bool) -> None:
+async def test_killed_server(
+    own_redis_server: RedisServer, fail_open: bool, cache_size: int
+) -> None:
     limiter = RateLimiter(
-        own_redis_server.url, key_prefix="akilled", fail_open=fail_open, command_timeout_s=0.3
+        own_redis_server.url,
+        key_prefix="akilled",
+        fail_open=fail_open,
+        command_timeout_s=0.3,
+        denial_cache_size=cache_size,
     )
     await limiter.check_with_info("k", "100/minute")
     await limiter.check_with_info("k", "100/minute")
@@ -201,8 +228,15 @@ async def test_killed_server(own_redis_server: RedisServer, fail_open: bool) -> 
             assert isinstance(result, BackendError)
 
 
-async def test_cancelled_task_leaves_the_stream_in_step(own_redis_server: RedisServer) -> None:
-    limiter = RateLimiter(own_redis_server.url, key_prefix="acancel", command_timeout_s=2.0)
+async def test_cancelled_task_leaves_the_stream_in_step(
+    own_redis_server: RedisServer, cache_size: int
+) -> None:
+    limiter = RateLimiter(
+        own_redis_server.url,
+        key_prefix="acancel",
+        command_timeout_s=2.0,
+        denial_cache_size=cache_size,
+    )
     await limiter.check_with_info("c", "100/minute")
     own_redis_server.pause()
     try:
@@ -219,8 +253,8 @@ async def test_cancelled_task_leaves_the_stream_in_step(own_redis_server: RedisS
     await limiter.close()
 
 
-async def test_a_check_never_awaited_was_sent(redis_url: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="aunawaited")
+async def test_a_check_never_awaited_was_sent(redis_url: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="aunawaited", denial_cache_size=cache_size)
     await limiter.check_with_info("u", "10/minute")
     call = limiter.check_with_info("u", "10/minute")
     assert type(call) is _accel.PendingCheck
@@ -230,8 +264,8 @@ async def test_a_check_never_awaited_was_sent(redis_url: str) -> None:
     await limiter.close()
 
 
-async def test_the_awaitable_is_a_coroutine(redis_url: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="acoro")
+async def test_the_awaitable_is_a_coroutine(redis_url: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="acoro", denial_cache_size=cache_size)
     await limiter.check_with_info("u", "10/minute")
     call = limiter.check_with_info("u", "10/minute")
     assert asyncio.iscoroutine(call)
@@ -245,8 +279,8 @@ async def test_the_awaitable_is_a_coroutine(redis_url: str) -> None:
     await limiter.close()
 
 
-async def test_300_tasks_count_exactly(redis_url: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="atasks")
+async def test_300_tasks_count_exactly(redis_url: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="atasks", denial_cache_size=cache_size)
     await limiter.check_with_info("warm", "10/minute")
 
     async def work() -> int:
@@ -261,8 +295,8 @@ async def test_300_tasks_count_exactly(redis_url: str) -> None:
     await limiter.close()
 
 
-async def test_metrics_attached_in_flight_are_told(redis_url: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="ametrics")
+async def test_metrics_attached_in_flight_are_told(redis_url: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="ametrics", denial_cache_size=cache_size)
     await limiter.check_with_info("m", "10/minute")
     call = limiter.check_with_info("m", "10/minute")
     assert type(call) is _accel.PendingCheck
@@ -276,6 +310,119 @@ async def test_metrics_attached_in_flight_are_told(redis_url: str) -> None:
     await limiter.close()
 
 
+# -- the denial cache's steps in C ---------------------------------------------------
+
+
+def cache_of(limiter: RateLimiter) -> DenialCache:
+    backend = limiter.backend
+    assert type(backend) is DenialCachingBackend
+    return backend.cache
+
+
+async def subscribed(*limiters: RateLimiter) -> None:
+    """Until every limiter's cache remembers denials (its subscription confirmed)."""
+    for _ in range(200):
+        if all(cache_of(limiter).subscribed for limiter in limiters):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the denial caches did not subscribe")
+
+
+def remembered(limiter: RateLimiter) -> list[tuple[str, bytes, int, list[int]]]:
+    """What a limiter's cache holds: plan, first key, cost and the reply, in order."""
+    entries = cache_of(limiter)._entries
+    return [
+        (plan.policy.text, first_key[first_key.index(b"{") :], entry.cost_scaled, entry.reply[:2])
+        for (plan, first_key), entry in entries.items()  # type: ignore[attr-defined]
+    ]
+
+
+async def test_denials_remembered_as_the_python_path_does(redis_url: str) -> None:
+    fast = RateLimiter(redis_url, key_prefix="acache-f", denial_cache_size=10)
+    slow = RateLimiter(redis_url, key_prefix="acache-s", denial_cache_size=10)
+    for limiter in (fast, slow):
+        await limiter.check_with_info("z", "1/minute")
+        await limiter.check_with_info("z", "1/minute")  # a denial: subscribes
+    await subscribed(fast, slow)
+    calls = {limiter: Counted(client_of(limiter)) for limiter in (fast, slow)}
+    steps = [("a", "2/minute"), ("b", "1/minute"), ("a", "2/minute"), ("a", "3/minute")]
+    for round_number in range(4):
+        for key, rate in steps:
+            sent = fast.check_with_info(key, rate)
+            expected = await outcome(PYTHON_CHECK, slow, key, rate)
+            assert await outcome(lambda call: call, sent) == expected, (round_number, key, rate)
+        assert remembered(fast) == remembered(slow), round_number
+    assert [entry[:2] for entry in remembered(fast)] == [
+        ("2/minute", b"{:global:a}:60"),
+        ("1/minute", b"{:global:b}:60"),
+        ("3/minute", b"{:global:a}:60"),
+    ]
+    # A remembered denial is answered without Redis: declined by C, looked up by Python.
+    before = calls[fast].calls
+    call = fast.check_with_info("a", "2/minute")
+    assert type(call) is not _accel.PendingCheck
+    assert not (await call).allowed
+    assert calls[fast].calls == before  # nothing sent
+    await fast.close()
+    await slow.close()
+
+
+async def test_an_admission_forgets_the_denial_it_contradicts(redis_url: str) -> None:
+    fast = RateLimiter(redis_url, key_prefix="aforget-f", denial_cache_size=10)
+    slow = RateLimiter(redis_url, key_prefix="aforget-s", denial_cache_size=10)
+    for limiter in (fast, slow):
+        await limiter.check_with_info("g", "5/minute")  # its plan made
+        await limiter.check_with_info("w", "1/minute")
+        await limiter.check_with_info("w", "1/minute")  # a denial: subscribes
+    await subscribed(fast, slow)
+    for limiter in (fast, slow):
+        assert not (await limiter.check_with_info("w", "1/minute")).allowed
+        assert len(cache_of(limiter)) == 1
+    sent = fast.check_with_info("f", "5/minute")
+    assert type(sent) is _accel.PendingCheck
+    python_sent = asyncio.ensure_future(PYTHON_CHECK(slow, "f", "5/minute"))
+    await asyncio.sleep(0)  # its first step: sent
+    # A denial of "f" remembered while its admission was in flight (as by another task).
+    for limiter in (fast, slow):
+        plan = limiter._plans.defaults["5/minute"]
+        first_key = limiter._backend.decision_keys(plan, "f", None, GLOBAL_SCOPE)[0]
+        entries = cache_of(limiter)._entries
+        entries[plan, first_key] = next(iter(entries.values()))
+        assert len(entries) == 2
+    assert (await sent).allowed and (await python_sent).allowed
+    assert remembered(fast) == remembered(slow)
+    assert [entry[:2] for entry in remembered(fast)] == [("1/minute", b"{:global:w}:60")]
+    await fast.close()
+    await slow.close()
+
+
+async def test_the_cache_read_when_sent(redis_url: str) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="aticket", denial_cache_size=10)
+    # A bucket of one refilled hourly: every denial's retry is above MAX_HOLD_S.
+    await limiter.check_with_info("t", "1/hour", algorithm="token_bucket")
+    cache = cache_of(limiter)
+    cache.clock = lambda: 1000.0  # type: ignore[method-assign]
+    cache.generation = 7
+    sent = limiter.check_with_info("t", "1/hour", algorithm="token_bucket")  # a denial
+    assert type(sent) is _accel.PendingCheck
+    cache.clock = lambda: 1000.5  # type: ignore[method-assign]
+    cache._loop = asyncio.get_running_loop()  # as if subscribed, under that generation
+    assert not (await sent).allowed
+    (entry,) = cache._entries.values()  # type: ignore[attr-defined]
+    assert entry.issued_s == 1000.0  # the instant it was sent, not answered
+    assert entry.deadline_s == 1000.0 + MAX_HOLD_S
+    assert (await limiter.check_with_info("u", "1/hour", algorithm="token_bucket")).allowed
+    sent = limiter.check_with_info(
+        "u", "1/hour", algorithm="token_bucket"
+    )  # a denial sent under generation 7
+    assert type(sent) is _accel.PendingCheck
+    cache.generation = 8  # a reset heard while it was in flight: not remembered
+    assert not (await sent).allowed
+    assert len(cache) == 1
+    cache._loop = None
+    await limiter.close()
+
+
 # -- no leak in the C path -----------------------------------------------------------
 
 LEAK_CALLS = 20_000
@@ -284,8 +431,8 @@ TRACED_GROWTH_BOUND_BYTES = 16 << 10
 
 
 @pytest.mark.parametrize("rate", ["1000000/minute", "1/hour"], ids=["admitted", "denied"])
-async def test_no_leaks(redis_url: str, rate: str) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="aleak")
+async def test_no_leaks(redis_url: str, rate: str, cache_size: int) -> None:
+    limiter = RateLimiter(redis_url, key_prefix="aleak", denial_cache_size=cache_size)
     key, scope = "".join(["leak-", "key"]), "".join(["leak-", "scope"])
     rate = "".join([rate])  # counted: not an interned constant
 

@@ -13,6 +13,7 @@
 #include "fast_aredis.h"
 #include "fast_check.h"
 #include "fast_redis.h"
+#include "fast_route.h"
 #include "keys.h"
 #include "memory.h"
 #include "rate.h"
@@ -163,6 +164,10 @@ accel_exec(PyObject *module)
     if (fast_aredis_add_to_module(module) < 0) {
         return -1;
     }
+    /* The headers middleware's send wrapper (fast_route.c). */
+    if (fast_route_add_to_module(module) < 0) {
+        return -1;
+    }
     /* The asyncio Redis connection's per-command path (connection_core.c). */
     return connection_core_add_to_module(module);
 }
@@ -192,6 +197,9 @@ each_reference(PyObject *module, visitproc visit, void *arg)
     }
     for (int i = 0; i < CORE_NAME_COUNT; i++) {
         EACH(core_names[i])
+    }
+    for (int i = 0; i < ROUTE_NAME_COUNT; i++) {
+        EACH(route_names[i])
     }
 #undef EACH
     return 0;

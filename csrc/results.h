@@ -14,6 +14,7 @@
 #define FAST_NAME_COUNT 20
 #define REDIS_NAME_COUNT 24
 #define CORE_NAME_COUNT 18
+#define ROUTE_NAME_COUNT 9
 
 /* The module state of moderato._accel. */
 typedef struct {
@@ -36,6 +37,12 @@ typedef struct {
     PyObject *core_names[CORE_NAME_COUNT];
     PyObject *core_loop_keyword; /* ("loop",) */
     PyObject *core_sent_keyword; /* ("sent",) */
+    /* fast_route.c's types (the headers middleware's send wrapper) and the names
+     * it reads */
+    PyTypeObject *header_senders_type;
+    PyTypeObject *header_sender_type;
+    PyObject *route_names[ROUTE_NAME_COUNT];
+    PyObject *empty_tuple;
 } accel_state;
 
 /* The state's references but names: X(member) each. module.c visits and
@@ -43,7 +50,8 @@ typedef struct {
 #define ACCEL_STATE_REFERENCES(X)                                                      \
     X(check_result_type) X(policy_state_type) X(frozen_error) X(fast_method_type)      \
     X(fast_check_type) X(ready_type) X(redis_check_type) X(aredis_check_type)          \
-    X(pending_check_type) X(core_type) X(core_loop_keyword) X(core_sent_keyword)
+    X(pending_check_type) X(core_type) X(core_loop_keyword) X(core_sent_keyword)      \
+    X(header_senders_type) X(header_sender_type) X(empty_tuple)
 
 /* The state of the module object that made type (one of this module's):
  * NULL with an exception set if there is none. */

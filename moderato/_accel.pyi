@@ -204,6 +204,25 @@ class AsyncRedisFastCheck:
 class PendingCheck(_CheckCoroutine):
     """A check over Redis sent when it was called, as a coroutine (csrc/fast_aredis.c)."""
 
+class HeaderSenders:
+    """Makes the headers middleware's send wrappers (csrc/fast_route.c)."""
+
+    def __init__(
+        self,
+        *,
+        headers_done: str,
+        decisions: str,
+        fallback: Callable[[list[CheckResult], Any], list[tuple[bytes, bytes]]],
+    ) -> None: ...
+    def __call__(self, scope: Any, send: Callable[[Any], Any], style: Any, /) -> HeaderSender: ...
+
+class HeaderSender:
+    """One request's send, the decision headers added to its response start."""
+
+    @property
+    def started(self) -> bool: ...
+    def __call__(self, message: Any, /) -> Any: ...
+
 class ConnectionCore:
     """The per-command path of moderato's asyncio Redis connection
     (csrc/connection_core.c); moderato/redis/connection.py's RedisConnection

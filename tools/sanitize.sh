@@ -81,3 +81,8 @@ LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
 echo "== running tests/redis/test_fast_aredis.py and test_redis_client.py under the sanitizers"
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
   -k "not no_leaks" tests/redis/test_fast_aredis.py tests/redis/test_redis_client.py
+# The headers middleware's send wrapper (csrc/fast_route.c) against its Python reference,
+# and the HTTP tests that send through it.
+echo "== running tests/unit/test_header_sender.py and test_route_facts.py under the sanitizers"
+LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
+  tests/unit/test_header_sender.py tests/http/test_route_facts.py

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, cast
 
 from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from .. import _accel
 from ..errors import RateLimitConfigError
 from ..options import request_callback_option
 from ..results import CheckResult
@@ -90,7 +91,7 @@ class RateLimitHeadersMiddleware(_RoutesChecked):
         # serve() written out: this coroutine is resumed on every suspension of the
         # request below it (its Redis round trip), a second one would be too.
         style = self.headers
-        send_with_headers = _HeaderSender(scope, send, style)
+        send_with_headers = _SENDERS(scope, send, style)
         scope[MIDDLEWARE] = scope.get("app")  # mark_middleware(scope), without the call
         try:
             await self.app(scope, receive, send_with_headers)
@@ -292,59 +293,13 @@ async def serve(
     app: ASGIApp, scope: Scope, receive: Receive, send: Send, style: HeaderStyle
 ) -> None:
     """Run ``app``, adding decision headers to its response and answering moderato errors."""
-    send_with_headers = _HeaderSender(scope, send, style)
+    send_with_headers = _SENDERS(scope, send, style)
     scope[MIDDLEWARE] = scope.get("app")  # mark_middleware(scope)
     try:
         await app(scope, receive, send_with_headers)
     except Exception as error:
         if send_with_headers.started or not await send_error(error, scope, send, style):
             raise
-
-
-class _HeaderSender:
-    """``send`` with the decision headers added to the response start.
-
-    One slotted object rather than a closure (a function, its cells and their
-    tuple): it lives as long as the request, across the Redis round trip, and
-    every object alive then counts towards the next garbage collection.
-    """
-
-    __slots__ = ("scope", "send", "started", "style")
-
-    def __init__(self, scope: Scope, send: Send, style: HeaderStyle) -> None:
-        self.scope = scope
-        self.send = send
-        self.style = style
-        self.started = False
-
-    def __call__(self, message: Message) -> Awaitable[None]:
-        # Not a coroutine: the application awaits the inner send's own awaitable, so
-        # each message costs no coroutine of ours. claim_headers() and recorded() are
-        # written out, and so is adding the headers: each call would cost about as much
-        # as its work, on every limited response.
-        if message["type"] == "http.response.start":
-            self.started = True
-            scope = self.scope
-            if not scope.get(HEADERS_DONE):
-                scope[HEADERS_DONE] = True
-                decisions = scope.get(DECISIONS)
-                if decisions:
-                    extra = None
-                    if self.style == "legacy" and len(decisions) == 1:
-                        extra = legacy_for_one(decisions[0])  # one admitted decision
-                    if extra is None:
-                        extra = _reported_headers(decisions, self.style)
-                    if extra:
-                        headers = list(message.get("headers", ()))
-                        present = set()  # a loop: a set comprehension is one call more
-                        for name, _ in headers:
-                            present.add(name.lower())
-                        # The application's own values win (its handler's Retry-After).
-                        for pair in extra:
-                            if pair[0] not in present:
-                                headers.append(pair)
-                        message = {**message, "headers": headers}
-        return self.send(message)
 
 
 async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderStyle) -> bool:
@@ -359,11 +314,26 @@ async def send_error(error: Exception, scope: Scope, send: Send, style: HeaderSt
     return True
 
 
-def _reported_headers(decisions: list[CheckResult], style: HeaderStyle) -> HeaderList:
-    """The headers of the decisions' report: the response's headers past the quick
-    case of one admitted legacy decision (``_HeaderSender``)."""
-    decision_report = report(decisions)
-    return [] if decision_report is None else render(decision_report, style, time.time())
+def _decision_headers(decisions: list[CheckResult], style: HeaderStyle) -> HeaderList:
+    """The headers a response gets for the request's decisions: one admitted legacy
+    decision's quick case (``legacy_for_one``), else the decisions' report, rendered.
+    The send wrapper (``_SENDERS``) builds the quick case itself when it can."""
+    extra = None
+    if style == "legacy" and len(decisions) == 1:
+        extra = legacy_for_one(decisions[0])  # one admitted decision
+    if extra is None:
+        decision_report = report(decisions)
+        extra = [] if decision_report is None else render(decision_report, style, time.time())
+    return extra
+
+
+_SENDERS = _accel.HeaderSenders(
+    headers_done=HEADERS_DONE, decisions=DECISIONS, fallback=_decision_headers
+)
+"""Makes one request's ``send`` with the decision headers added to its response start
+(csrc/fast_route.c; ``_SENDERS(scope, send, style)``): not a coroutine, the application
+awaits the inner send's own awaitable; the headers the application sets itself win.
+Every request through either middleware makes one and calls it for every message."""
 
 
 def route_path(scope: Scope) -> str:

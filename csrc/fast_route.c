@@ -1,0 +1,526 @@
+/* The headers middleware's send wrapper in C.
+ *
+ * RateLimitHeadersMiddleware and RateLimitMiddleware wrap the application's
+ * `send` on every HTTP request, to add the request's decision headers to its
+ * response start. In Python that wrapper was a slotted object made per
+ * request and called for every message, and its headers the legacy style's
+ * one-decision shortcut (web/headers.py's legacy_for_one): on the commonest
+ * response, three calls and some two hundred bytecodes.
+ *
+ * HeaderSenders(headers_done=, decisions=, fallback=) holds what the
+ * middlewares' module gives once: the scope's two keys (whether the headers
+ * were claimed, the request's decisions) and fallback(decisions, style),
+ * the Python headers of the decisions (middleware.py's _decision_headers).
+ * Called as senders(scope, send, style), it makes a HeaderSender, whose
+ * call with a message does what the Python wrapper did
+ * (tests/http/header_sender_reference.py, the reference its tests hold it
+ * to):
+ *
+ *   on "http.response.start": started = True; unless the scope's headers
+ *   were claimed, claim them and, when the scope holds decisions, add their
+ *   headers the response does not set itself (the names compared
+ *   lower-cased, the application's own values win) to a copy of the
+ *   message; then send(message), returned as it is (the application awaits
+ *   it).
+ *
+ * The headers of one admitted decision in the legacy style are built here,
+ * as legacy_for_one builds them, when the decision is a CheckResult whose
+ * fields C can read as legacy_for_one would (its ints and reset instant
+ * plain ints and floats); any other case is fallback()'s.
+ */
+#include "fast_route.h"
+
+#include <math.h>
+#include <structmember.h>
+
+#include "heap_type.h"
+
+#define ROUTE_NAME_ENUM(name, text, is_bytes) RNAME_ROUTE_##name,
+enum { ROUTE_NAMES(ROUTE_NAME_ENUM) ROUTE_NAME_END };
+#undef ROUTE_NAME_ENUM
+
+#define ROUTE_NAME(state, name) ((state)->route_names[RNAME_ROUTE_##name])
+
+/* ---- HeaderSenders: what every sender reads --------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *headers_done; /* the scope's key: the headers were claimed */
+    PyObject *decisions;    /* the scope's key: the request's decisions (a list) */
+    PyObject *fallback;     /* fallback(decisions, style) -> the headers to add */
+    vectorcallfunc vectorcall;
+} senders_object;
+
+#define SENDERS_MEMBERS(X) X(headers_done) X(decisions) X(fallback)
+ACCEL_GC_FUNCTIONS(senders, senders_object, SENDERS_MEMBERS)
+
+/* ---- HeaderSender: one request's send ----------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *senders; /* the HeaderSenders that made it */
+    PyObject *scope;
+    PyObject *send;
+    PyObject *style;
+    char started; /* the response start went through it */
+    vectorcallfunc vectorcall;
+} sender_object;
+
+#define SENDER_MEMBERS(X) X(senders) X(scope) X(send) X(style)
+ACCEL_GC_FUNCTIONS(sender, sender_object, SENDER_MEMBERS)
+
+/* mapping.get(key, default): a new reference, or NULL with an exception set.
+ * A dict's own lookup; any other mapping's get method. */
+static PyObject *
+mapping_get(accel_state *state, PyObject *mapping, PyObject *key, PyObject *default_value)
+{
+    if (PyDict_CheckExact(mapping)) {
+        PyObject *value = PyDict_GetItemWithError(mapping, key);
+        if (value == NULL) {
+            return PyErr_Occurred() ? NULL : Py_NewRef(default_value);
+        }
+        return Py_NewRef(value);
+    }
+    /* mapping.get(key) when the default is None, as the Python wrapper calls it. */
+    PyObject *args[3] = {mapping, key, default_value};
+    size_t count = default_value == Py_None ? 2 : 3;
+    return PyObject_VectorcallMethod(ROUTE_NAME(state, GET), args,
+                                     count | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* b"%d" % number. */
+static PyObject *
+integer_bytes(long long number)
+{
+    char text[24];
+    int size = snprintf(text, sizeof(text), "%lld", number);
+    return PyBytes_FromStringAndSize(text, size);
+}
+
+/* b"%d" % value for a plain int that fits in a long long: a new reference;
+ * NULL with no exception when C cannot tell (the fallback's), or with one. */
+static PyObject *
+decimal_bytes(PyObject *value)
+{
+    if (!PyLong_CheckExact(value)) {
+        return NULL;
+    }
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0 || (number == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return integer_bytes(number);
+}
+
+/* b"%d" % math.ceil(reset_at), for a plain float or int. */
+static PyObject *
+ceiling_bytes(PyObject *reset_at)
+{
+    if (!PyFloat_CheckExact(reset_at)) {
+        return decimal_bytes(reset_at);
+    }
+    double ceiling = ceil(PyFloat_AS_DOUBLE(reset_at));
+    /* Finite and well inside a long long: an exact integer. */
+    if (!(ceiling > -9.0e15 && ceiling < 9.0e15)) {
+        return NULL;
+    }
+    return integer_bytes((long long)ceiling);
+}
+
+/* A (name, value) pair, value a new reference consumed; NULL if it is. */
+static PyObject *
+header_pair(PyObject *name, PyObject *value)
+{
+    if (value == NULL) {
+        return NULL;
+    }
+    PyObject *pair = PyTuple_Pack(2, name, value);
+    Py_DECREF(value);
+    return pair;
+}
+
+/* web/headers.py's legacy_for_one(result) for a CheckResult: the list of
+ * headers (a new reference), Py_None (a new reference: legacy_for_one's
+ * None), or NULL: with no exception when C cannot tell, else with it. */
+static PyObject *
+legacy_for_one(accel_state *state, PyObject *result)
+{
+    if (Py_TYPE(result) != state->check_result_type) {
+        return NULL;
+    }
+    PyObject *remaining = results_field(result, 2);
+    int allowed = PyObject_IsTrue(results_field(result, 0));
+    int bypassed = allowed <= 0 ? 0 : PyObject_IsTrue(results_field(result, 9));
+    if (allowed < 0 || bypassed < 0) {
+        return NULL;
+    }
+    if (!allowed || bypassed || remaining == Py_None) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *limit = results_field(result, 1), *reset_at = results_field(result, 4);
+    PyObject *policies = results_field(result, 8);
+    if (!PyTuple_CheckExact(policies)) {
+        return NULL;
+    }
+    /* The first policy with the fewest left, as report() picks. */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(policies); i++) {
+        PyObject *policy = PyTuple_GET_ITEM(policies, i);
+        if (Py_TYPE(policy) != state->policy_state_type) {
+            return NULL;
+        }
+        PyObject *policy_remaining = results_field(policy, 2);
+        if (policy_remaining == Py_None) {
+            return Py_NewRef(Py_None);
+        }
+        int fewer = policy == PyTuple_GET_ITEM(policies, 0)
+                        ? 1
+                        : PyObject_RichCompareBool(policy_remaining, remaining, Py_LT);
+        if (fewer < 0) {
+            return NULL;
+        }
+        if (fewer) {
+            limit = results_field(policy, 0);
+            remaining = policy_remaining;
+            reset_at = results_field(policy, 4);
+        }
+    }
+    PyObject *headers = PyList_New(reset_at == Py_None ? 2 : 3);
+    if (headers == NULL) {
+        return NULL;
+    }
+    PyObject *pairs[3] = {header_pair(ROUTE_NAME(state, X_LIMIT), decimal_bytes(limit)),
+                          header_pair(ROUTE_NAME(state, X_REMAINING), decimal_bytes(remaining)),
+                          NULL};
+    if (reset_at != Py_None) {
+        pairs[2] = header_pair(ROUTE_NAME(state, X_RESET), ceiling_bytes(reset_at));
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers); i++) {
+        if (pairs[i] == NULL) {
+            for (Py_ssize_t j = 0; j < 3; j++) {
+                Py_XDECREF(pairs[j]);
+            }
+            Py_DECREF(headers); /* its items are still NULL */
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers); i++) {
+        PyList_SET_ITEM(headers, i, pairs[i]);
+    }
+    return headers;
+}
+
+/* The headers the decisions add (a new reference), or NULL with an exception
+ * set: one admitted legacy decision's here, anything else fallback()'s. */
+static PyObject *
+decision_headers(accel_state *state, sender_object *sender, PyObject *decisions)
+{
+    int legacy = PyObject_RichCompareBool(sender->style, ROUTE_NAME(state, LEGACY), Py_EQ);
+    if (legacy < 0) {
+        return NULL;
+    }
+    if (legacy) {
+        Py_ssize_t count = PyObject_Length(decisions);
+        if (count < 0) {
+            return NULL;
+        }
+        if (count == 1) {
+            PyObject *first = PySequence_GetItem(decisions, 0);
+            if (first == NULL) {
+                return NULL;
+            }
+            PyObject *headers = legacy_for_one(state, first);
+            Py_DECREF(first);
+            if (headers != NULL && headers != Py_None) {
+                return headers;
+            }
+            Py_XDECREF(headers);
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+        }
+    }
+    PyObject *args[2] = {decisions, sender->style};
+    return PyObject_Vectorcall(((senders_object *)sender->senders)->fallback, args, 2, NULL);
+}
+
+/* `name, _ = item`, as a for loop unpacks it: name borrowed from *held (a new
+ * reference to release), or NULL with the unpacking's error set. */
+static PyObject *
+first_of_two(PyObject *item, PyObject **held)
+{
+    *held = NULL;
+    if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+        return PyTuple_GET_ITEM(item, 0);
+    }
+    PyObject *items = PySequence_Fast(item, "");
+    if (items == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.200s object",
+                     Py_TYPE(item)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(items);
+    if (size != 2) {
+        if (size < 2) {
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %zd)",
+                         size);
+        }
+        else {
+            PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+        }
+        Py_DECREF(items);
+        return NULL;
+    }
+    *held = items;
+    return PySequence_Fast_GET_ITEM(items, 0);
+}
+
+/* The message with the headers added that it does not set itself: a new
+ * reference, or NULL with an exception set. */
+static PyObject *
+with_headers(accel_state *state, PyObject *message, PyObject *extra)
+{
+    PyObject *given = mapping_get(state, message, ROUTE_NAME(state, HEADERS), state->empty_tuple);
+    PyObject *headers = given == NULL ? NULL : PySequence_List(given);
+    Py_XDECREF(given);
+    PyObject *present = headers == NULL ? NULL : PySet_New(NULL);
+    PyObject *merged = NULL, *iterator = NULL, *pair = NULL;
+    if (present == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers); i++) {
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(headers, i)), *held;
+        PyObject *name = first_of_two(item, &held);
+        PyObject *lowered = name == NULL ? NULL : PyObject_CallMethodNoArgs(name, ROUTE_NAME(state, LOWER));
+        Py_XDECREF(held);
+        Py_DECREF(item);
+        int added = lowered == NULL ? -1 : PySet_Add(present, lowered);
+        Py_XDECREF(lowered);
+        if (added < 0) {
+            goto done;
+        }
+    }
+    /* The application's own values win (its handler's Retry-After). */
+    iterator = PyObject_GetIter(extra);
+    if (iterator == NULL) {
+        goto done;
+    }
+    while ((pair = PyIter_Next(iterator)) != NULL) {
+        PyObject *name = PySequence_GetItem(pair, 0);
+        int seen = name == NULL ? -1 : PySet_Contains(present, name);
+        Py_XDECREF(name);
+        if (seen < 0 || (!seen && PyList_Append(headers, pair) < 0)) {
+            goto done;
+        }
+        Py_CLEAR(pair);
+    }
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    /* {**message, "headers": headers} */
+    merged = PyDict_New();
+    if (merged != NULL &&
+        (PyDict_Update(merged, message) < 0 ||
+         PyDict_SetItem(merged, ROUTE_NAME(state, HEADERS), headers) < 0)) {
+        Py_CLEAR(merged);
+    }
+done:
+    Py_XDECREF(pair);
+    Py_XDECREF(iterator);
+    Py_XDECREF(present);
+    Py_XDECREF(headers);
+    return merged;
+}
+
+/* The response start's message, its headers added when this request's
+ * decisions are to be reported: a new reference, or NULL with an exception
+ * set. */
+static PyObject *
+started_message(accel_state *state, sender_object *sender, PyObject *message)
+{
+    senders_object *senders = (senders_object *)sender->senders;
+    PyObject *scope = sender->scope;
+    PyObject *done = mapping_get(state, scope, senders->headers_done, Py_None);
+    int claimed = done == NULL ? -1 : PyObject_IsTrue(done);
+    Py_XDECREF(done);
+    if (claimed != 0) {
+        return claimed < 0 ? NULL : Py_NewRef(message);
+    }
+    if (PyObject_SetItem(scope, senders->headers_done, Py_True) < 0) {
+        return NULL;
+    }
+    PyObject *decisions = mapping_get(state, scope, senders->decisions, Py_None);
+    int any = decisions == NULL ? -1 : PyObject_IsTrue(decisions);
+    PyObject *extra = any <= 0 ? NULL : decision_headers(state, sender, decisions);
+    Py_XDECREF(decisions);
+    if (any <= 0) {
+        return any < 0 ? NULL : Py_NewRef(message);
+    }
+    int adds = extra == NULL ? -1 : PyObject_IsTrue(extra);
+    PyObject *sent = adds <= 0 ? (adds < 0 ? NULL : Py_NewRef(message))
+                               : with_headers(state, message, extra);
+    Py_XDECREF(extra);
+    return sent;
+}
+
+static PyObject *
+sender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    sender_object *sender = (sender_object *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "HeaderSender takes one message");
+        return NULL;
+    }
+    accel_state *state = accel_state_of_type(Py_TYPE(callable));
+    if (state == NULL) {
+        return NULL;
+    }
+    PyObject *message = args[0];
+    PyObject *kind = PyObject_GetItem(message, ROUTE_NAME(state, TYPE));
+    int starts = kind == NULL ? -1 : PyObject_RichCompareBool(kind, ROUTE_NAME(state, START), Py_EQ);
+    Py_XDECREF(kind);
+    if (starts < 0) {
+        return NULL;
+    }
+    if (!starts) {
+        return PyObject_Vectorcall(sender->send, args, 1, NULL);
+    }
+    sender->started = 1;
+    PyObject *sent = started_message(state, sender, message);
+    if (sent == NULL) {
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(sender->send, &sent, 1, NULL);
+    Py_DECREF(sent);
+    return result;
+}
+
+static PyMemberDef sender_members[] = {
+    {"started", T_BOOL, offsetof(sender_object, started), READONLY,
+     "Whether the response start went through this sender."},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(sender_object, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(sender_doc,
+"One request's send, the decision headers added to its response start\n"
+"(made by a HeaderSenders).");
+
+static PyType_Slot sender_slots[] = {
+    ACCEL_GC_SLOTS(sender, sender_doc),
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, sender_members},
+    {0, NULL},
+};
+
+ACCEL_TYPE_SPEC(sender_spec, "moderato._accel.HeaderSender", sizeof(sender_object),
+                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
+                sender_slots);
+
+/* senders(scope, send, style): a new HeaderSender. */
+static PyObject *
+senders_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "HeaderSenders takes scope, send and style");
+        return NULL;
+    }
+    accel_state *state = accel_state_of_type(Py_TYPE(callable));
+    if (state == NULL) {
+        return NULL;
+    }
+    sender_object *sender = PyObject_GC_New(sender_object, state->header_sender_type);
+    if (sender == NULL) {
+        return NULL;
+    }
+    sender->senders = Py_NewRef(callable);
+    sender->scope = Py_NewRef(args[0]);
+    sender->send = Py_NewRef(args[1]);
+    sender->style = Py_NewRef(args[2]);
+    sender->started = 0;
+    sender->vectorcall = sender_vectorcall;
+    PyObject_GC_Track(sender);
+    return (PyObject *)sender;
+}
+
+static PyObject *
+senders_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"headers_done", "decisions", "fallback", NULL};
+    PyObject *headers_done, *decisions, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOO:HeaderSenders", keywords, &headers_done,
+                                     &decisions, &fallback)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "HeaderSenders() fallback must be callable");
+        return NULL;
+    }
+    senders_object *senders = (senders_object *)type->tp_alloc(type, 0);
+    if (senders == NULL) {
+        return NULL;
+    }
+    senders->headers_done = Py_NewRef(headers_done);
+    senders->decisions = Py_NewRef(decisions);
+    senders->fallback = Py_NewRef(fallback);
+    senders->vectorcall = senders_vectorcall;
+    return (PyObject *)senders;
+}
+
+static PyMemberDef senders_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(senders_object, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(senders_doc,
+"HeaderSenders(*, headers_done, decisions, fallback)\n"
+"--\n"
+"\n"
+"Makes the headers middleware's send wrappers: senders(scope, send, style)\n"
+"is one request's HeaderSender. headers_done and decisions are the scope's\n"
+"keys; fallback(decisions, style) gives the headers C does not build.");
+
+static PyType_Slot senders_slots[] = {
+    ACCEL_GC_SLOTS(senders, senders_doc),
+    {Py_tp_new, senders_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, senders_members},
+    {0, NULL},
+};
+
+ACCEL_TYPE_SPEC(senders_spec, "moderato._accel.HeaderSenders", sizeof(senders_object),
+                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
+                senders_slots);
+
+/* ---- the module's part ---------------------------------------------------------------- */
+
+int
+fast_route_add_to_module(PyObject *module)
+{
+    Py_BUILD_ASSERT(ROUTE_NAME_END == ROUTE_NAME_COUNT);
+    accel_state *state = PyModule_GetState(module);
+    static const struct {
+        const char *text;
+        int is_bytes;
+    } names[] = {
+#define ROUTE_NAME_TEXT(name, text, is_bytes) {text, is_bytes},
+        ROUTE_NAMES(ROUTE_NAME_TEXT)
+#undef ROUTE_NAME_TEXT
+    };
+    for (int i = 0; i < ROUTE_NAME_COUNT; i++) {
+        state->route_names[i] = names[i].is_bytes ? PyBytes_FromString(names[i].text)
+                                                  : PyUnicode_InternFromString(names[i].text);
+        if (state->route_names[i] == NULL) {
+            return -1;
+        }
+    }
+    state->empty_tuple = PyTuple_New(0);
+    if (state->empty_tuple == NULL ||
+        accel_add_type(module, &senders_spec, "HeaderSenders", &state->header_senders_type) < 0 ||
+        accel_add_type(module, &sender_spec, "HeaderSender", &state->header_sender_type) < 0) {
+        return -1;
+    }
+    return 0;
+}

@@ -494,6 +494,356 @@ ACCEL_TYPE_SPEC(senders_spec, "moderato._accel.HeaderSenders", sizeof(senders_ob
                 Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
                 senders_slots);
 
+/* ---- RouteArguments: a one-limit route's check arguments ---------------------------- */
+
+/* stack.alone_arguments(rule, scope) in one C call: what the route's first
+ * request worked out (request_limits.RouteFacts, kept in the outermost
+ * router's index, scope.INDEXES), then the rule's rate, cost, tenant and
+ * key, the peer's canonical address for the default identity with no proxy
+ * trusted and no API-key header. None whenever the Python function answers
+ * None; it raises what that function raises (learn_route's errors). The
+ * Python function is the reference (tests/route_arguments_reference.py). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *decided;          /* stack.DECIDED */
+    PyObject *indexes;          /* scope.INDEXES: {id(router): (weakref, index)} */
+    PyObject *learn_route;      /* request_limits.learn_route(scope) */
+    PyObject *unknown;          /* a route not met yet */
+    PyObject *default_identity; /* identity.DEFAULT_IDENTITY */
+    PyObject *client_identity;  /* the ClientIdentity type */
+    PyObject *parsed_peer;      /* web/addresses.parsed_peer(text) */
+    PyObject *unknown_client;   /* UNKNOWN_CLIENT */
+    vectorcallfunc vectorcall;
+} route_arguments_object;
+
+#define ROUTE_ARGUMENTS_MEMBERS(X)                                                       \
+    X(decided) X(indexes) X(learn_route) X(unknown) X(default_identity)                  \
+    X(client_identity) X(parsed_peer) X(unknown_client)
+ACCEL_GC_FUNCTIONS(route_arguments, route_arguments_object, ROUTE_ARGUMENTS_MEMBERS)
+
+/* The route's facts as its index keeps them (entry: the router's (weakref,
+ * index)): a new reference, the unknown marker when the router is gone or
+ * the root path no str, or NULL. */
+static PyObject *
+indexed_facts(accel_state *state, route_arguments_object *self, PyObject *scope,
+              PyObject *router, PyObject *root_path, PyObject *entry)
+{
+    PyObject *reference = PySequence_GetItem(entry, 0);
+    PyObject *referent = reference == NULL ? NULL : PyObject_CallNoArgs(reference);
+    Py_XDECREF(reference);
+    if (referent == NULL) {
+        return NULL;
+    }
+    int same = referent == router && PyUnicode_CheckExact(root_path);
+    Py_DECREF(referent);
+    if (!same) {
+        return Py_NewRef(self->unknown);
+    }
+    PyObject *index = PySequence_GetItem(entry, 1);
+    PyObject *routes = index == NULL ? NULL : PyObject_GetAttr(index, ROUTE_NAME(state, ROUTES));
+    Py_XDECREF(index);
+    PyObject *endpoint =
+        routes == NULL ? NULL : mapping_get(state, scope, ROUTE_NAME(state, ENDPOINT), Py_None);
+    PyObject *method =
+        endpoint == NULL ? NULL : mapping_get(state, scope, ROUTE_NAME(state, METHOD), Py_None);
+    PyObject *route_key = method == NULL ? NULL : PyTuple_Pack(3, endpoint, method, root_path);
+    PyObject *found = route_key == NULL ? NULL : mapping_get(state, routes, route_key, self->unknown);
+    Py_XDECREF(route_key);
+    Py_XDECREF(method);
+    Py_XDECREF(endpoint);
+    Py_XDECREF(routes);
+    return found;
+}
+
+/* The facts the route's first request worked out (a new reference: a
+ * RouteFacts or None), learnt now if it is the first; or NULL. */
+static PyObject *
+route_facts(accel_state *state, route_arguments_object *self, PyObject *scope)
+{
+    PyObject *router = mapping_get(state, scope, ROUTE_NAME(state, ROUTER), Py_None);
+    if (router == NULL) {
+        return NULL;
+    }
+    PyObject *root_path = mapping_get(state, scope, ROUTE_NAME(state, APP_ROOT_PATH), Py_None);
+    if (root_path == Py_None) {
+        Py_DECREF(root_path);
+        root_path = mapping_get(state, scope, ROUTE_NAME(state, ROOT_PATH), ROUTE_NAME(state, EMPTY));
+    }
+    PyObject *identity = root_path == NULL ? NULL : PyLong_FromVoidPtr(router);
+    PyObject *entry = identity == NULL ? NULL : mapping_get(state, self->indexes, identity, Py_None);
+    PyObject *known = NULL;
+    if (entry != NULL) {
+        known = entry == Py_None ? Py_NewRef(self->unknown)
+                                 : indexed_facts(state, self, scope, router, root_path, entry);
+    }
+    Py_XDECREF(entry);
+    Py_XDECREF(identity);
+    Py_XDECREF(root_path);
+    Py_DECREF(router);
+    if (known == self->unknown) {
+        Py_DECREF(known);
+        known = PyObject_CallOneArg(self->learn_route, scope);
+    }
+    return known;
+}
+
+/* owner.<name> if it is not None, else fallback.<name>: a new reference. */
+static PyObject *
+own_or_default(PyObject *owner, PyObject *fallback, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == Py_None) {
+        Py_DECREF(value);
+        value = PyObject_GetAttr(fallback, name);
+    }
+    return value;
+}
+
+/* 1 when the exception set is an Exception (cleared: the caller answers
+ * None), else 0 (left set: raised). */
+static int
+cleared_exception(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+/* The peer's canonical address (ClientIdentity.client_ip with no proxy
+ * trusted): a new reference; Py_None (a new reference) when reading it
+ * raised an Exception (the Python path's callback error); or NULL. */
+static PyObject *
+peer_key(accel_state *state, route_arguments_object *self, PyObject *scope)
+{
+    PyObject *client = mapping_get(state, scope, ROUTE_NAME(state, CLIENT), Py_None);
+    int any = client == NULL ? -1 : PyObject_IsTrue(client);
+    PyObject *peer_text = NULL, *key = NULL;
+    if (any > 0) {
+        PyObject *zero = PyLong_FromLong(0);
+        PyObject *host = zero == NULL ? NULL : PyObject_GetItem(client, zero);
+        Py_XDECREF(zero);
+        peer_text = host == NULL ? NULL : PyObject_Str(host);
+        Py_XDECREF(host);
+    }
+    else if (any == 0) {
+        peer_text = Py_NewRef(ROUTE_NAME(state, EMPTY));
+    }
+    Py_XDECREF(client);
+    int has_text = peer_text == NULL ? -1 : PyObject_IsTrue(peer_text);
+    if (has_text > 0) {
+        PyObject *parsed = PyObject_CallOneArg(self->parsed_peer, peer_text);
+        key = parsed == NULL ? NULL : PySequence_GetItem(parsed, 1);
+        Py_XDECREF(parsed);
+    }
+    else if (has_text == 0) {
+        key = Py_NewRef(self->unknown_client);
+    }
+    Py_XDECREF(peer_text);
+    if (key == NULL && cleared_exception()) {
+        return Py_NewRef(Py_None);
+    }
+    return key;
+}
+
+/* The rule's key for the request (a new reference), Py_None (a new reference)
+ * when C cannot tell it without a callback, or NULL. */
+static PyObject *
+rule_key(accel_state *state, route_arguments_object *self, PyObject *scope, PyObject *key_spec)
+{
+    if (key_spec == Py_None) {
+        key_spec = self->default_identity;
+    }
+    if (PyUnicode_Check(key_spec) || PyBytes_Check(key_spec)) {
+        return Py_NewRef(key_spec);
+    }
+    if ((PyObject *)Py_TYPE(key_spec) != self->client_identity) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *header = PyObject_GetAttr(key_spec, ROUTE_NAME(state, API_KEY_HEADER));
+    if (header == NULL) {
+        return NULL;
+    }
+    int no_header = header == Py_None;
+    Py_DECREF(header);
+    if (!no_header) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *rules = PyObject_GetAttr(key_spec, ROUTE_NAME(state, RULES));
+    PyObject *proxies = rules == NULL ? NULL : PyObject_GetAttr(rules, ROUTE_NAME(state, TRUSTED_PROXIES));
+    Py_XDECREF(rules);
+    int trusting = proxies == NULL ? -1 : PyObject_IsTrue(proxies);
+    Py_XDECREF(proxies);
+    if (trusting != 0) {
+        return trusting < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    return peer_key(state, self, scope);
+}
+
+/* The check's arguments from the rule and the route's facts: a new
+ * reference (a tuple, or None), or NULL. */
+static PyObject *
+rule_arguments(accel_state *state, route_arguments_object *self, PyObject *rule, PyObject *scope,
+               PyObject *route_scope)
+{
+    PyObject *limiter = PyObject_GetAttr(rule, ROUTE_NAME(state, LIMITER));
+    PyObject *rate = limiter == NULL ? NULL : PyObject_GetAttr(rule, ROUTE_NAME(state, RATE));
+    PyObject *key_spec = rate == NULL ? NULL : own_or_default(rule, limiter, ROUTE_NAME(state, KEY));
+    PyObject *tenant = key_spec == NULL ? NULL : own_or_default(rule, limiter, ROUTE_NAME(state, TENANT));
+    PyObject *cost = tenant == NULL ? NULL : own_or_default(rule, limiter, ROUTE_NAME(state, COST));
+    PyObject *key = NULL, *bucket_scope = NULL, *arguments = NULL;
+    if (cost == NULL) {
+        goto done;
+    }
+    if (cost == Py_None) {
+        Py_SETREF(cost, PyLong_FromLong(1));
+        if (cost == NULL) {
+            goto done;
+        }
+    }
+    if (!PyUnicode_CheckExact(rate) || !PyLong_CheckExact(cost) ||
+        (tenant != Py_None && !PyUnicode_CheckExact(tenant))) {
+        arguments = Py_NewRef(Py_None);
+        goto done;
+    }
+    key = rule_key(state, self, scope, key_spec);
+    if (key == NULL || key == Py_None) {
+        arguments = key; /* NULL, or None: C cannot tell */
+        key = NULL;
+        goto done;
+    }
+    bucket_scope = PyObject_GetAttr(rule, ROUTE_NAME(state, SCOPE));
+    int named = bucket_scope == NULL ? -1 : PyObject_IsTrue(bucket_scope);
+    if (named >= 0) {
+        arguments = PyTuple_Pack(5, key, rate, cost, tenant, named ? bucket_scope : route_scope);
+    }
+done:
+    Py_XDECREF(bucket_scope);
+    Py_XDECREF(key);
+    Py_XDECREF(cost);
+    Py_XDECREF(tenant);
+    Py_XDECREF(key_spec);
+    Py_XDECREF(rate);
+    Py_XDECREF(limiter);
+    return arguments;
+}
+
+/* route_arguments(rule, scope): stack.alone_arguments(rule, scope). */
+static PyObject *
+route_arguments_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "RouteArguments takes rule and scope");
+        return NULL;
+    }
+    route_arguments_object *self = (route_arguments_object *)callable;
+    accel_state *state = accel_state_of_type(Py_TYPE(callable));
+    if (state == NULL) {
+        return NULL;
+    }
+    PyObject *rule = args[0], *scope = args[1];
+    PyObject *exempt_when = PyObject_GetAttr(rule, ROUTE_NAME(state, EXEMPT_WHEN));
+    if (exempt_when == NULL) {
+        return NULL;
+    }
+    int exempting = exempt_when != Py_None;
+    Py_DECREF(exempt_when);
+    int decided = exempting ? 1 : PySequence_Contains(scope, self->decided);
+    if (decided != 0) {
+        return decided < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *facts = route_facts(state, self, scope);
+    if (facts == NULL || facts == Py_None) {
+        return facts;
+    }
+    /* alone, provider, route_scope = facts */
+    PyObject *items = PySequence_Fast(facts, "cannot unpack the route's facts");
+    Py_DECREF(facts);
+    if (items == NULL) {
+        return NULL;
+    }
+    if (PySequence_Fast_GET_SIZE(items) != 3) {
+        PyErr_Format(PyExc_ValueError, "the route's facts have %zd items, not 3",
+                     PySequence_Fast_GET_SIZE(items));
+        Py_DECREF(items);
+        return NULL;
+    }
+    PyObject *alone = PySequence_Fast_GET_ITEM(items, 0);
+    PyObject *provider = PySequence_Fast_GET_ITEM(items, 1);
+    PyObject *arguments = NULL;
+    int overridden = 0;
+    if (alone == rule && provider != Py_None) {
+        PyObject *overrides = PyObject_GetAttr(provider, ROUTE_NAME(state, DEPENDENCY_OVERRIDES));
+        if (overrides == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            overrides = Py_NewRef(Py_None);
+        }
+        overridden = overrides == NULL ? -1 : PyObject_IsTrue(overrides);
+        Py_XDECREF(overrides);
+    }
+    if (overridden >= 0) {
+        arguments = alone != rule || overridden
+                        ? Py_NewRef(Py_None)
+                        : rule_arguments(state, self, rule, scope, PySequence_Fast_GET_ITEM(items, 2));
+    }
+    Py_DECREF(items);
+    return arguments;
+}
+
+static PyObject *
+route_arguments_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"decided",         "indexes",     "learn_route",
+                               "unknown",         "default_identity", "client_identity",
+                               "parsed_peer",     "unknown_client", NULL};
+    PyObject *values[8];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOO:RouteArguments", keywords,
+                                     &values[0], &values[1], &values[2], &values[3],
+                                     &values[4], &values[5], &values[6], &values[7])) {
+        return NULL;
+    }
+    route_arguments_object *self = (route_arguments_object *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    PyObject **value = values;
+#define TAKE_ARGUMENT(member) self->member = Py_NewRef(*value++);
+    ROUTE_ARGUMENTS_MEMBERS(TAKE_ARGUMENT)
+#undef TAKE_ARGUMENT
+    self->vectorcall = route_arguments_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyMemberDef route_arguments_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(route_arguments_object, vectorcall), READONLY,
+     NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(route_arguments_doc,
+"RouteArguments(*, decided, indexes, learn_route, unknown, default_identity,\n"
+"               client_identity, parsed_peer, unknown_client)\n"
+"--\n"
+"\n"
+"stack.alone_arguments in C: called with (rule, scope), the one-limit\n"
+"route's check arguments (key, rate, cost, tenant, scope), or None.");
+
+static PyType_Slot route_arguments_slots[] = {
+    ACCEL_GC_SLOTS(route_arguments, route_arguments_doc),
+    {Py_tp_new, route_arguments_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, route_arguments_members},
+    {0, NULL},
+};
+
+ACCEL_TYPE_SPEC(route_arguments_spec, "moderato._accel.RouteArguments",
+                sizeof(route_arguments_object),
+                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
+                route_arguments_slots);
+
 /* ---- the module's part ---------------------------------------------------------------- */
 
 int
@@ -519,7 +869,9 @@ fast_route_add_to_module(PyObject *module)
     state->empty_tuple = PyTuple_New(0);
     if (state->empty_tuple == NULL ||
         accel_add_type(module, &senders_spec, "HeaderSenders", &state->header_senders_type) < 0 ||
-        accel_add_type(module, &sender_spec, "HeaderSender", &state->header_sender_type) < 0) {
+        accel_add_type(module, &sender_spec, "HeaderSender", &state->header_sender_type) < 0 ||
+        accel_add_type(module, &route_arguments_spec, "RouteArguments",
+                       &state->route_arguments_type) < 0) {
         return -1;
     }
     return 0;

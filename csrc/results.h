@@ -14,7 +14,7 @@
 #define FAST_NAME_COUNT 20
 #define REDIS_NAME_COUNT 24
 #define CORE_NAME_COUNT 18
-#define ROUTE_NAME_COUNT 9
+#define ROUTE_NAME_COUNT 28
 
 /* The module state of moderato._accel. */
 typedef struct {
@@ -41,6 +41,7 @@ typedef struct {
      * it reads */
     PyTypeObject *header_senders_type;
     PyTypeObject *header_sender_type;
+    PyTypeObject *route_arguments_type;
     PyObject *route_names[ROUTE_NAME_COUNT];
     PyObject *empty_tuple;
 } accel_state;
@@ -51,7 +52,7 @@ typedef struct {
     X(check_result_type) X(policy_state_type) X(frozen_error) X(fast_method_type)      \
     X(fast_check_type) X(ready_type) X(redis_check_type) X(aredis_check_type)          \
     X(pending_check_type) X(core_type) X(core_loop_keyword) X(core_sent_keyword)      \
-    X(header_senders_type) X(header_sender_type) X(empty_tuple)
+    X(header_senders_type) X(header_sender_type) X(route_arguments_type) X(empty_tuple)
 
 /* The state of the module object that made type (one of this module's):
  * NULL with an exception set if there is none. */

@@ -223,6 +223,25 @@ class HeaderSender:
     def started(self) -> bool: ...
     def __call__(self, message: Any, /) -> Any: ...
 
+class RouteArguments:
+    """A one-limit route's check arguments from its facts (csrc/fast_route.c)."""
+
+    def __init__(
+        self,
+        *,
+        decided: str,
+        indexes: dict[int, Any],
+        learn_route: Callable[[Any], Any],
+        unknown: object,
+        default_identity: object,
+        client_identity: type,
+        parsed_peer: Callable[[str], tuple[Any, str]],
+        unknown_client: str,
+    ) -> None: ...
+    def __call__(
+        self, rule: Any, scope: Any, /
+    ) -> Optional[tuple[Union[str, bytes], str, int, Optional[str], str]]: ...
+
 class ConnectionCore:
     """The per-command path of moderato's asyncio Redis connection
     (csrc/connection_core.c); moderato/redis/connection.py's RedisConnection

@@ -15,11 +15,12 @@ runs before routing, first finds the route the request will reach
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
+from .. import _accel
 from ..errors import (
     BackendError,
     RateLimitCallbackError,
@@ -35,7 +36,6 @@ from .decisions import record
 from .identity import DEFAULT_IDENTITY, ClientIdentity
 from .request_limits import (
     Limit,
-    RouteFacts,
     any_route_limits,
     describe,
     learn_route,
@@ -123,75 +123,37 @@ def decides_alone(rule: LimitRule, scope: Scope) -> bool:
     return len(limits) == 1 and not limits[0].suffix
 
 
-_UNKNOWN = object()
-"""A route not met yet (``RouteFacts`` to work out)."""
+alone_arguments: Callable[[LimitRule, Scope], Optional[CheckArguments]] = _accel.RouteArguments(
+    decided=DECIDED,
+    indexes=INDEXES,
+    learn_route=learn_route,
+    unknown=object(),  # a route not met yet: RouteFacts to work out
+    default_identity=DEFAULT_IDENTITY,
+    client_identity=ClientIdentity,
+    parsed_peer=parsed_peer,
+    unknown_client=UNKNOWN_CLIENT,
+)
+"""``decides_alone(rule, scope)`` and then ``rule._arguments_now(request, None)``, in
+one C call (csrc/fast_route.c) from what the route's first request worked out
+(request_limits.RouteFacts): the check's arguments when ``rule`` decides the request
+alone with nothing to await.
 
+None when this cannot tell (a callback to await, a route whose limits or scope depend
+on more than its router, endpoint, method and root path, a request already decided,
+an ``exempt_when``): the caller then asks ``decides_alone``. Raises only what
+``decides_alone`` would (working the route out); never the identity's errors, which
+``_arguments_now`` raises, converted, on the caller's path.
 
-def alone_arguments(rule: LimitRule, scope: Scope) -> Optional[CheckArguments]:
-    """``decides_alone(rule, scope)`` and then ``rule._arguments_now(request, None)``, in
-    one call from what the route's first request worked out (request_limits.RouteFacts):
-    the check's arguments when ``rule`` decides the request alone with nothing to await.
-
-    None when this cannot tell (a callback to await, a route whose limits or scope
-    depend on more than its router, endpoint, method and root path, a request already
-    decided, an ``exempt_when``): the caller then asks ``decides_alone``. Raises only what
-    ``decides_alone`` would (working the route out); never the identity's errors, which
-    ``_arguments_now`` raises, converted, on the caller's path.
-
-    Each step is written out (each Python call costs about as much as the rest of this
-    function): on every request of the commonest route (decorator.py).
-    """
-    if rule.exempt_when is not None or DECIDED in scope:
-        return None
-    router = scope.get("router")
-    root_path = scope.get("app_root_path")
-    if root_path is None:
-        root_path = scope.get("root_path", "")
-    known: Any = _UNKNOWN
-    entry = INDEXES.get(id(router))
-    if entry is not None and entry[0]() is router and type(root_path) is str:
-        known = entry[1].routes.get((scope.get("endpoint"), scope.get("method"), root_path), known)
-    if known is _UNKNOWN:
-        known = learn_route(scope)
-    if known is None:
-        return None
-    facts: RouteFacts = known  # no typing.cast: a call
-    alone, provider, route_scope = facts
-    if alone is not rule or (
-        provider is not None and getattr(provider, "dependency_overrides", None)
-    ):
-        return None  # several limits, or dependency overrides: route_limits reads them again
-    # rule._specs(), then _arguments_now's checks and _key_now's.
-    limiter = rule.limiter
-    rate = rule.rate
-    key_spec = rule.key if rule.key is not None else limiter.key
-    tenant = rule.tenant if rule.tenant is not None else limiter.tenant
-    cost = rule.cost if rule.cost is not None else limiter.cost
-    if cost is None:
-        cost = 1
-    if type(rate) is not str or type(cost) is not int:
-        return None
-    if tenant is not None and type(tenant) is not str:
-        return None
-    if key_spec is None:
-        key_spec = DEFAULT_IDENTITY
-    if isinstance(key_spec, (str, bytes)):
-        key: Union[str, bytes] = key_spec
-    elif (
-        type(key_spec) is ClientIdentity
-        and key_spec.api_key_header is None
-        and not key_spec.rules.trusted_proxies
-    ):
-        # ClientIdentity.client_ip with no proxy trusted: the peer's canonical address.
-        try:
-            client = scope.get("client")
-            peer_text = str(client[0]) if client else ""
-            key = parsed_peer(peer_text)[1] if peer_text else UNKNOWN_CLIENT
-        except Exception:
-            return None  # _key_now raises it, as the key callback's failure
-    else:
-        return None
-    return key, rate, cost, tenant, rule.scope or route_scope
+The steps, in order: no ``exempt_when`` and no decision in the scope; the facts from
+the index of the scope's router (``INDEXES``, by ``id(router)`` with a weak reference),
+by endpoint, method and root path (``app_root_path``, else ``root_path``), learnt by
+``learn_route`` at the route's first request; the rule the route's only limit and no
+dependency overrides set on the facts' provider; the rule's rate, cost and tenant (its
+own, else the limiter's; a str, an int, a str or None) and key: a str or bytes as it
+is, or for ``ClientIdentity`` with no API-key header and no proxy trusted the peer's
+canonical address (``parsed_peer``; ``UNKNOWN_CLIENT`` without a peer); the rule's
+scope, else the route's. tests/route_arguments_reference.py is the same in Python, and
+tests/http/test_route_facts.py runs every case through both."""
 
 
 def decided_alone(rule: LimitRule, scope: Scope, result: Optional[CheckResult]) -> None:

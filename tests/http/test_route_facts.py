@@ -3,11 +3,13 @@
 The decorator's wrapper asks ``stack.alone_arguments``, which reads the route's
 facts (its one limit, its default scope, whose dependency overrides to watch)
 from the routing index of the request's router, by endpoint, method and root
-path, and learns them at the route's first request. Every test here runs twice:
-``fast`` as shipped, and ``general`` with ``alone_arguments`` answering None, so
-that every request takes the path that works the route out each time
-(``stack.decides_alone``, ``rule._arguments_now``); both must count the same
-requests in the same buckets and answer the same statuses. The facts are kept in
+path, and learns them at the route's first request. Every test here runs three
+times: ``fast`` as shipped (``alone_arguments`` in C, csrc/fast_route.c),
+``python`` with its Python reference (tests/route_arguments_reference.py) answering,
+the C function asked the same and found to answer the same, and ``general`` with
+``alone_arguments`` answering None, so that every request takes the path that works
+the route out each time (``stack.decides_alone``, ``rule._arguments_now``); all must
+count the same requests in the same buckets and answer the same statuses. The facts are kept in
 the index, so routes that change (a rebuilt index) drop them; two apps sharing one
 limiter and endpoint, mounted applications, root paths, HEAD, dependency overrides
 set after the first request, and identities other than the peer's address are
@@ -23,10 +25,11 @@ import pytest
 from fastapi import Depends, FastAPI, Request
 from http_helpers import client
 from redis_servers import PATIENT_TIMEOUT_S
+from route_arguments_reference import alone_arguments
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from moderato import RateLimiter
+from moderato import RateLimiter, _accel
 from moderato.integrations import RateLimitHeadersMiddleware, stack
 from moderato.integrations.identity import ClientIdentity
 from moderato.integrations.request_limits import RouteFacts
@@ -35,16 +38,26 @@ from moderato.integrations.scope import INDEXES
 PEER = "127.0.0.1"
 
 
-@pytest.fixture(params=["fast", "general"])
+@pytest.fixture(params=["fast", "python", "general"])
 def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
-    """True as shipped; False with every request working its route out again."""
+    """True as shipped, and with the Python reference answering (the C function asked
+    too, and held to it); False with every request working its route out again."""
     if request.param == "general":
 
         def never(rule: Any, scope: Any) -> None:
             return None
 
         monkeypatch.setattr(stack, "alone_arguments", never)
-    yield request.param == "fast"
+    elif request.param == "python":
+        in_c = stack.alone_arguments
+
+        def both(rule: Any, scope: Any) -> Any:
+            answer = alone_arguments(rule, scope)  # first: it learns a route met first
+            assert in_c(rule, scope) == answer
+            return answer
+
+        monkeypatch.setattr(stack, "alone_arguments", both)
+    yield request.param != "general"
 
 
 @pytest.fixture
@@ -243,6 +256,18 @@ async def test_dependency_overrides_set_after_the_first_request(fast: bool) -> N
     assert await used(limiter, "1/hour", "o") == 1
 
 
+def who_app(limiter: RateLimiter) -> FastAPI:
+    """An app whose one route, GET /who, has one limit: 10/hour."""
+    app = FastAPI()
+
+    @app.get("/who")
+    @limiter.limit("10/hour")
+    async def who() -> dict[str, bool]:
+        return {"ok": True}
+
+    return app
+
+
 async def api_key(request: Request) -> str:
     return request.headers.get("x-user", "anonymous")
 
@@ -265,12 +290,7 @@ async def test_identities_tenants_and_costs(
     fast: bool, options: dict[str, Any], identity: Union[str, bytes]
 ) -> None:
     limiter = memory_limiter(**options)  # the limiter's defaults, as the rules read them
-    app = FastAPI()
-
-    @app.get("/who")
-    @limiter.limit("10/hour")
-    async def who() -> dict[str, bool]:
-        return {"ok": True}
+    app = who_app(limiter)
 
     headers = {"x-user": "ann", "x-forwarded-for": "203.0.113.9"}
     async with client(app, headers=headers) as http:
@@ -283,12 +303,7 @@ async def test_identities_tenants_and_costs(
 
 async def test_unknown_peer(fast: bool) -> None:
     limiter = memory_limiter()
-    app = FastAPI()
-
-    @app.get("/who")
-    @limiter.limit("10/hour")
-    async def who() -> dict[str, bool]:
-        return {"ok": True}
+    app = who_app(limiter)
 
     async def no_client(scope: Any, receive: Any, send: Any) -> None:
         await app({**scope, "client": None}, receive, send)
@@ -328,3 +343,94 @@ async def test_a_decided_request_and_explicit_scope_over_redis(
     finally:
         await limiter.reset(PEER, scope="named-" + ("fast" if fast else "general"))
         await limiter.close()
+
+
+class Raising:
+    def __getitem__(self, index: int) -> str:
+        raise LookupError("no host")
+
+
+class RaisingInterrupt:
+    def __str__(self) -> str:
+        raise KeyboardInterrupt  # not an Exception: raised by both
+
+
+async def test_the_c_function_answers_as_its_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """csrc/fast_route.c's RouteArguments against tests/route_arguments_reference.py on a
+    learnt route's own (rule, scope), its rule's and its scope's values varied one by one:
+    the same answer, or the same error."""
+    limiter = memory_limiter()
+    app = who_app(limiter)
+
+    seen: list[tuple[Any, Any]] = []
+    in_c = stack.alone_arguments
+
+    def spy(rule: Any, scope: Any) -> Any:
+        seen.append((rule, dict(scope)))
+        return in_c(rule, scope)
+
+    monkeypatch.setattr(stack, "alone_arguments", spy)
+    async with client(app) as http:
+        assert (await http.get("/who")).status_code == 200
+    ((rule, scope),) = seen
+
+    def answer(function: Any, *args: Any) -> Any:
+        try:
+            return function(*args)
+        except BaseException as error:  # compared, not swallowed
+            return (type(error), str(error))
+
+    def same(rule_changes: dict[str, Any], scope_changes: dict[str, Any]) -> Any:
+        saved = {name: getattr(rule, name) for name in rule_changes}
+        changed_scope = {**scope, **scope_changes}
+        for name, value in rule_changes.items():
+            setattr(rule, name, value)
+        try:
+            expected = answer(alone_arguments, rule, changed_scope)
+            assert answer(in_c, rule, changed_scope) == expected, (rule_changes, scope_changes)
+            return expected
+        finally:
+            for name, value in saved.items():
+                setattr(rule, name, value)
+
+    assert same({}, {}) == (PEER, "10/hour", 1, None, "GET:/who")
+    rule_cases: list[dict[str, Any]] = [
+        {"exempt_when": lambda request: False},
+        {"rate": b"10/hour"},
+        {"cost": 3},
+        {"cost": 2.0},
+        {"cost": True},
+        {"tenant": "gold"},
+        {"tenant": b"gold"},
+        {"key": "text"},
+        {"key": b"bytes"},
+        {"key": api_key},
+        {"key": ClientIdentity(api_key_header="x-user")},
+        {"key": ClientIdentity(trusted_proxies=["10.0.0.0/8"])},
+        {"key": ClientIdentity()},
+        {"scope": "named"},
+        {"scope": ""},
+    ]
+    for changes in rule_cases:
+        same(changes, {})
+    for client_value in [
+        None,
+        (),
+        ("::ffff:192.0.2.1", 1),
+        ("not an address", 1),
+        ("", 1),
+        [PEER],
+        (5, 1),
+        Raising(),
+        (RaisingInterrupt(), 1),
+    ]:
+        same({}, {"client": client_value})
+    same({}, {stack.DECIDED: None})
+    same({}, {"method": "POST"})  # another route's facts: learnt
+    same({}, {"app_root_path": "/other"})
+    same({}, {"app_root_path": 5})
+    same({}, {"router": None})
+    same({}, {"endpoint": None})
+    monkeypatch.setattr(app, "dependency_overrides", {api_key: api_key})
+    same({}, {})
+    assert stack.alone_arguments is spy and isinstance(in_c, _accel.RouteArguments)

@@ -117,6 +117,8 @@ def unusual_decisions() -> list[CheckResult]:
         admitted(reset_at=-0.5),
         admitted(reset_at=1e300),  # past a long long: the fallback's
         admitted(limit=2**80),
+        admitted(limit=2**63 - 1, remaining=-(2**63)),  # a long long's ends
+        admitted(limit=0, remaining=-3, reset_at=-(2.0**62)),
         admitted(limit=5.0),  # b"%d" % 5.0
         admitted(limit=True),
         admitted(remaining=None),

@@ -288,6 +288,100 @@ first_of_two(PyObject *item, PyObject **held)
     return PySequence_Fast_GET_ITEM(items, 0);
 }
 
+/* name.lower(): the name itself when it is bytes with no ASCII capital
+ * (lower() would make an equal copy, and hashing the copy costs as much
+ * again), else what lower() returns. A new reference, or NULL. */
+static PyObject *
+lowered_name(accel_state *state, PyObject *name)
+{
+    if (PyBytes_CheckExact(name)) {
+        const char *text = PyBytes_AS_STRING(name);
+        Py_ssize_t size = PyBytes_GET_SIZE(name), i = 0;
+        while (i < size && !(text[i] >= 'A' && text[i] <= 'Z')) {
+            i++;
+        }
+        if (i == size) {
+            return Py_NewRef(name);
+        }
+    }
+    return PyObject_CallMethodNoArgs(name, ROUTE_NAME(state, LOWER));
+}
+
+/* The response's own header names, lower-cased: compared byte for byte
+ * while they are a few bytes objects (a set costs more than the compares),
+ * else in a set as the Python wrapper kept them. */
+#define FEW_NAMES 16
+typedef struct {
+    PyObject *few[FEW_NAMES]; /* new references, while set is NULL */
+    Py_ssize_t count;
+    PyObject *set;
+} header_names;
+
+static void
+names_release(header_names *names)
+{
+    for (Py_ssize_t i = 0; i < names->count; i++) {
+        Py_DECREF(names->few[i]);
+    }
+    names->count = 0;
+    Py_CLEAR(names->set);
+}
+
+/* From here on, a set: 0, or -1 with an exception set. */
+static int
+names_to_set(header_names *names)
+{
+    names->set = PySet_New(NULL);
+    if (names->set == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < names->count; i++) {
+        if (PySet_Add(names->set, names->few[i]) < 0) {
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < names->count; i++) {
+        Py_DECREF(names->few[i]);
+    }
+    names->count = 0;
+    return 0;
+}
+
+/* Add a name (a new reference, consumed): 0, or -1 with an exception set. */
+static int
+names_add(header_names *names, PyObject *name)
+{
+    if (names->set == NULL && PyBytes_CheckExact(name) && names->count < FEW_NAMES) {
+        names->few[names->count++] = name;
+        return 0;
+    }
+    int added = names->set != NULL || names_to_set(names) == 0 ? PySet_Add(names->set, name) : -1;
+    Py_DECREF(name);
+    return added;
+}
+
+/* `name in names`: 1, 0, or -1 with an exception set. */
+static int
+names_contain(header_names *names, PyObject *name)
+{
+    if (names->set == NULL && PyBytes_CheckExact(name)) {
+        Py_ssize_t size = PyBytes_GET_SIZE(name);
+        for (Py_ssize_t i = 0; i < names->count; i++) {
+            PyObject *known = names->few[i];
+            if (known == name || (PyBytes_GET_SIZE(known) == size &&
+                                  memcmp(PyBytes_AS_STRING(known), PyBytes_AS_STRING(name),
+                                         (size_t)size) == 0)) {
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (names->set == NULL && names_to_set(names) < 0) {
+        return -1;
+    }
+    return PySet_Contains(names->set, name);
+}
+
 /* The message with the headers added that it does not set itself: a new
  * reference, or NULL with an exception set. */
 static PyObject *
@@ -296,20 +390,18 @@ with_headers(accel_state *state, PyObject *message, PyObject *extra)
     PyObject *given = mapping_get(state, message, ROUTE_NAME(state, HEADERS), state->empty_tuple);
     PyObject *headers = given == NULL ? NULL : PySequence_List(given);
     Py_XDECREF(given);
-    PyObject *present = headers == NULL ? NULL : PySet_New(NULL);
+    header_names present = {{NULL}, 0, NULL};
     PyObject *merged = NULL, *iterator = NULL, *pair = NULL;
-    if (present == NULL) {
+    if (headers == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers); i++) {
         PyObject *item = Py_NewRef(PyList_GET_ITEM(headers, i)), *held;
         PyObject *name = first_of_two(item, &held);
-        PyObject *lowered = name == NULL ? NULL : PyObject_CallMethodNoArgs(name, ROUTE_NAME(state, LOWER));
+        PyObject *lowered = name == NULL ? NULL : lowered_name(state, name);
         Py_XDECREF(held);
         Py_DECREF(item);
-        int added = lowered == NULL ? -1 : PySet_Add(present, lowered);
-        Py_XDECREF(lowered);
-        if (added < 0) {
+        if (lowered == NULL || names_add(&present, lowered) < 0) {
             goto done;
         }
     }
@@ -320,7 +412,7 @@ with_headers(accel_state *state, PyObject *message, PyObject *extra)
     }
     while ((pair = PyIter_Next(iterator)) != NULL) {
         PyObject *name = PySequence_GetItem(pair, 0);
-        int seen = name == NULL ? -1 : PySet_Contains(present, name);
+        int seen = name == NULL ? -1 : names_contain(&present, name);
         Py_XDECREF(name);
         if (seen < 0 || (!seen && PyList_Append(headers, pair) < 0)) {
             goto done;
@@ -340,7 +432,7 @@ with_headers(accel_state *state, PyObject *message, PyObject *extra)
 done:
     Py_XDECREF(pair);
     Py_XDECREF(iterator);
-    Py_XDECREF(present);
+    names_release(&present);
     Py_XDECREF(headers);
     return merged;
 }

@@ -96,6 +96,8 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
     request_parameter = _request_parameter(func, signature)
     injected = request_parameter is None
     is_async = _is_async(func)
+    deciders = (rule,)  # the request's Decided when the rule decides alone
+    rule_id = id(rule)
 
     @functools.wraps(func)
     async def limited(*args: Any, **kwargs: Any) -> Any:
@@ -139,7 +141,7 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
                 if converted is None:
                     raise
                 raise converted from error.__cause__
-            scope[stack.DECIDED] = stack.Decided((rule,), {id(rule): result}, "")
+            scope[stack.DECIDED] = stack.Decided(deciders, {rule_id: result}, "")
         else:
             await stack.enforce(rule, request)
         if is_async:

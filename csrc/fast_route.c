@@ -481,7 +481,17 @@ sender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         return NULL;
     }
     PyObject *message = args[0];
-    PyObject *kind = PyObject_GetItem(message, ROUTE_NAME(state, TYPE));
+    PyObject *kind;
+    if (PyDict_CheckExact(message)) { /* message["type"], as a dict answers it */
+        kind = PyDict_GetItemWithError(message, ROUTE_NAME(state, TYPE));
+        if (kind == NULL && !PyErr_Occurred()) {
+            PyErr_SetObject(PyExc_KeyError, ROUTE_NAME(state, TYPE));
+        }
+        Py_XINCREF(kind);
+    }
+    else {
+        kind = PyObject_GetItem(message, ROUTE_NAME(state, TYPE));
+    }
     int starts = kind == NULL ? -1 : PyObject_RichCompareBool(kind, ROUTE_NAME(state, START), Py_EQ);
     Py_XDECREF(kind);
     if (starts < 0) {
@@ -862,11 +872,15 @@ route_arguments_vectorcall(PyObject *callable, PyObject *const *args, size_t nar
     if (facts == NULL || facts == Py_None) {
         return facts;
     }
-    /* alone, provider, route_scope = facts */
-    PyObject *items = PySequence_Fast(facts, "cannot unpack the route's facts");
-    Py_DECREF(facts);
-    if (items == NULL) {
-        return NULL;
+    /* alone, provider, route_scope = facts: a RouteFacts, a tuple's items
+     * (PySequence_Fast would copy a tuple subclass's into a list) */
+    PyObject *items = facts;
+    if (!PyTuple_Check(facts) || Py_TYPE(facts)->tp_iter != PyTuple_Type.tp_iter) {
+        items = PySequence_Fast(facts, "cannot unpack the route's facts");
+        Py_DECREF(facts);
+        if (items == NULL) {
+            return NULL;
+        }
     }
     if (PySequence_Fast_GET_SIZE(items) != 3) {
         PyErr_Format(PyExc_ValueError, "the route's facts have %zd items, not 3",

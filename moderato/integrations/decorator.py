@@ -49,6 +49,9 @@ from .order import remember
 from .request_limits import RULE_ATTRIBUTE, RULES_ATTRIBUTE, stacked
 from .rule import LimitRule, check_options
 
+_new_decided: Callable[[type[stack.Decided]], stack.Decided] = object.__new__
+"""``object.__new__``: a Decided without its ``__init__`` (the wrapper sets its slots)."""
+
 REQUEST_PARAMETER = "moderato_request"
 """The keyword-only Request parameter added to endpoints that declare none."""
 
@@ -141,7 +144,13 @@ def _wrap(func: Callable[..., Any], rule: LimitRule) -> Callable[..., Any]:
                 if converted is None:
                     raise
                 raise converted from error.__cause__
-            scope[stack.DECIDED] = stack.Decided(deciders, {rule_id: result}, "")
+            # Decided(deciders, {rule_id: result}, ""), its three slots set here: a
+            # class's __init__ is entered from C, a frame of its own on every request.
+            decided = _new_decided(stack.Decided)
+            decided.by = deciders
+            decided.results = {rule_id: result}
+            decided.unseen = ""
+            scope[stack.DECIDED] = decided
         else:
             await stack.enforce(rule, request)
         if is_async:

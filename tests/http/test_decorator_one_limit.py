@@ -82,6 +82,9 @@ def decision_of(scope: Scope) -> tuple[Any, ...]:
     decisions = scope.get("moderato.decisions")
     shown_decided = None
     if decided is not None:
+        # A Decided as its constructor makes it: results by the deciding rules' ids.
+        assert type(decided) is stack.Decided
+        assert list(decided.results) == [id(rule) for rule in decided.by]
         shown_decided = (
             [rule.origin for rule in decided.by],
             [_shown(result) for result in decided.results.values()],

@@ -569,8 +569,7 @@ static PyGetSetDef fast_method_getset[] = {
 };
 
 static PyMemberDef fast_method_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(fast_method_object, vectorcall), READONLY,
-     NULL},
+    ACCEL_VECTORCALL_OFFSET(fast_method_object),
     {NULL, 0, 0, 0, NULL},
 };
 

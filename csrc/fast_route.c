@@ -472,11 +472,8 @@ static PyObject *
 sender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     sender_object *sender = (sender_object *)callable;
-    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
-        PyErr_SetString(PyExc_TypeError, "HeaderSender takes one message");
-        return NULL;
-    }
-    accel_state *state = accel_state_of_type(Py_TYPE(callable));
+    accel_state *state =
+        accel_positional_call(callable, nargsf, kwnames, 1, "HeaderSender takes one message");
     if (state == NULL) {
         return NULL;
     }
@@ -513,7 +510,7 @@ sender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
 static PyMemberDef sender_members[] = {
     {"started", T_BOOL, offsetof(sender_object, started), READONLY,
      "Whether the response start went through this sender."},
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(sender_object, vectorcall), READONLY, NULL},
+    ACCEL_VECTORCALL_OFFSET(sender_object),
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -536,11 +533,8 @@ ACCEL_TYPE_SPEC(sender_spec, "moderato._accel.HeaderSender", sizeof(sender_objec
 static PyObject *
 senders_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
-        PyErr_SetString(PyExc_TypeError, "HeaderSenders takes scope, send and style");
-        return NULL;
-    }
-    accel_state *state = accel_state_of_type(Py_TYPE(callable));
+    accel_state *state = accel_positional_call(callable, nargsf, kwnames, 3,
+                                               "HeaderSenders takes scope, send and style");
     if (state == NULL) {
         return NULL;
     }
@@ -583,7 +577,7 @@ senders_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 static PyMemberDef senders_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(senders_object, vectorcall), READONLY, NULL},
+    ACCEL_VECTORCALL_OFFSET(senders_object),
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -848,12 +842,9 @@ static PyObject *
 route_arguments_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                            PyObject *kwnames)
 {
-    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
-        PyErr_SetString(PyExc_TypeError, "RouteArguments takes rule and scope");
-        return NULL;
-    }
     route_arguments_object *self = (route_arguments_object *)callable;
-    accel_state *state = accel_state_of_type(Py_TYPE(callable));
+    accel_state *state =
+        accel_positional_call(callable, nargsf, kwnames, 2, "RouteArguments takes rule and scope");
     if (state == NULL) {
         return NULL;
     }
@@ -935,8 +926,7 @@ route_arguments_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 static PyMemberDef route_arguments_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(route_arguments_object, vectorcall), READONLY,
-     NULL},
+    ACCEL_VECTORCALL_OFFSET(route_arguments_object),
     {NULL, 0, 0, 0, NULL},
 };
 

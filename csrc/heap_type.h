@@ -90,4 +90,10 @@ accel_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObje
     return 0;
 }
 
+/* The member that tells CPython where an instance's vectorcall function is
+ * (a type calling with Py_TPFLAGS_HAVE_VECTORCALL): object_type has a
+ * vectorcallfunc member named vectorcall. */
+#define ACCEL_VECTORCALL_OFFSET(object_type)                                           \
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(object_type, vectorcall), READONLY, NULL}
+
 #endif /* MODERATO_HEAP_TYPE_H */

@@ -63,6 +63,21 @@ accel_state_of_type(PyTypeObject *type)
     return module == NULL ? NULL : (accel_state *)PyModule_GetState(module);
 }
 
+/* The module state of a vectorcall that takes exactly `positional` positional
+ * arguments and no keywords; NULL with TypeError(usage) otherwise (or the
+ * state lookup's error). */
+static inline accel_state *
+accel_positional_call(PyObject *callable, size_t nargsf, PyObject *kwnames, Py_ssize_t positional,
+                      const char *usage)
+{
+    if (PyVectorcall_NARGS(nargsf) != positional
+        || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    return accel_state_of_type(Py_TYPE(callable));
+}
+
 /* A CheckResult's field i, borrowed (the record must be a CheckResult). */
 PyObject *results_field(PyObject *record, int i);
 

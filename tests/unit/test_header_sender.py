@@ -246,3 +246,23 @@ def test_no_leaks() -> None:
 def test_none_found_when_unset() -> None:
     optional: Optional[int] = None
     assert _SENDERS({}, lambda message: optional, None)({"type": "x"}) is None
+
+
+def test_wrong_calls_are_refused_by_name() -> None:
+    """Each C callable names what it takes when called any other way."""
+    from moderato.integrations.stack import alone_arguments
+
+    sender = _SENDERS({}, lambda message: None, "legacy")
+    cases: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] = [
+        (sender, (), {}, "HeaderSender takes one message"),
+        (sender, ({}, {}), {}, "HeaderSender takes one message"),
+        (sender, (), {"message": {}}, "HeaderSender takes one message"),
+        (_SENDERS, ({}, None), {}, "HeaderSenders takes scope, send and style"),
+        (_SENDERS, ({}, None), {"style": None}, "HeaderSenders takes scope, send and style"),
+        (alone_arguments, (None,), {}, "RouteArguments takes rule and scope"),
+        (alone_arguments, (None, {}), {"x": 1}, "RouteArguments takes rule and scope"),
+    ]
+    for function, arguments, keywords, message in cases:
+        with pytest.raises(TypeError) as raised:
+            function(*arguments, **keywords)
+        assert str(raised.value) == message

@@ -19,7 +19,10 @@
  *                             deadline from loop.time();
  *   _flush()                  the turn's commands closed into a batch (its
  *                             deadline recorded, the timer armed if none
- *                             is) and written in one transport.write;
+ *                             is) and written in one transport.write; when
+ *                             two or more are new and _group is set, it is
+ *                             called first (moderato/redis/grouping.py joins
+ *                             adjacent checks into batched script calls);
  *   get_buffer(sizehint)      the one read buffer;
  *   buffer_updated(nbytes)    the bytes read fed to the Reader, each reply
  *                             given to the oldest future (a done one, timed
@@ -91,6 +94,7 @@ typedef struct {
     PyObject *call_soon;    /* _call_soon: the loop's call_soon */
     PyObject *call_at;      /* _call_at: the loop's call_at */
     PyObject *loop_time;    /* _loop_time: the loop's time, or None: time.monotonic's clock */
+    PyObject *group;        /* _group: called by a flush of 2+ new commands, or NULL/None */
     double batch_deadline;  /* _batch_deadline */
     double command_timeout_s; /* _command_timeout_s */
     Py_ssize_t held;        /* _held */
@@ -104,7 +108,7 @@ typedef struct {
 #define CORE_MEMBERS(X)                                                                  \
     X(loop) X(pending) X(write_buffer) X(scripts) X(batches) X(reader) X(read_buffer)    \
     X(read_view) X(transport) X(timer) X(future_type) X(reply_error) X(call_soon)        \
-    X(call_at) X(loop_time)
+    X(call_at) X(loop_time) X(group)
 
 ACCEL_GC_FUNCTIONS(core, core_object, CORE_MEMBERS)
 
@@ -444,6 +448,16 @@ CORE_METHOD(core_flush)
     core->flush_due = 1;
     core->batch_open = 0;
     Py_ssize_t new_commands = PyList_GET_SIZE(core->write_buffer) - core->held;
+    if (core->state == CORE_READY && new_commands > 1 && core->group != NULL &&
+        core->group != Py_None) {
+        /* It may join the new commands into fewer: count them again. */
+        PyObject *grouped = PyObject_CallNoArgs(core->group);
+        if (grouped == NULL) {
+            return NULL;
+        }
+        Py_DECREF(grouped);
+        new_commands = PyList_GET_SIZE(core->write_buffer) - core->held;
+    }
     if (core->state == CORE_READY) {
         /* Written before the batch is recorded: the bookkeeping then overlaps
          * the server's work instead of delaying the write (transport.write
@@ -642,6 +656,7 @@ static PyMemberDef core_members[] = {
     CORE_OBJECT_MEMBER("_loop_time", loop_time)
     {"_transport", T_OBJECT, offsetof(core_object, transport), 0, NULL},
     {"_timer", T_OBJECT, offsetof(core_object, timer), 0, NULL},
+    {"_group", T_OBJECT, offsetof(core_object, group), 0, NULL},
     {"_batch_deadline", T_DOUBLE, offsetof(core_object, batch_deadline), 0, NULL},
     {"_command_timeout_s", T_DOUBLE, offsetof(core_object, command_timeout_s), 0, NULL},
     {"_held", T_PYSSIZET, offsetof(core_object, held), 0, NULL},

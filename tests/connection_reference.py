@@ -88,6 +88,10 @@ class ReferenceCore:
         self.batch_open = False
         buffer = self._write_buffer
         new = len(buffer) - self._held
+        if state == _READY and new > 1 and self._group is not None:
+            # It may join the new commands into fewer (moderato/redis/grouping.py).
+            self._group()
+            new = len(buffer) - self._held
         if new > 0:
             batched_total = self._batched_total + new
             self._batched_total = batched_total

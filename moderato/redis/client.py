@@ -42,6 +42,7 @@ import ssl
 import threading
 from asyncio import get_running_loop
 from collections.abc import AsyncGenerator, Iterable, Sequence
+from functools import partial
 from typing import Any, TypedDict
 
 from ._encoding import Arg, encode_command, encode_evalsha
@@ -56,6 +57,7 @@ from .client_options import (
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .errors import RedisClientError, RedisReplyError
 from .forks import abandon_in_children
+from .grouping import group_checks
 from .url import RedisAddress, address_of, parse_url
 from .url_options import FromUrl
 
@@ -270,6 +272,11 @@ class RedisClient(FromUrl):
     sends ``ROLE`` in its handshake and is used only if the server reports that
     role; otherwise the connect fails and the commands waiting for it fail with
     CommandNotSentError (they never left this process).
+
+    ``batch_decisions`` (on by default): the checks a loop turn sends on one
+    connection, adjacent calls of one decision script, leave as one call of its
+    batched form (moderato/redis/grouping.py), each decided exactly as alone.
+    A cluster's node clients turn it off (their keys may lie in several slots).
     """
 
     parse_url = staticmethod(parse_url)
@@ -284,6 +291,7 @@ class RedisClient(FromUrl):
         ssl_context: ssl.SSLContext | None = None,
         client_name: str | None = None,
         role: str | None = None,
+        batch_decisions: bool = True,
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
         self.address = address
@@ -304,6 +312,7 @@ class RedisClient(FromUrl):
         if role not in (None, "master", "slave"):
             raise ValueError(f"role must be 'master', 'slave' or None, got {role!r}")
         self.role = role
+        self.batch_decisions = bool(batch_decisions)
 
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._pools_lock = threading.Lock()
@@ -511,6 +520,8 @@ class RedisClient(FromUrl):
             role=self.role,
             on_close=slot.connection_closed,
         )
+        if self.batch_decisions:
+            connection._group = partial(group_checks, connection)
         slot.attach(connection)
         connection.start(self.connect_timeout_s)
         return connection

@@ -246,7 +246,8 @@ class ClusterClient(SlotMap[RedisClient], FromUrl):
             await node.client.close()
 
     def _new_client(self, address: RedisAddress) -> RedisClient:
-        return RedisClient(address, **self._client_options)
+        # Not batched: one node's checks may lie in several slots (issue 30's cluster step).
+        return RedisClient(address, batch_decisions=False, **self._client_options)
 
     def reload_map_soon(self) -> None:
         """Reload the slot map in the background (at most once per REFRESH_INTERVAL_S).

@@ -187,6 +187,12 @@ class RedisConnection(ConnectionCore, asyncio.BufferedProtocol):
         # None when the loop's clock is time.monotonic() (asyncio's own loops, whose
         # time() is BaseEventLoop.time): C reads that clock without the Python call.
         self._loop_time = None if _monotonic_loop(loop) else loop.time
+        # What a flush of two or more new commands calls first (the client sets it to
+        # grouping.group_checks for this connection), or None.
+        self._group: Callable[[], None] | None = None
+        # The batched scripts this connection has loaded (grouping.py loads one before
+        # its first batched call).
+        self._loaded_forms: set[str] = set()
         self.address = address
         self._label = str(address)
         self._command_timeout_s = float(command_timeout_s)

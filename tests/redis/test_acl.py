@@ -11,6 +11,7 @@ must add. Without a permission, the error names NOPERM and the command.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from redis_servers import RedisServer
 
 from moderato import BackendError, BackendUnavailableError, CheckResult, RateLimiter
 from moderato.algorithms import ALGORITHMS
+from moderato.scripts import MAX_BATCH_PARTS
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA_DIR = ROOT / "lua"
@@ -203,15 +205,18 @@ async def test_a_missing_permission_fails_only_the_checks_that_need_it(
         await limiter.close()
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["a-call-a-check", "batched"])
 async def test_without_script_load_a_flushed_cache_is_repaired_by_one_eval(
-    own_redis_server: RedisServer,
+    own_redis_server: RedisServer, batched: bool
 ) -> None:
     """An ACL that predates ``+script|load``: the load is refused, so the calls
     behind it meet NOSCRIPT again; the first of them carries the source (EVAL)
-    and the others follow it by SHA1. Every check is decided, exactly once."""
+    and the others follow it by SHA1. Every check is decided, exactly once.
+    (Batched: the same for the batched calls, fewer of them.)"""
     port = own_redis_server.port
     set_user(own_redis_server, [c for c in needed_commands() if c != "script|load"])
     limiter = RateLimiter(user_url(port), key_prefix=PREFIX, command_timeout_s=10)
+    limiter.backend.client.batch_decisions = batched  # type: ignore[attr-defined]
     burst, limit = 200, 100
     try:
         assert (await limiter.check_with_info("warm-up", "1/day")).allowed
@@ -225,7 +230,8 @@ async def test_without_script_load_a_flushed_cache_is_repaired_by_one_eval(
         assert (await limiter.get_usage("frank", f"{limit}/day"))["current"] == limit
         # Sent, answered NOSCRIPT; re-sent behind the refused load, NOSCRIPT again;
         # then one EVAL and the rest by SHA1 behind it.
-        assert stats["evalsha"] == (3 * burst - 1, 2 * burst)
+        calls = math.ceil(burst / MAX_BATCH_PARTS) if batched else burst
+        assert stats["evalsha"] == (3 * calls - 1, 2 * calls)
         assert stats["eval"] == (1, 0)
         assert stats["script|load"] == (0, 0)
     finally:

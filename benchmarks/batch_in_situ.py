@@ -1,0 +1,147 @@
+"""Batched decisions in situ (issue 30): Redis CPU per decision and checks/s of a real
+asyncio RateLimiter, 100 tasks in one process, with the client's batching off
+("before": a call a check) and on ("after": a loop turn's checks joined into batched
+calls, moderato/redis/grouping.py), interleaved in one run on one redis-server.
+
+Each trial runs 100 tasks for ``--seconds``, each checking in a loop at a rate that
+admits everything, either over 1,000 identities (each check a random one) or on one
+hot identity; Redis's CPU is read from ``INFO cpu`` (the main thread's user + system
+time) around the window and divided by the checks made, and the checks are counted
+per second of wall clock. The server's ``cmdstat_evalsha`` gives the calls made, so
+checks per call. Medians of the trials; ratios after/before from the medians.
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/batch_in_situ.py [--trials N] [--seconds S]
+
+Writes ``benchmarks/results/batch-in-situ-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import redis  # noqa: E402
+from batch_floor import redis_cpu_s, write_results  # noqa: E402
+from redis_servers import RedisServer  # noqa: E402
+
+from moderato import RateLimiter  # noqa: E402
+from moderato.algorithms import ALGORITHMS  # noqa: E402
+
+TASKS = 100
+IDENTITIES = 1000
+RATE = "1000000000/hour"  # admits everything
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def trial(
+    limiter: RateLimiter, admin: redis.Redis, algorithm: str, hot: bool, seconds: float
+) -> dict[str, float]:
+    names = ["hot"] if hot else [f"id{i}" for i in range(IDENTITIES)]
+    stop = False
+    counts = [0] * TASKS
+
+    async def task(index: int) -> None:
+        pick = random.Random(index).choice
+        check = limiter.check_with_info
+        while not stop:
+            await check(pick(names), RATE, algorithm=algorithm)
+            counts[index] += 1
+
+    tasks = [asyncio.ensure_future(task(i)) for i in range(TASKS)]
+    await asyncio.sleep(0.2)  # warmed up: every task under way
+    cpu_before, calls_before = redis_cpu_s(admin), evalsha_calls(admin)
+    checks_before, started = sum(counts), time.perf_counter()
+    await asyncio.sleep(seconds)
+    checks = sum(counts) - checks_before
+    elapsed = time.perf_counter() - started
+    cpu_after, calls_after = redis_cpu_s(admin), evalsha_calls(admin)
+    stop = True
+    await asyncio.gather(*tasks)
+    calls = calls_after - calls_before
+    return {
+        "checks": checks,
+        "checks_per_s": checks / elapsed,
+        "redis_us_per_decision": (cpu_after - cpu_before) / checks * 1e6,
+        "checks_per_call": checks / calls if calls else 0.0,
+    }
+
+
+async def run(options: argparse.Namespace, url: str, admin: redis.Redis) -> list[dict[str, Any]]:
+    limiters = {}
+    for mode in ("before", "after"):
+        limiter = RateLimiter(url, key_prefix=mode, command_timeout_s=10.0)
+        limiter._backend.client.batch_decisions = mode == "after"  # type: ignore[attr-defined]
+        for algorithm in options.algorithms:
+            await limiter.check_with_info("warm-up", RATE, algorithm=algorithm)
+        limiters[mode] = limiter
+    rows: list[dict[str, Any]] = []
+    for algorithm in options.algorithms:
+        for hot in (False, True):
+            samples: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+            for _ in range(options.trials):
+                for mode in ("before", "after"):
+                    samples[mode].append(
+                        await trial(limiters[mode], admin, algorithm, hot, options.seconds)
+                    )
+            row: dict[str, Any] = {
+                "algorithm": algorithm,
+                "identities": "one hot" if hot else f"{IDENTITIES:,}",
+            }
+            for mode, trials in samples.items():
+                for field in ("checks_per_s", "redis_us_per_decision", "checks_per_call"):
+                    row[f"{mode}_{field}"] = statistics.median(t[field] for t in trials)
+                row[f"{mode}_trials"] = trials
+            row["checks_per_s_ratio"] = row["after_checks_per_s"] / row["before_checks_per_s"]
+            row["redis_cpu_ratio"] = (
+                row["after_redis_us_per_decision"] / row["before_redis_us_per_decision"]
+            )
+            row["after_decisions_per_core_s"] = 1e6 / row["after_redis_us_per_decision"]
+            row["before_decisions_per_core_s"] = 1e6 / row["before_redis_us_per_decision"]
+            rows.append(row)
+            print(
+                f"{algorithm:<15} {row['identities']:>8}: checks/s "
+                f"{row['before_checks_per_s']:>9,.0f} -> {row['after_checks_per_s']:>9,.0f} "
+                f"({row['checks_per_s_ratio']:.2f}x); Redis us/decision "
+                f"{row['before_redis_us_per_decision']:6.2f} -> "
+                f"{row['after_redis_us_per_decision']:6.2f} ({row['redis_cpu_ratio']:.2f}x); "
+                f"checks/call {row['after_checks_per_call']:.1f}; one core "
+                f"{row['after_decisions_per_core_s']:,.0f}/s",
+                flush=True,
+            )
+    for limiter in limiters.values():
+        await limiter.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS))
+    options = parser.parse_args()
+    server = RedisServer().start()
+    try:
+        admin = redis.Redis(port=server.port)
+        rows = asyncio.run(run(options, server.url, admin))
+    finally:
+        server.close()
+    path = write_results("batch_in_situ", vars(options), rows, tasks=TASKS)
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -79,8 +79,10 @@ async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) 
         key_prefix=prefix,
         command_timeout_s=float(os.environ.get("SHARED_QUOTA_TIMEOUT_S", "10")),
     )
+    # SHARED_QUOTA_BATCH=1: the client joins a loop turn's checks into batched calls.
+    limiter.backend.client.batch_decisions = os.environ.get("SHARED_QUOTA_BATCH") == "1"  # type: ignore[attr-defined]
     for algorithm in algorithms:
-        # Two at once: a batched call, so its script is loaded before the start too.
+        # Two at once: when batching, one batched call, its script loaded before the start.
         await asyncio.gather(
             *(limiter.check_with_info("warm-up", rate, algorithm=algorithm) for _ in range(2))
         )

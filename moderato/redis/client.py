@@ -273,10 +273,12 @@ class RedisClient(FromUrl):
     role; otherwise the connect fails and the commands waiting for it fail with
     CommandNotSentError (they never left this process).
 
-    ``batch_decisions`` (on by default): the checks a loop turn sends on one
+    ``batch_decisions`` (off by default): the checks a loop turn sends on one
     connection, adjacent calls of one decision script, leave as one call of its
-    batched form (moderato/redis/grouping.py), each decided exactly as alone.
-    A cluster's node clients turn it off (their keys may lie in several slots).
+    batched form (moderato/redis/grouping.py), each decided exactly as alone:
+    less Redis CPU per check, a little more of this process's (BENCHMARKS.md,
+    "Batched decisions, built"). A cluster's node clients never batch (their
+    keys may lie in several slots).
     """
 
     parse_url = staticmethod(parse_url)
@@ -291,7 +293,7 @@ class RedisClient(FromUrl):
         ssl_context: ssl.SSLContext | None = None,
         client_name: str | None = None,
         role: str | None = None,
-        batch_decisions: bool = True,
+        batch_decisions: bool = False,
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
         self.address = address

@@ -436,8 +436,6 @@ async def test_a_cold_script_cache_under_a_burst_is_decided_like_a_warm_one(
     """
     port = own_redis_server.port
     limiter = RateLimiter(own_redis_server.url, key_prefix="cold", command_timeout_s=10.0)
-    # A call a check: each answered NOSCRIPT (a batch's: tests/redis/test_grouping.py).
-    limiter.backend.client.batch_decisions = False  # type: ignore[attr-defined]
     try:
         assert (await limiter.check_with_info("warm-up", "1/day")).allowed
         for identities, rate in (

@@ -69,7 +69,7 @@ async def test_a_turn_of_checks_is_one_call_per_16_each_decided_in_order(
     server: RedisServer, algorithm: str
 ) -> None:
     script = load_script(algorithm)
-    client = RedisClient.from_url(server.url)
+    client = RedisClient.from_url(server.url, batch_decisions=True)
     plain = RedisClient.from_url(server.url, batch_decisions=False)
     try:
         await loaded(client, algorithm)
@@ -95,7 +95,7 @@ async def test_other_commands_and_scripts_split_the_runs_and_keep_their_order(
     server: RedisServer,
 ) -> None:
     fixed, gcra = load_script("fixed_window"), load_script("gcra")
-    client = RedisClient.from_url(server.url)
+    client = RedisClient.from_url(server.url, batch_decisions=True)
     try:
         await loaded(client, "fixed_window", "gcra")
         bad = ["x", *ARGS["fixed_window"][1:]]
@@ -126,7 +126,7 @@ async def test_other_commands_and_scripts_split_the_runs_and_keep_their_order(
 
 async def test_noscript_loads_the_batched_script_once_per_batch(server: RedisServer) -> None:
     script = load_script("token_bucket")
-    client = RedisClient.from_url(server.url)
+    client = RedisClient.from_url(server.url, batch_decisions=True)
     try:
         await client.connect()
         # The first batched call of the connection: its script loaded just before it.
@@ -160,7 +160,9 @@ async def test_a_lost_batch_fails_each_check_and_is_not_sent_again(
     each of its checks fails with the connection's error, and nothing is re-sent."""
     script = load_script("fixed_window")
     client = RedisClient.from_url(
-        own_redis_server.url, command_timeout_s=0.3 if fault == "late" else 5.0
+        own_redis_server.url,
+        command_timeout_s=0.3 if fault == "late" else 5.0,
+        batch_decisions=True,
     )
     try:
         await loaded(client, "fixed_window")
@@ -195,7 +197,7 @@ def test_four_processes_of_125_tasks_admit_exactly_the_limit(
         "grouped",
         "100/minute",
         algorithms,
-        {"SHARED_QUOTA_WORKERS": "125", "SHARED_QUOTA_CHECKS_EACH": "1"},
+        {"SHARED_QUOTA_WORKERS": "125", "SHARED_QUOTA_CHECKS_EACH": "1", "SHARED_QUOTA_BATCH": "1"},
     )
     totals = {name: sum(report[name] for report in reports) for name in algorithms}
     assert totals == dict.fromkeys(algorithms, 100), reports
@@ -214,6 +216,7 @@ async def test_bursts_over_tls_after_script_flush_admit_exactly_the_limit(
     limiter = RateLimiter(
         tls_only_server.url, key_prefix="tlsbatch", ssl_context=context, command_timeout_s=10
     )
+    limiter.backend.client.batch_decisions = True  # type: ignore[attr-defined]
     admin = RedisClient.from_url(tls_only_server.url, ssl_context=context)
     try:
         await admin.execute("FLUSHALL")

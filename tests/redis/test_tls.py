@@ -77,8 +77,6 @@ async def test_burst_after_script_flush_over_tls(tls_only_server: RedisServer) -
         tls_only_server.url, key_prefix="tlsburst", ssl_context=context, command_timeout_s=10
     )
     admin = RedisClient.from_url(tls_only_server.url, ssl_context=context)
-    # A call a check: each answered NOSCRIPT (a batch's: tests/redis/test_grouping.py).
-    limiter.backend.client.batch_decisions = False  # type: ignore[attr-defined]
     try:
         await admin.execute("FLUSHALL")
         for round_number in range(3):

@@ -280,8 +280,11 @@ def test_failover_under_threaded_load(own_deployment: SentinelDeployment) -> Non
         for thread in threads:
             thread.start()
         time.sleep(0.5)
+        own_deployment.primary.stop()  # SIGKILL, and waits for the process to end
+        # Taken once the process is gone: a check started before may still have been
+        # decided by the killed primary (seen in CI: such decisions read as "back"
+        # before any failover, and the primary was still the old one).
         killed_at = time.monotonic()
-        own_deployment.primary.stop()
         deadline = killed_at + 30
         while True:
             back = [t for t, n, o in records if n == "closed" and o == "allowed" and t > killed_at]

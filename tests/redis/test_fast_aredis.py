@@ -432,7 +432,12 @@ TRACED_GROWTH_BOUND_BYTES = 16 << 10
 
 @pytest.mark.parametrize("rate", ["1000000/minute", "1/hour"], ids=["admitted", "denied"])
 async def test_no_leaks(redis_url: str, rate: str, cache_size: int) -> None:
-    limiter = RateLimiter(redis_url, key_prefix="aleak", denial_cache_size=cache_size)
+    # A generous command timeout: tracemalloc slows every allocation several times,
+    # and a loaded CI machine held one reply past the default 0.5 s (this test is
+    # about references and memory, not time).
+    limiter = RateLimiter(
+        redis_url, key_prefix="aleak", denial_cache_size=cache_size, command_timeout_s=10.0
+    )
     key, scope = "".join(["leak-", "key"]), "".join(["leak-", "scope"])
     rate = "".join([rate])  # counted: not an interned constant
 

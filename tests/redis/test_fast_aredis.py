@@ -451,16 +451,22 @@ async def test_no_leaks(redis_url: str, rate: str, cache_size: int) -> None:
     await calls(LEAK_CALLS)
     gc.collect()
     assert [sys.getrefcount(value) for value in (key, scope, rate)] == counts
+    # tracemalloc counts every thread's allocations, and a test run earlier in the
+    # same process may leave a thread working (seen in CI: 134 KB in one window).
+    # A leak grows in every window; another thread's work does not repeat in each,
+    # so the smallest growth of up to three windows is the one held to the bound.
+    growths: list[int] = []
     tracemalloc.start()
     try:
         await calls(LEAK_WARM_UP)
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        await calls(LEAK_CALLS // 4)
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
+        while len(growths) < 3 and (not growths or growths[-1] >= TRACED_GROWTH_BOUND_BYTES):
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            await calls(LEAK_CALLS // 4)
+            gc.collect()
+            growths.append(tracemalloc.get_traced_memory()[0] - before)
     finally:
         tracemalloc.stop()
-    assert after - before < TRACED_GROWTH_BOUND_BYTES
+    assert min(growths) < TRACED_GROWTH_BOUND_BYTES, growths
     with contextlib.suppress(Exception):
         await limiter.close()

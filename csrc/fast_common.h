@@ -88,12 +88,13 @@ typedef struct {
  * of the members they set, in order): static char *keywords[] (ARGUMENTS'
  * names, the extra keywords given, NULL) and static const Py_ssize_t
  * offsets[] (ARGUMENTS' members, for fast_limiter_new). The extra keywords
- * end with a comma, or are empty (a trailing comma then). */
+ * end with a comma, or are empty (a trailing comma then). The count is taken
+ * with sizeof: Py_ARRAY_LENGTH is no constant expression on 3.13 with gcc. */
 #define FAST_CONSTRUCTOR_TABLES(object_type, ARGUMENTS, ...)                               \
     typedef object_type fast_constructed;                                                 \
     static char *keywords[] = {ARGUMENTS(FAST_KEYWORD_) __VA_ARGS__ NULL};                \
     static const Py_ssize_t offsets[] = {ARGUMENTS(FAST_OFFSET_)};                        \
-    Py_BUILD_ASSERT(Py_ARRAY_LENGTH(keywords) - 1 <= FAST_MAX_ARGUMENTS)
+    Py_BUILD_ASSERT(sizeof(keywords) / sizeof(keywords[0]) - 1 <= FAST_MAX_ARGUMENTS)
 #define FAST_KEYWORD_(member) #member,
 #define FAST_OFFSET_(member) offsetof(fast_constructed, member),
 

@@ -34,16 +34,12 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from .url_options import CONNECT_OPTIONS, REFUSED_OPTIONS, ConnectOptions, parse_connect_options
 
+# The public names, which moderato.redis re-exports; the schemes, default ports,
+# address_of() and client_name_problem() are the package's own.
 __all__ = [
-    "CLUSTER_SCHEMES",
-    "DEFAULT_PORT",
-    "DEFAULT_SENTINEL_PORT",
-    "SENTINEL_SCHEMES",
     "ClusterAddress",
     "RedisAddress",
     "SentinelAddress",
-    "address_of",
-    "client_name_problem",
     "is_cluster_url",
     "is_sentinel_url",
     "mask_url",

@@ -65,7 +65,7 @@ class Plan:
         self.script_name = algorithm.name
         # The whole argument list of the commonest call (cost 1, applied), built
         # once: a check of another cost or a peek builds its own.
-        self.unit_args: tuple[ScriptArg, ...] = (SCALE, 1, *self.script_args)
+        self.unit_args = self.arguments(SCALE, True)
         self.result_shape: ResultShape = (
             CheckResult,
             PolicyState,
@@ -73,6 +73,11 @@ class Plan:
             algorithm.name,
             limits,
         )
+
+    def arguments(self, cost_scaled: int, apply: bool) -> tuple[ScriptArg, ...]:
+        """The decision script's arguments for one check of ``cost_scaled`` (``apply``
+        False: a peek); a backend takes ``unit_args`` for a unit cost, applied."""
+        return (cost_scaled, 1 if apply else 0, *self.script_args)
 
 
 def check_burst_algorithm(algorithm: Algorithm) -> None:

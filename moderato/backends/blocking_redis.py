@@ -43,10 +43,9 @@ class BlockingRedisBackend(KeySpaceBound):
     def check_now(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
     ) -> CheckResult:
-        if cost_scaled == SCALE and apply:
-            args = plan.unit_args  # built once per plan
-        else:
-            args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        args = (
+            plan.unit_args if cost_scaled == SCALE and apply else plan.arguments(cost_scaled, apply)
+        )
         try:
             reply = self.client.evalsha(load_script(plan.script_name), keys, args)
         except RedisClientError as error:

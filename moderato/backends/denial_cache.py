@@ -390,7 +390,7 @@ class DenialCachingBackend(DirectDecisions):
         issued_s = cache.clock()
         generation = cache.generation
         # The wrapped RedisBackend.start_check, applied (a peek went there above), inline.
-        args = plan.unit_args if cost_scaled == SCALE else (cost_scaled, 1, *plan.script_args)
+        args = plan.unit_args if cost_scaled == SCALE else plan.arguments(cost_scaled, True)
         sent = self.client.evalsha(load_script(plan.script_name), keys, args)
         self._in_flight[sent] = (keys[0], cost_scaled, issued_s, generation)
         return sent

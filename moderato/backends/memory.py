@@ -124,10 +124,9 @@ class MemoryBackend(DirectDecisions, KeySpaceBound):
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
     ) -> CheckResult:
         """One decision (or peek) on ``decision_keys``' keys, decoded."""
-        if cost_scaled == SCALE and apply:
-            args = plan.unit_args  # built once per plan
-        else:
-            args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        args = (
+            plan.unit_args if cost_scaled == SCALE and apply else plan.arguments(cost_scaled, apply)
+        )
         clock = self.clock
         # decide_now's work, inline: this is every check's path.
         try:

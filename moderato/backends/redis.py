@@ -47,10 +47,9 @@ class RedisBackend(DirectDecisions, KeySpaceBound):
     def start_check(
         self, plan: Plan, keys: list[bytes], cost_scaled: int, apply: bool
     ) -> Awaitable[Any]:
-        if cost_scaled == SCALE and apply:
-            args = plan.unit_args  # built once per plan
-        else:
-            args = (cost_scaled, 1 if apply else 0, *plan.script_args)
+        args = (
+            plan.unit_args if cost_scaled == SCALE and apply else plan.arguments(cost_scaled, apply)
+        )
         # The client's future itself, no coroutine around it: this is every check's path.
         return self.client.evalsha(load_script(plan.script_name), keys, args)
 

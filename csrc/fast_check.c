@@ -353,7 +353,11 @@ decide(accel_state *state, PyObject *module, PyObject *limiter, fast_check_objec
 typedef struct {
     PyObject_HEAD
     PyObject *function; /* the Python method */
-    int blocking;       /* the blocking limiter's: the result itself, errors raised */
+    /* check's: NULL for check_with_info; else what makes check's answer of
+     * check_with_info's outcome (its result, or the asyncio limiter's
+     * awaitable of it), and check's own name, docstring and signature. */
+    PyObject *then, *name, *doc, *signature;
+    int blocking; /* the blocking limiter's: the result itself, errors raised */
     vectorcallfunc vectorcall;
 } fast_method_object;
 
@@ -474,11 +478,13 @@ done:
     return taken;
 }
 
+/* check_with_info's outcome: the result (the blocking limiter's) or an
+ * awaitable of it (the asyncio one's), a new reference, or NULL with the
+ * error set. */
 static PyObject *
-fast_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                       PyObject *kwnames)
+fast_method_outcome(fast_method_object *method, PyObject *const *args, size_t nargsf,
+                    PyObject *kwnames)
 {
-    fast_method_object *method = (fast_method_object *)callable;
     if (PyVectorcall_NARGS(nargsf) == 3) {
         PyObject *result = NULL;
         accel_state *state = NULL;
@@ -501,18 +507,37 @@ fast_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
 }
 
 static PyObject *
+fast_method_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    fast_method_object *method = (fast_method_object *)callable;
+    PyObject *outcome = fast_method_outcome(method, args, nargsf, kwnames);
+    if (outcome == NULL || method->then == NULL) {
+        return outcome;
+    }
+    PyObject *answer = PyObject_CallOneArg(method->then, outcome);
+    Py_DECREF(outcome);
+    return answer;
+}
+
+static PyObject *
 fast_method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"function", "blocking", NULL};
-    PyObject *function;
+    static char *keywords[] = {"function", "blocking", "then", "name", "doc", "signature", NULL};
+    PyObject *function, *then = Py_None, *name = Py_None, *doc = Py_None, *signature = Py_None;
     int blocking = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:FastMethod", keywords, &function,
-                                     &blocking)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$pOUOO:FastMethod", keywords, &function,
+                                     &blocking, &then, &name, &doc, &signature)) {
         return NULL;
     }
-    if (!PyCallable_Check(function)) {
-        PyErr_Format(PyExc_TypeError, "FastMethod() function must be callable, not %.100s",
-                     Py_TYPE(function)->tp_name);
+    if (!PyCallable_Check(function) || (then != Py_None && !PyCallable_Check(then))) {
+        PyErr_Format(PyExc_TypeError,
+                     "FastMethod() function and then must be callable, not %.100s",
+                     Py_TYPE(PyCallable_Check(function) ? then : function)->tp_name);
+        return NULL;
+    }
+    if ((then == Py_None) != (name == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "FastMethod() takes then= and name= together");
         return NULL;
     }
     fast_method_object *method = (fast_method_object *)type->tp_alloc(type, 0);
@@ -520,12 +545,18 @@ fast_method_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     method->function = Py_NewRef(function);
+    if (then != Py_None) {
+        method->then = Py_NewRef(then);
+        method->name = Py_NewRef(name);
+        method->doc = Py_NewRef(doc);
+        method->signature = Py_NewRef(signature);
+    }
     method->blocking = blocking;
     method->vectorcall = fast_method_vectorcall;
     return (PyObject *)method;
 }
 
-#define FAST_METHOD_MEMBERS(X) X(function)
+#define FAST_METHOD_MEMBERS(X) X(function) X(then) X(name) X(doc) X(signature)
 ACCEL_GC_FUNCTIONS(fast_method, fast_method_object, FAST_METHOD_MEMBERS)
 
 /* A method: bound to an instance, itself on the class. */
@@ -543,7 +574,40 @@ fast_method_get(PyObject *self, PyObject *instance, PyObject *Py_UNUSED(owner))
 static PyObject *
 fast_method_getattro(PyObject *self, PyObject *name)
 {
-    PyObject *function = ((fast_method_object *)self)->function;
+    fast_method_object *method = (fast_method_object *)self;
+    PyObject *function = method->function;
+    if (method->then != NULL && PyUnicode_Check(name)) {
+        /* check's own: its name, words and signature, not check_with_info's */
+        if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0) {
+            return Py_NewRef(method->name);
+        }
+        if (PyUnicode_CompareWithASCIIString(name, "__qualname__") == 0) {
+            PyObject *owner = PyObject_GetAttrString(function, "__qualname__");
+            if (owner == NULL) {
+                return NULL;
+            }
+            /* check_with_info's class, then check's own name */
+            Py_ssize_t dot = PyUnicode_FindChar(owner, '.', 0, PyUnicode_GET_LENGTH(owner), -1);
+            PyObject *head = dot < 0 ? NULL : PyUnicode_Substring(owner, 0, dot + 1);
+            Py_DECREF(owner);
+            if (dot < 0) {
+                return dot == -1 ? Py_NewRef(method->name) : NULL;
+            }
+            if (head == NULL) {
+                return NULL;
+            }
+            PyObject *qualname = PyUnicode_Concat(head, method->name);
+            Py_DECREF(head);
+            return qualname;
+        }
+        if (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0) {
+            return Py_NewRef(method->doc);
+        }
+        if (PyUnicode_CompareWithASCIIString(name, "__signature__") == 0 &&
+            method->signature != Py_None) {
+            return Py_NewRef(method->signature);
+        }
+    }
     if (PyUnicode_Check(name) &&
         (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0 ||
          PyUnicode_CompareWithASCIIString(name, "__module__") == 0)) {
@@ -574,11 +638,13 @@ static PyMemberDef fast_method_members[] = {
 };
 
 PyDoc_STRVAR(fast_method_doc,
-"FastMethod(function, *, blocking)\n"
+"FastMethod(function, *, blocking, then=None, name=None, doc=None, signature=None)\n"
 "--\n"
 "\n"
 "check_with_info as a method descriptor: a limiter's commonest check on\n"
-"memory:// in one C call, any other the Python method's (function).");
+"memory:// in one C call, any other the Python method's (function).\n"
+"With then: check, the same call with then(outcome) its answer (a denial\n"
+"raised), named, documented and signed as given.");
 
 static PyType_Slot fast_method_slots[] = {
     ACCEL_GC_SLOTS(fast_method, fast_method_doc),

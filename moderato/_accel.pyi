@@ -1,5 +1,6 @@
 # Type stub of the C accelerator (csrc/); docs/internals.md is the contract.
 import asyncio
+import inspect
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypedDict, Union
@@ -280,9 +281,18 @@ class ConnectionCore:
     def buffer_updated(self, nbytes: int, /) -> None: ...
 
 class FastMethod:
-    """check_with_info as a method descriptor: the commonest check on memory:// in one
+    """check_with_info (with then: check) as a method descriptor: the commonest check in one
     C call, any other the Python method's."""
 
-    def __init__(self, function: Callable[..., Any], *, blocking: bool = False) -> None: ...
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        blocking: bool = False,
+        then: Optional[Callable[[Any], Any]] = None,
+        name: Optional[str] = None,
+        doc: Optional[str] = None,
+        signature: Optional[inspect.Signature] = None,
+    ) -> None: ...
     def __call__(self, *args: Any, **keywords: Any) -> Any: ...
     def __get__(self, instance: object, owner: Optional[type] = None) -> Any: ...

@@ -16,19 +16,32 @@ completed coroutine: awaited (or run by ``asyncio.run`` or a task) it returns
 the result or raises the error. The check is decided when the method is
 called rather than when it is first awaited; errors are raised when it is
 awaited, as from a coroutine. The blocking limiter's returns the result.
+
+``check`` is the same ``FastMethod`` with ``then``: ``check_with_info``'s call
+(its parameters, defined once, the one-call path included), whose result
+``then`` makes ``check``'s answer (True, or the denial raised). The asyncio
+limiter's ``then`` takes the awaitable of the result and returns a coroutine.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, TypeVar, cast
+import inspect
+from collections.abc import Awaitable, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast
 
 from . import _accel
 from .backends.memory import MemoryBackend, _store_error, wall_clock_ms
 from .backends.replies import decoded
-from .errors import BackendError
+from .errors import BackendError, exceeded
 from .limiter_core import GLOBAL_SCOPE, LimiterCore, shadowed
 from .plans import Plan
 from .results import CheckResult
+
+if TYPE_CHECKING:
+    from typing import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+    L = TypeVar("L")
 
 F = Callable[..., Any]
 T = TypeVar("T")
@@ -38,6 +51,49 @@ def fast_method(function: F, *, blocking: bool) -> F:
     """``check_with_info``, taken in one C call when it can be (the module doc)."""
     method: F = _accel.FastMethod(function, blocking=blocking)
     return method
+
+
+CHECK_DOC = """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
+
+Returns True when admitted (also for a fail-open bypass or a shadow denial). Its
+parameters are ``check_with_info``'s.
+"""
+
+
+def awaited_check(
+    check_with_info: Callable[Concatenate[L, P], Coroutine[Any, Any, CheckResult]],
+) -> Callable[Concatenate[L, P], Coroutine[Any, Any, bool]]:
+    """The asyncio limiter's ``check``: ``check_with_info``'s call, then True or the
+    denial raised (the module doc)."""
+    return _check_method(check_with_info, _admitted_when_awaited, blocking=False)
+
+
+def blocking_check(
+    check_with_info: Callable[Concatenate[L, P], CheckResult],
+) -> Callable[Concatenate[L, P], bool]:
+    """The blocking limiter's ``check``: ``check_with_info``'s call, then True or the
+    denial raised (the module doc)."""
+    return _check_method(check_with_info, _admitted, blocking=True)
+
+
+def _check_method(function: F, then: F, *, blocking: bool) -> F:
+    signature = inspect.signature(function).replace(return_annotation="bool")
+    method: F = _accel.FastMethod(
+        function, blocking=blocking, then=then, name="check", doc=CHECK_DOC, signature=signature
+    )
+    return method
+
+
+def _admitted(result: CheckResult) -> bool:
+    """``check``'s answer: True when admitted (a shadowed denial and a fail-open
+    bypass are), else the denial raised."""
+    if result.allowed:
+        return True
+    raise exceeded(result)
+
+
+async def _admitted_when_awaited(outcome: Awaitable[CheckResult]) -> bool:
+    return _admitted(await outcome)
 
 
 def fast_check_for(limiter: LimiterCore[Any, Any], backend: object) -> Optional[Any]:

@@ -18,7 +18,7 @@ from .errors import BackendError
 from .errors import exceeded as exceeded  # its home is errors.py; kept importable here
 from .failure_log import DEFAULT_INTERVAL_S
 from .fast_aredis import async_redis_fast_check_for
-from .fast_check import fast_check_for, fast_method
+from .fast_check import awaited_check, fast_check_for, fast_method
 from .keys import Identity
 from .limiter_core import GLOBAL_SCOPE as GLOBAL_SCOPE
 from .limiter_core import Decided, LimiterCore, ResetTargets, shadowed, tenant_alias, usage_of
@@ -219,42 +219,6 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
 
     # -- decisions ---------------------------------------------------------------
 
-    async def check(
-        self,
-        key: Identity,
-        rate: str,
-        *,
-        cost: int = 1,
-        tenant_type: Optional[str] = None,
-        scope: str = GLOBAL_SCOPE,
-        algorithm: Optional[str] = None,
-        shadow: Optional[bool] = None,
-        tenant: Optional[str] = None,
-        burst: Optional[int] = None,
-    ) -> bool:
-        """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
-
-        Returns True when admitted (also for a fail-open bypass or a shadow denial).
-        ``tenant`` is an alias of ``tenant_type`` (the rules' name for it). ``burst``
-        (token_bucket, gcra, leaky_bucket; a rate of one policy): the bucket holds
-        ``burst`` requests and refills ``rate``'s limit per window.
-        """
-        if tenant is not None:
-            tenant_type = tenant_alias("check()", tenant_type, tenant)
-        result = await self.check_with_info(
-            key,
-            rate,
-            cost=cost,
-            tenant_type=tenant_type,
-            scope=scope,
-            algorithm=algorithm,
-            shadow=shadow,
-            burst=burst,
-        )
-        if not result.allowed:
-            raise exceeded(result)
-        return True
-
     async def check_with_info(
         self,
         key: Identity,
@@ -272,11 +236,13 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
 
         ``shadow`` (default: the limiter's setting) turns a denial into an
         admission that is logged and counted as ``shadow_denied``. ``tenant``
-        is an alias of ``tenant_type``. ``burst``: as ``check``'s (the result's
-        ``limit`` is then the burst, its ``refill`` the rate's limit).
+        is an alias of ``tenant_type``. ``burst`` (token_bucket, gcra,
+        leaky_bucket; a rate of one policy): the bucket holds ``burst`` requests
+        and refills ``rate``'s limit per window (the result's ``limit`` is then the
+        burst, its ``refill`` the rate's limit).
         """
         if tenant is not None:
-            tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
+            tenant_type = tenant_alias("check() or check_with_info()", tenant_type, tenant)
         plans = self._plans
         try:  # the commonest checks' plans, by rate text alone or with the algorithm's name
             if burst is None:
@@ -291,38 +257,10 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         started_s = time.perf_counter() if timed else 0.0
         try:
             charged_scaled = SCALE if cost == 1 else cost_scaled(cost)
-            result: CheckResult
-            if self._check_now is not None:  # memory://: the result itself, at once
-                decision = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
-                result = cast(CheckResult, decision)
-            else:
-                # _decision and _remote_decision written out: each coroutine between a
-                # request and its client's future is resumed again when the reply comes.
-                keys = self._backend.decision_keys(plan, key, tenant_type, scope)
-                breaker = self.breaker if self._node_of is None else self._breaker_for(keys[0])
-                if breaker.state != CLOSED and not breaker.allow():
-                    raise self._short_circuit("decide", breaker)
-                try:
-                    pending = self._start_check(plan, keys, charged_scaled, True)
-                    if type(pending) is CheckResult:  # a remembered denial: no backend call
-                        result = pending
-                    else:
-                        try:
-                            reply = await pending  # type: ignore[misc]  # awaitable
-                        except BaseException as error:  # the client's, translated here
-                            refusal = self._remote.check_failed(plan, pending, error)
-                            if refusal is error:
-                                raise
-                            raise refusal from None
-                        result = self._remote.finish_check(plan, pending, reply)
-                except BaseException as error:
-                    self._failed("decide", error, breaker)
-                    raise
-                # Asked: the breaker and its metrics count it (_answered's test, inline).
-                if result is not pending and (
-                    not breaker.settled or self.failure_log.active or self.metrics is not None
-                ):
-                    self._succeeded("decide", breaker)
+            decision = self._decision("decide", plan, key, tenant_type, scope, charged_scaled)
+            result = (
+                decision if type(decision) is CheckResult else await decision  # type: ignore[misc]
+            )
         except BackendError as error:
             if self.recorder is not None:
                 return self._recorded_undecided(plan, cost, scope, error)
@@ -335,6 +273,8 @@ class RateLimiter(LimiterCore[Awaitable[dict[str, Any]], Awaitable[int]]):
         if recorder is not None:
             recorder.decided(plan, key, scope, result, started_s)
         return result
+
+    check = awaited_check(check_with_info)
 
     async def _usage(
         self, plan: Plan, key: Identity, tenant_type: Optional[str], scope: str

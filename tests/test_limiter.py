@@ -415,8 +415,8 @@ async def test_tenant_and_tenant_type_together_are_refused_before_anything_is_ch
 ) -> None:
     both = {"tenant": "gold", "tenant_type": "silver"}
     calls = {
-        "check()": lambda: limiter.check("user:8", "3/day", **both),
-        "check_with_info()": lambda: limiter.check_with_info("user:8", "3/day", **both),
+        "check() or check_with_info()": lambda: limiter.check("user:8", "3/day", **both),
+        "check() or check_with_info() ": lambda: limiter.check_with_info("user:8", "3/day", **both),
         "get_usage()": lambda: limiter.get_usage("user:8", "3/day", **both),
         "reset()": lambda: limiter.reset("user:8", **both),
     }
@@ -424,7 +424,7 @@ async def test_tenant_and_tenant_type_together_are_refused_before_anything_is_ch
         with pytest.raises(RateLimitConfigError) as refused:
             await call()
         assert str(refused.value) == (
-            f"{where} got both tenant_type= and tenant= (its alias); pass one of them"
+            f"{where.strip()} got both tenant_type= and tenant= (its alias); pass one of them"
         )
     for tenant in ("gold", "silver"):
         usage = await limiter.get_usage("user:8", "3/day", tenant=tenant)

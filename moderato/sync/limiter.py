@@ -13,9 +13,9 @@ from ..backends.base import BlockingBackend
 from ..backends.replies import DecisionReply, split_replies
 from ..backends.schemes import make_blocking_backend
 from ..breaker import CLOSED
-from ..errors import BackendError, RateLimitConfigError, exceeded
+from ..errors import BackendError, RateLimitConfigError
 from ..failure_log import DEFAULT_INTERVAL_S
-from ..fast_check import fast_check_for, fast_method
+from ..fast_check import blocking_check, fast_check_for, fast_method
 from ..fast_redis import redis_fast_check_for
 from ..keys import Identity
 from ..limiter_core import (
@@ -183,42 +183,6 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
 
     # -- decisions ---------------------------------------------------------------
 
-    def check(
-        self,
-        key: Identity,
-        rate: str,
-        *,
-        cost: int = 1,
-        tenant_type: Optional[str] = None,
-        scope: str = GLOBAL_SCOPE,
-        algorithm: Optional[str] = None,
-        shadow: Optional[bool] = None,
-        tenant: Optional[str] = None,
-        burst: Optional[int] = None,
-    ) -> bool:
-        """Charge ``cost`` if every policy of ``rate`` admits it; else raise RateLimitExceeded.
-
-        Returns True when admitted (also for a fail-open bypass or a shadow denial).
-        ``tenant`` is an alias of ``tenant_type``. ``burst`` (token_bucket, gcra,
-        leaky_bucket; a rate of one policy): the bucket holds ``burst`` requests and
-        refills ``rate``'s limit per window.
-        """
-        if tenant is not None:
-            tenant_type = tenant_alias("check()", tenant_type, tenant)
-        result = self.check_with_info(
-            key,
-            rate,
-            cost=cost,
-            tenant_type=tenant_type,
-            scope=scope,
-            algorithm=algorithm,
-            shadow=shadow,
-            burst=burst,
-        )
-        if not result.allowed:
-            raise exceeded(result)
-        return True
-
     def check_with_info(
         self,
         key: Identity,
@@ -236,11 +200,13 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
 
         ``shadow`` (default: the limiter's setting) turns a denial into an
         admission that is logged and counted as ``shadow_denied``. ``tenant``
-        is an alias of ``tenant_type``. ``burst``: as ``check``'s (the result's
-        ``limit`` is then the burst, its ``refill`` the rate's limit).
+        is an alias of ``tenant_type``. ``burst`` (token_bucket, gcra,
+        leaky_bucket; a rate of one policy): the bucket holds ``burst`` requests
+        and refills ``rate``'s limit per window (the result's ``limit`` is then the
+        burst, its ``refill`` the rate's limit).
         """
         if tenant is not None:
-            tenant_type = tenant_alias("check_with_info()", tenant_type, tenant)
+            tenant_type = tenant_alias("check() or check_with_info()", tenant_type, tenant)
         plan = self._plans.get(rate, algorithm, burst)
         if type(cost) is not int or cost < 1:
             cost = validate_cost(cost)  # raises for anything but a positive int
@@ -261,6 +227,8 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
         if recorder is not None:
             recorder.decided(plan, key, scope, result, started_s)
         return result
+
+    check = blocking_check(check_with_info)
 
     def _usage(
         self, plan: Plan, key: Identity, tenant_type: Optional[str], scope: str

@@ -21,7 +21,7 @@ import pytest
 
 from moderato import RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
-from moderato.errors import BackendError, RateLimitConfigError
+from moderato.errors import BackendError, RateLimitConfigError, RateLimitExceeded
 from moderato.recording import CheckRecorder
 from moderato.sync import RateLimiter as BlockingRateLimiter
 
@@ -286,6 +286,41 @@ def test_the_method_still_reads_as_the_python_method() -> None:
         assert inspect.signature(method) == inspect.signature(method.__wrapped__)
         bound = limiter_class("memory://").check_with_info
         assert list(inspect.signature(bound).parameters)[:2] == ["key", "rate"]
+        # check: check_with_info's call and parameters, its own name, words and answer
+        check: Any = limiter_class.check
+        assert type(check) is _accel.FastMethod
+        assert (check.__name__, check.__qualname__) == ("check", f"{limiter_class.__name__}.check")
+        assert check.__doc__.startswith("Charge ``cost`` if every policy of ``rate`` admits it")
+        assert check.__wrapped__ is method.__wrapped__
+        signature = inspect.signature(check)
+        assert signature.return_annotation == "bool"
+        assert signature.parameters == inspect.signature(method).parameters
+        assert list(inspect.signature(limiter_class("memory://").check).parameters)[:2] == [
+            "key",
+            "rate",
+        ]
+
+
+def test_check_answers_true_or_raises_the_denial_on_every_path() -> None:
+    """The one-call path (no tenant) and the Python path (a tenant) alike."""
+    limiter = BlockingRateLimiter("memory://")
+    for tenant in (None, "gold"):
+        assert [limiter.check("k", "2/minute", tenant=tenant) for _ in range(2)] == [True, True]
+        with pytest.raises(RateLimitExceeded) as denied:
+            limiter.check("k", "2/minute", tenant=tenant)
+        assert (denied.value.limit, denied.value.remaining) == (2, 0)
+
+    async def awaited() -> None:
+        limiter = RateLimiter("memory://")
+        for tenant in (None, "gold"):
+            admitted = [await limiter.check("k", "2/minute", tenant=tenant) for _ in range(2)]
+            assert admitted == [True, True]
+            with pytest.raises(RateLimitExceeded) as denied:
+                await limiter.check("k", "2/minute", tenant=tenant)
+            assert (denied.value.limit, denied.value.remaining) == (2, 0)
+            assert await limiter.check("k", "2/minute", tenant=tenant, shadow=True) is True
+
+    asyncio.run(awaited())
 
 
 def test_other_backends_and_subclasses_keep_the_python_path() -> None:

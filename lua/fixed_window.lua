@@ -16,6 +16,9 @@ reset at the window's end, and a denial's wait until then.
 ]]
 
 local FIELDS_PER_POLICY = 2
+-- What the straight-line path's pieces hand on (lua/counter_run.lua says what each holds).
+local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
+  charged_text, reply
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
@@ -24,41 +27,42 @@ local FIELDS_PER_POLICY = 2
 -- atomically, so no one sees the difference from reading first, and an admission costs
 -- one command fewer. Anything else, and any counter INCRBY cannot take (another type, not
 -- an integer, beyond 2^53), goes on to the general path below with nothing changed.
+--
+-- Split in pieces at its --#batch lines: the key, the read, the decision, the write. Alone,
+-- each runs once; a batched script (lua/batch.lua) runs the key and the decision per check,
+-- the read and the write once per run of checks on one counter.
 if cost_scaled and cost_scaled <= capacity_scaled then
-  local window_ms = window_s * 1000
+--#batch key
+  window_ms = window_s * 1000
   -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).
-  local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
+  window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
   -- '%d' writes the window index in full, and faster than '..' would (with '%.14g').
-  local key = KEYS[1] .. string.format(':%d', window_end_ms / window_ms - 1)
-  -- ARGV[1] as sent (short decimal digits, checked above): Redis need not format a number.
-  -- INCRBY takes only a canonical decimal integer (no sign but '-', no leading zero) as
-  -- either, so a cost it refuses goes on untouched.
-  local used_scaled = redis.pcall('INCRBY', key, ARGV[1])
-  -- A counter INCRBY took, as it was (used_scaled - cost_scaled), is valid when 0..2^53
-  -- (a reply below 2^53 is exact). Anything else is undone and left to the general path.
-  if type(used_scaled) == 'number' then
-    local valid = used_scaled >= cost_scaled and used_scaled < 9007199254740992 -- MAX_SAFE_INTEGER
-    if valid and used_scaled <= capacity_scaled then
-      if used_scaled == cost_scaled then
-        -- Found at 0: just created. (A number argument Redis would write with '%.17g'.)
-        redis.call('PEXPIREAT', key, string.format('%d', window_end_ms))
-      end
-      return { 1, 0, capacity_scaled - used_scaled, 0, window_end_ms }
-    end
-    redis.call('DECRBY', key, ARGV[1])
-    if valid then
+  state_key = KEYS[1] .. string.format(':%d', window_end_ms / window_ms - 1)
+  expire_at_ms = window_end_ms -- a counter created now lives to the window's end
+--#batch read
+--#include counter_run.lua
+--#batch decide
+  -- Decided on used_scaled, the counter as the checks before left it (the read's, alone):
+  -- valid when 0..2^53 (a sum below 2^53 is exact), else the general path decides.
+  local charged_used_scaled = used_scaled + cost_scaled
+  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then
+    if charged_used_scaled <= capacity_scaled then
+      used_scaled = charged_used_scaled
+      reply = { 1, 0, capacity_scaled - charged_used_scaled, 0, window_end_ms }
+    else
       -- Denied: the counter leaves less than the cost (its excess over a since-lowered
       -- capacity shows as 0 remaining); the next window starts empty, and the cost is
       -- within capacity, so it fits there.
-      local headroom_scaled = capacity_scaled - (used_scaled - cost_scaled)
-      return { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, window_end_ms - now_ms,
+      local headroom_scaled = capacity_scaled - used_scaled
+      reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, window_end_ms - now_ms,
         window_end_ms }
     end
-  elseif string.find(used_scaled.err, "can't run this command", 1, true) then
-    -- An ACL without INCRBY is a misconfiguration to report, not a detour to take. (Other
-    -- errors, OOM or READONLY included, leave the decision to the general path, which
-    -- reads before it writes: a denial there writes nothing.)
-    return used_scaled
+  end
+--#batch write
+--#include counter_write.lua
+--#batch end
+  if reply then
+    return reply
   end
 end
 

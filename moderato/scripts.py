@@ -30,6 +30,8 @@ MAX_BATCH_ARGUMENT_BYTES = 16384
 """The most argument and key bytes the client puts in one batched call."""
 _EACH_MARKER = b"--#batch each"
 _SHARED_MARKER = b"--#batch shared"
+_PIECE_MARKERS = (b"--#batch key", b"--#batch read", b"--#batch decide", b"--#batch write")
+_END_MARKER = b"--#batch end"
 _LAST_LINE = b"return decide("
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
@@ -207,12 +209,17 @@ def composite_script(names: tuple[str, ...]) -> Script:
 def batched_script(name: str) -> Script:
     """The decision script ``name`` deciding several checks in one call (lua/batch.lua).
 
-    Made of the script's own text, split at its two markers, so each algorithm's math
-    has one home: its head (up to ``--#batch each``: the clock, read once) stays at the
-    top; the one-policy straight-line path (to ``--#batch shared``) becomes
-    ``each_decision()``, run once per check; the general path (the rest, to its closing
-    ``return decide(...)``) becomes ``general_path()``, run for a check the straight-line
-    path leaves to it. ``KEYS`` and ``ARGV`` are locals the driver sets per check.
+    Made of the script's own text, split at its markers, so each algorithm's math has one
+    home: its head (up to ``--#batch each``: the clock, read once) stays at the top; its
+    one-policy straight-line path (to ``--#batch shared``), split in turn at ``--#batch
+    key``, ``read``, ``decide``, ``write`` and ``end``, becomes ``parse_check()`` (its
+    argument check and its key piece), ``read_state()``, ``decide_check()`` and
+    ``write_state()``, which the driver runs per check or once per run of checks on one key
+    (what follows ``--#batch end``, the reply's return, is the script's alone); the general
+    path (the rest, to its closing ``return decide(...)``) becomes ``general_path()``, run
+    for a check the straight-line path leaves to it. A straight-line path without the
+    pieces' markers becomes ``parse_check()`` whole, answering its reply or nil, each check
+    on its own. ``KEYS`` and ``ARGV`` are locals the driver sets per check.
     """
     if name not in ALGORITHMS:
         raise ValueError(
@@ -220,8 +227,7 @@ def batched_script(name: str) -> Script:
         )
     directory = scripts_dir()
     lines = _with_includes(directory, _read(directory / f"{name}.lua")).rstrip(b"\n").split(b"\n")
-    each = [i for i, line in enumerate(lines) if line.startswith(_EACH_MARKER)]
-    shared = [i for i, line in enumerate(lines) if line.startswith(_SHARED_MARKER)]
+    each, shared = _marked(lines, _EACH_MARKER), _marked(lines, _SHARED_MARKER)
     if (
         len(each) != 1
         or len(shared) != 1
@@ -241,10 +247,7 @@ def batched_script(name: str) -> Script:
                 b"local BATCH_KEYS, BATCH_ARGV = KEYS, ARGV",
                 b"local KEYS, ARGV",
                 *head,
-                b"local function each_decision()",
-                b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil",
-                *straight_line,
-                b"end",
+                *_check_pieces(name, straight_line),
                 b"local function general_path()",
                 *general,
                 b"end",
@@ -253,3 +256,48 @@ def batched_script(name: str) -> Script:
         )
     )
     return Script(name=f"batch({name})", source=source, sha=hashlib.sha1(source).hexdigest())
+
+
+def _marked(lines: list[bytes], marker: bytes) -> list[int]:
+    return [i for i, line in enumerate(lines) if line.startswith(marker)]
+
+
+def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
+    """The straight-line path's functions for lua/batch.lua (see batched_script)."""
+    reset = b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil"
+    markers = [_marked(straight_line, marker) for marker in (*_PIECE_MARKERS, _END_MARKER)]
+    if not any(markers):
+        return [
+            b"local state_key, reply",
+            b"local function parse_check()",
+            reset,
+            *straight_line,
+            b"end",
+            b"local function read_state() end",
+            b"local decide_check, write_state = read_state, read_state",
+        ]
+    at = [found[0] for found in markers if len(found) == 1]
+    if len(at) != len(markers) or at != sorted(at):
+        raise ValueError(
+            f"{name}.lua's straight-line path needs one each of '--#batch key', 'read', "
+            f"'decide', 'write' and 'end', in that order, or none"
+        )
+    key, read, decide, write, end = at
+    return [
+        b"local function parse_check()",
+        reset,
+        *straight_line[:key],
+        *straight_line[key + 1 : read],
+        b"return true",
+        b"end",
+        b"end",
+        b"local function read_state()",
+        *straight_line[read + 1 : decide],
+        b"end",
+        b"local function decide_check()",
+        *straight_line[decide + 1 : write],
+        b"end",
+        b"local function write_state()",
+        *straight_line[write + 1 : end],
+        b"end",
+    ]

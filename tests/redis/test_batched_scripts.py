@@ -23,7 +23,14 @@ from redis_servers import RedisServer
 
 from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisReplyError
-from moderato.scripts import MAX_BATCH_PARTS, batched_script, load_script
+from moderato.scripts import (
+    MAX_BATCH_PARTS,
+    _with_includes,
+    batched_script,
+    load_script,
+    scripts_dir,
+    without_comments,
+)
 
 Part = tuple[list[str], list[str]]
 Outcome = Union[list[Any], tuple[str, str]]
@@ -105,9 +112,13 @@ async def history(
     algorithm: str,
     turns: Sequence[tuple[int, list[Part]]],
     script: Union[ClockedScript, None],
+    setup: Sequence[Sequence[str]] = (),
 ) -> list[tuple[list[Outcome], dict[str, tuple[bytes, int]]]]:
-    """Every turn's outcomes and the keys after it, a call each (script None) or batched."""
+    """Every turn's outcomes and the keys after it, a call each (script None) or batched,
+    after the commands ``setup`` (run first, on an empty Redis)."""
     await lua.execute("FLUSHALL")
+    for command in setup:
+        await lua.execute(*command)
     start = lua.now_ms
     seen = []
     for at_ms, parts in turns:
@@ -147,6 +158,154 @@ async def test_a_batch_decides_as_the_calls_one_by_one(
     assert allowed and denied and refused
 
 
+HOT_LIMIT, HOT_WINDOW_S = 10, 2
+
+
+def hot_part(
+    algorithm: str,
+    cost: Union[int, str] = 1000,
+    *,
+    limit: int = HOT_LIMIT,
+    apply: bool = True,
+    identity: str = "hot",
+    wide: bool = False,
+) -> Part:
+    """A check of the hot key (or ``identity``'s), one policy unless ``wide``."""
+    policies = [policy(algorithm, limit, HOT_WINDOW_S, identity)]
+    if wide:
+        policies.append(policy(algorithm, limit * 3, HOT_WINDOW_S * 2, "wide"))
+    args = script_args(algorithm, 1000, apply, policies)
+    args[0] = str(cost)
+    return [p.key for p in policies], args
+
+
+def run_part(rng: random.Random, algorithm: str) -> Part:
+    """Mostly the hot key's common check, so a batch has long runs on one key, and now and
+    then what ends a run: another key, a cost that does not fit or another cost, a peek, a
+    lowered limit, two policies, a refusal, a cost INCRBY refuses (a leading zero)."""
+    kind = rng.random()
+    if kind < 0.60:
+        return hot_part(algorithm)
+    if kind < 0.66:
+        return hot_part(algorithm, rng.choice([500, 2000, 3000]))
+    if kind < 0.70:
+        return hot_part(algorithm, HOT_LIMIT * 1000 + 1000)
+    if kind < 0.74:
+        return hot_part(algorithm, rng.choice([0, 1000]), apply=False)
+    if kind < 0.79:
+        return hot_part(algorithm, limit=rng.choice([4, 6]))
+    if kind < 0.86:
+        return hot_part(algorithm, identity=rng.choice(["a", "b"]))
+    if kind < 0.90:
+        return hot_part(algorithm, wide=True)
+    if kind < 0.93:
+        return hot_part(algorithm, "x")
+    if kind < 0.96:
+        return hot_part(algorithm, "01000")
+    return hot_part(algorithm, rng.choice([1, 999, 1001]))
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("seed", range(6))
+async def test_runs_on_one_key_decide_as_the_calls_one_by_one(
+    lua: LuaHarness, algorithm: str, seed: int
+) -> None:
+    """Long runs on the hot key (its state read and written once per run, where the script
+    splits its straight-line path), with admissions, denials reached mid-run, runs ended by
+    every kind of check, and instants on both sides of window and expiry boundaries."""
+    rng = random.Random(f"runs-{algorithm}-{seed}")
+    turns = []
+    at_ms = 0
+    for _ in range(40):
+        at_ms += rng.choice([0, 1, 250, 999, 1000, 1001, 1999, 2000, 2001, 4001])
+        size = rng.choice([2, 8, MAX_BATCH_PARTS, MAX_BATCH_PARTS])
+        turns.append((at_ms, [run_part(rng, algorithm) for _ in range(size)]))
+    alone = await history(lua, algorithm, turns, None)
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm))
+    for turn, (expected, got) in enumerate(zip(alone, together)):
+        assert got[0] == expected[0], f"turn {turn}: replies differ"
+        assert got[1] == expected[1], f"turn {turn}: state differs"
+    outcomes = [o for replies, _ in alone for o in replies]
+    assert {o[0] for o in outcomes if isinstance(o, list)} == {0, 1}
+    assert any(isinstance(o, tuple) for o in outcomes)
+
+
+def counter_key(algorithm: str, at_ms: int, windows_back: int) -> str:
+    """The hot key's counter ``windows_back`` windows before the one of ``at_ms``."""
+    window_index = at_ms // (HOT_WINDOW_S * 1000) - windows_back
+    return f"{policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, 'hot').key}:{window_index}"
+
+
+NEAR_2_53, PAST_2_53 = str(2**53 - 1500), str(2**53 + 10)
+# State the straight-line path leaves to the general path, or reads at an edge, on the hot
+# key's counter (the current window's, or windows_back before): (algorithm, what it is,
+# windows_back, the command writing it, the key in it as "{}").
+ODD_STATES: list[tuple[str, str, int, tuple[str, ...]]] = [
+    ("fixed_window", "not an integer", 0, ("SET", "{}", "abc")),
+    ("fixed_window", "negative", 0, ("SET", "{}", "-5")),
+    ("fixed_window", "another type", 0, ("HSET", "{}", "f", "1")),
+    ("fixed_window", "near 2^53", 0, ("SET", "{}", NEAR_2_53)),
+    ("fixed_window", "past 2^53", 0, ("SET", "{}", PAST_2_53)),
+    ("fixed_window", "full, no expiry", 0, ("SET", "{}", "9500")),
+    ("fixed_window", "zero, no expiry", 0, ("SET", "{}", "0")),
+    ("fixed_window", "above a lowered limit", 0, ("SET", "{}", "12000", "PX", "100000")),
+]
+
+
+@pytest.mark.parametrize(
+    "algorithm, state, windows_back, command",
+    ODD_STATES,
+    ids=[f"{algorithm}-{state}" for algorithm, state, _, _ in ODD_STATES],
+)
+async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
+    lua: LuaHarness, algorithm: str, state: str, windows_back: int, command: tuple[str, ...]
+) -> None:
+    rng = random.Random(f"odd-{algorithm}-{state}")
+    parts = [hot_part(algorithm)] * 4 + [run_part(rng, algorithm) for _ in range(12)]
+    turns = [(0, parts), (0, [hot_part(algorithm, c) for c in (500, 1000, 1500, 2000)] * 4)]
+    key = counter_key(algorithm, lua.now_ms, windows_back)
+    commands = [[part.format(key) for part in command]]
+    alone = await history(lua, algorithm, turns, None, commands)
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm), commands)
+    for turn, (expected, got) in enumerate(zip(alone, together)):
+        assert got[0] == expected[0], f"turn {turn}: replies differ"
+        assert got[1] == expected[1], f"turn {turn}: state differs"
+
+
+# The algorithms whose straight-line path is split in pieces, and the Redis commands a
+# batch of MAX_BATCH_PARTS checks on one new key (HOT_LIMIT admitted, the rest denied)
+# runs: its state's read and write, once.
+SPLIT = {"fixed_window": ["INCRBY", "INCRBY", "PEXPIREAT"]}
+
+
+async def commands_run(lua: LuaHarness) -> list[str]:
+    """The commands Redis ran since CONFIG RESETSTAT, a name per call, but the test's own
+    (the batch call, the clock's GET, INFO)."""
+    info = (await lua.execute("INFO", "commandstats")).decode()
+    calls: list[str] = []
+    for line in info.splitlines():
+        if line.startswith("cmdstat_"):
+            name, stats = line[len("cmdstat_") :].split(":", 1)
+            calls += [name.upper()] * int(stats.split(",")[0].split("=")[1])
+    calls.remove("GET")
+    return sorted(call for call in calls if call not in ("EVALSHA", "INFO", "CONFIG|RESETSTAT"))
+
+
+@pytest.mark.parametrize("algorithm", sorted(SPLIT))
+async def test_a_run_on_one_key_reads_and_writes_its_state_once(
+    lua: LuaHarness, algorithm: str
+) -> None:
+    await lua.flush()
+    script = clocked_batch(algorithm)
+    await lua.execute("SCRIPT", "LOAD", script.source)
+    await lua.execute("CONFIG", "RESETSTAT")
+    outcomes = await batched(lua, script, [hot_part(algorithm)] * MAX_BATCH_PARTS)
+    assert [o[0] for o in outcomes if isinstance(o, list)] == [1] * HOT_LIMIT + [0] * (
+        MAX_BATCH_PARTS - HOT_LIMIT
+    )
+    assert await commands_run(lua) == sorted(SPLIT[algorithm])
+
+
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 async def test_a_hot_key_batch_admits_exactly_the_limit(lua: LuaHarness, algorithm: str) -> None:
     p = policy(algorithm, 10, 60, "hot")
@@ -179,8 +338,15 @@ async def test_a_batch_that_does_not_add_up_is_refused_whole(
 
 def test_the_batched_scripts_are_made_of_the_scripts_own_text() -> None:
     for name in ALGORITHMS:
-        source, batch = load_script(name).source, batched_script(name).source
-        # Everything the script alone runs is in the batched script, in the same order.
+        # The script alone as loaded, but for its reply's return after the straight-line
+        # path's pieces (from '--#batch end' to '--#batch shared'): the driver's, batched.
+        text = _with_includes(scripts_dir(), (scripts_dir() / f"{name}.lua").read_bytes())
+        assert without_comments(text) == load_script(name).source
+        if b"\n--#batch end" in text:
+            end = text.index(b"\n--#batch end")
+            text = text[:end] + text[text.index(b"\n--#batch shared", end) :]
+        source, batch = without_comments(text), batched_script(name).source
+        # Everything else the script alone runs is in the batched script, in the same order.
         lines = batch.split(b"\n")
         at = 0
         for line in source.split(b"\n"):

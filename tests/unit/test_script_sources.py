@@ -23,6 +23,8 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "bucket_state",
         "one_policy",
         "window_counter",
+        "counter_run",
+        "counter_write",
         "together",
         "one_instant",
         "batch",

@@ -674,15 +674,8 @@ PyDoc_STRVAR(core_doc,
 "(moderato/redis/connection.py's RedisConnection is its subclass): the\n"
 "pipeline's state as members, and the steps every command and read take.");
 
-static PyType_Slot core_slots[] = {
-    ACCEL_GC_SLOTS(core, core_doc),
-    {Py_tp_methods, core_methods},
-    {Py_tp_members, core_members},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(core_spec, "moderato._accel.ConnectionCore", sizeof(core_object),
-                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE, core_slots);
+ACCEL_GC_TYPE(core, "moderato._accel.ConnectionCore", core_object, core_doc, Py_TPFLAGS_BASETYPE,
+              {Py_tp_methods, core_methods}, {Py_tp_members, core_members});
 
 int
 connection_core_add_to_module(PyObject *module)

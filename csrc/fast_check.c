@@ -632,11 +632,6 @@ static PyGetSetDef fast_method_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef fast_method_members[] = {
-    ACCEL_VECTORCALL_OFFSET(fast_method_object),
-    {NULL, 0, 0, 0, NULL},
-};
-
 PyDoc_STRVAR(fast_method_doc,
 "FastMethod(function, *, blocking, then=None, name=None, doc=None, signature=None)\n"
 "--\n"
@@ -646,21 +641,10 @@ PyDoc_STRVAR(fast_method_doc,
 "With then: check, the same call with then(outcome) its answer (a denial\n"
 "raised), named, documented and signed as given.");
 
-static PyType_Slot fast_method_slots[] = {
-    ACCEL_GC_SLOTS(fast_method, fast_method_doc),
-    {Py_tp_new, fast_method_new},
-    {Py_tp_call, PyVectorcall_Call},
-    {Py_tp_descr_get, fast_method_get},
-    {Py_tp_getattro, fast_method_getattro},
-    {Py_tp_getset, fast_method_getset},
-    {Py_tp_members, fast_method_members},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(fast_method_spec, "moderato._accel.FastMethod", sizeof(fast_method_object),
-                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR |
-                    ACCEL_TPFLAGS_IMMUTABLE,
-                fast_method_slots);
+ACCEL_VECTORCALL_TYPE(fast_method, "moderato._accel.FastMethod", fast_method_object,
+                      fast_method_doc, Py_TPFLAGS_METHOD_DESCRIPTOR, {Py_tp_new, fast_method_new},
+                      {Py_tp_descr_get, fast_method_get}, {Py_tp_getattro, fast_method_getattro},
+                      {Py_tp_getset, fast_method_getset});
 
 /* ---- the module's part ---------------------------------------------------------------- */
 

@@ -158,14 +158,8 @@ fast_limiter_compiled_count(PyObject *self, void *Py_UNUSED(closure))
          "Plans compiled for the one-call path so far (for tests).", NULL},              \
         {NULL, NULL, NULL, NULL, NULL},                                                  \
     };                                                                                   \
-    static PyType_Slot prefix##_slots[] = {                                              \
-        ACCEL_GC_SLOTS(prefix, doc),                                                     \
-        {Py_tp_new, prefix##_new},                                                       \
-        {Py_tp_getset, prefix##_getset},                                                 \
-        {0, NULL},                                                                       \
-    };                                                                                   \
-    ACCEL_TYPE_SPEC(prefix##_spec, qualname, sizeof(object_type),                        \
-                    Py_TPFLAGS_HAVE_GC | ACCEL_TPFLAGS_IMMUTABLE, prefix##_slots)
+    ACCEL_GC_TYPE(prefix, qualname, object_type, doc, ACCEL_TPFLAGS_IMMUTABLE,            \
+                  {Py_tp_new, prefix##_new}, {Py_tp_getset, prefix##_getset})
 
 /* Whether owner.<name> is wanted (by identity): 1 or 0, never an exception.
  * Read with getattr, not from the instances' __dict__: asking for the

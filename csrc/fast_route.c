@@ -518,16 +518,9 @@ PyDoc_STRVAR(sender_doc,
 "One request's send, the decision headers added to its response start\n"
 "(made by a HeaderSenders).");
 
-static PyType_Slot sender_slots[] = {
-    ACCEL_GC_SLOTS(sender, sender_doc),
-    {Py_tp_call, PyVectorcall_Call},
-    {Py_tp_members, sender_members},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(sender_spec, "moderato._accel.HeaderSender", sizeof(sender_object),
-                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
-                sender_slots);
+ACCEL_GC_TYPE(sender, "moderato._accel.HeaderSender", sender_object, sender_doc,
+              Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
+              {Py_tp_call, PyVectorcall_Call}, {Py_tp_members, sender_members});
 
 /* senders(scope, send, style): a new HeaderSender. */
 static PyObject *
@@ -576,11 +569,6 @@ senders_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)senders;
 }
 
-static PyMemberDef senders_members[] = {
-    ACCEL_VECTORCALL_OFFSET(senders_object),
-    {NULL, 0, 0, 0, NULL},
-};
-
 PyDoc_STRVAR(senders_doc,
 "HeaderSenders(*, headers_done, decisions, fallback)\n"
 "--\n"
@@ -589,17 +577,8 @@ PyDoc_STRVAR(senders_doc,
 "is one request's HeaderSender. headers_done and decisions are the scope's\n"
 "keys; fallback(decisions, style) gives the headers C does not build.");
 
-static PyType_Slot senders_slots[] = {
-    ACCEL_GC_SLOTS(senders, senders_doc),
-    {Py_tp_new, senders_new},
-    {Py_tp_call, PyVectorcall_Call},
-    {Py_tp_members, senders_members},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(senders_spec, "moderato._accel.HeaderSenders", sizeof(senders_object),
-                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
-                senders_slots);
+ACCEL_VECTORCALL_TYPE(senders, "moderato._accel.HeaderSenders", senders_object, senders_doc, 0,
+                      {Py_tp_new, senders_new});
 
 /* ---- RouteArguments: a one-limit route's check arguments ---------------------------- */
 
@@ -925,11 +904,6 @@ route_arguments_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
-static PyMemberDef route_arguments_members[] = {
-    ACCEL_VECTORCALL_OFFSET(route_arguments_object),
-    {NULL, 0, 0, 0, NULL},
-};
-
 PyDoc_STRVAR(route_arguments_doc,
 "RouteArguments(*, decided, indexes, learn_route, unknown, default_identity,\n"
 "               client_identity, parsed_peer, unknown_client)\n"
@@ -938,18 +912,8 @@ PyDoc_STRVAR(route_arguments_doc,
 "stack.alone_arguments in C: called with (rule, scope), the one-limit\n"
 "route's check arguments (key, rate, cost, tenant, scope), or None.");
 
-static PyType_Slot route_arguments_slots[] = {
-    ACCEL_GC_SLOTS(route_arguments, route_arguments_doc),
-    {Py_tp_new, route_arguments_new},
-    {Py_tp_call, PyVectorcall_Call},
-    {Py_tp_members, route_arguments_members},
-    {0, NULL},
-};
-
-ACCEL_TYPE_SPEC(route_arguments_spec, "moderato._accel.RouteArguments",
-                sizeof(route_arguments_object),
-                Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
-                route_arguments_slots);
+ACCEL_VECTORCALL_TYPE(route_arguments, "moderato._accel.RouteArguments", route_arguments_object,
+                      route_arguments_doc, 0, {Py_tp_new, route_arguments_new});
 
 /* ---- the module's part ---------------------------------------------------------------- */
 

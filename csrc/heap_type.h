@@ -96,4 +96,30 @@ accel_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObje
 #define ACCEL_VECTORCALL_OFFSET(object_type)                                           \
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(object_type, vectorcall), READONLY, NULL}
 
+/* A garbage-collected type from its own pieces: static PyType_Slot
+ * <prefix>_slots (ACCEL_GC_SLOTS with doc, then the type's own slots, the
+ * ... arguments) and static PyType_Spec <prefix>_spec, a type named qualname
+ * whose instances are object_type (Py_TPFLAGS_HAVE_GC and flags_). */
+#define ACCEL_GC_TYPE(prefix, qualname, object_type, doc, flags_, ...)                 \
+    static PyType_Slot prefix##_slots[] = {                                            \
+        ACCEL_GC_SLOTS(prefix, doc),                                                   \
+        __VA_ARGS__,                                                                   \
+        {0, NULL},                                                                     \
+    };                                                                                 \
+    ACCEL_TYPE_SPEC(prefix##_spec, qualname, sizeof(object_type),                      \
+                    Py_TPFLAGS_HAVE_GC | (flags_), prefix##_slots)
+
+/* An immutable ACCEL_GC_TYPE whose instances are called by vectorcall and
+ * show no member but its offset (static PyMemberDef <prefix>_members):
+ * object_type has a vectorcallfunc member named vectorcall. */
+#define ACCEL_VECTORCALL_TYPE(prefix, qualname, object_type, doc, flags_, ...)         \
+    static PyMemberDef prefix##_members[] = {                                          \
+        ACCEL_VECTORCALL_OFFSET(object_type),                                          \
+        {NULL, 0, 0, 0, NULL},                                                         \
+    };                                                                                 \
+    ACCEL_GC_TYPE(prefix, qualname, object_type, doc,                                  \
+                  Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE | (flags_),     \
+                  {Py_tp_call, PyVectorcall_Call}, {Py_tp_members, prefix##_members},   \
+                  __VA_ARGS__)
+
 #endif /* MODERATO_HEAP_TYPE_H */

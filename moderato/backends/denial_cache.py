@@ -265,17 +265,15 @@ class DenialCache:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        client = self._client
         subscriber = Subscriber(
-            client.address,
+            self._client,  # its server, credentials, TLS and timeouts
             [self.channel.decode()],
             self._message,
             self._lost,
-            ssl_context=client._ssl_context,
             on_subscribed=lambda _: self._confirmed(loop),
         )
         self._subscriber = subscriber
-        subscriber.start(loop, client.connect_timeout_s)
+        subscriber.start(loop)
 
     def _message(self, channel: bytes, payload: bytes) -> None:
         self.invalidate()

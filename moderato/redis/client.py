@@ -49,12 +49,10 @@ from ._encoding import Arg, encode_command, encode_evalsha
 from .client_options import (
     BACKOFF_CAP_S,
     BACKOFF_START_S,
-    checked_client_name,
-    checked_ssl_context,
-    positive_seconds,
     reconnect_delay_s,
 )
 from .connection import CommandNotSentError, RedisConnection, ScriptLike
+from .connector import Connector
 from .errors import RedisClientError, RedisReplyError
 from .forks import abandon_in_children
 from .grouping import group_checks
@@ -254,7 +252,7 @@ class ClientOptions(TypedDict, total=False):
     client_name: str | None
 
 
-class RedisClient(FromUrl):
+class RedisClient(FromUrl, Connector):
     """A minimal asyncio Redis client (RESP2) that pipelines every command of a loop turn.
 
     Nothing connects until the first command or ``connect()``. Use it from a
@@ -296,9 +294,9 @@ class RedisClient(FromUrl):
         batch_decisions: bool = False,
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
-        self.address = address
-        self.connect_timeout_s = positive_seconds("connect_timeout_s", connect_timeout_s)
-        self.command_timeout_s = positive_seconds("command_timeout_s", command_timeout_s)
+        Connector.__init__(
+            self, address, connect_timeout_s, command_timeout_s, ssl_context, client_name, role
+        )
         if isinstance(connections_per_loop, bool) or not isinstance(connections_per_loop, int):
             raise TypeError(
                 f"connections_per_loop must be an int, got {type(connections_per_loop).__name__}"
@@ -309,11 +307,6 @@ class RedisClient(FromUrl):
                 f"got {connections_per_loop}"
             )
         self.connections_per_loop = connections_per_loop
-        self._ssl_context = checked_ssl_context(ssl_context, address)
-        self.client_name = checked_client_name(client_name, address)
-        if role not in (None, "master", "slave"):
-            raise ValueError(f"role must be 'master', 'slave' or None, got {role!r}")
-        self.role = role
         self.batch_decisions = bool(batch_decisions)
 
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
@@ -510,18 +503,7 @@ class RedisClient(FromUrl):
                 self._pools = pools
 
     def _open(self, slot: _Slot) -> RedisConnection:
-        if self.address.tls and self._ssl_context is None:
-            # Built once: loading the CA store costs milliseconds.
-            self._ssl_context = ssl.create_default_context()
-        connection = RedisConnection(
-            slot.pool.loop,
-            self.address,
-            command_timeout_s=self.command_timeout_s,
-            ssl_context=self._ssl_context,
-            client_name=self.client_name,
-            role=self.role,
-            on_close=slot.connection_closed,
-        )
+        connection = self.loop_connection(slot.pool.loop, slot.connection_closed)
         if self.batch_decisions:
             connection._group = partial(group_checks, connection)
         slot.attach(connection)

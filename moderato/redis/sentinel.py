@@ -484,14 +484,13 @@ class SentinelClient(FromUrl, PrimaryFacts):
         if loop is None:
             return
         subscriber = Subscriber(
-            self.address.sentinel(*at),
+            self._sentinel(at),  # the sentinel's address, TLS and timeouts
             ["+switch-master"],
             lambda channel, payload: self._announced(at, payload),
             self._unsubscribed,
-            ssl_context=self._sentinel_options.get("ssl_context"),
         )
         self._subscribers[at] = subscriber
-        subscriber.start(loop, self._connect_timeout_s)
+        subscriber.start(loop)
 
     def _unsubscribed(self, subscriber: Subscriber, reason: str) -> None:
         at = (subscriber.address.host, subscriber.address.port)

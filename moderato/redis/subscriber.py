@@ -2,15 +2,17 @@
 
 A subscribed connection receives messages nobody asked for, so it cannot
 share RedisConnection's rule (one reply per command, in order); this is its
-own small protocol. It reaches the server and authenticates as
-RedisConnection does (handshake.py: a unix socket, TCP or TLS; AUTH when the
-address has a password), subscribes, calls ``on_subscribed(subscriber)``
+own small protocol. It reaches the server its Connector names (connector.py:
+the client's, or one for a sentinel) and authenticates as RedisConnection does
+(handshake.py: a unix socket, TCP or TLS; AUTH when the address has a
+password), subscribes, calls ``on_subscribed(subscriber)``
 once the server confirmed every channel, and from then on
 ``on_message(channel, payload)`` for every message. ``on_lost(subscriber,
 reason)`` is called once when the connection ends for any reason but
 ``close()``: a refused connect, an error reply (a missing ACL permission:
 ``refused`` is then True), the server closing it, or a connect that takes
-longer than ``timeout_s``. Reconnecting is the owner's business.
+longer than the Connector's ``connect_timeout_s``. Reconnecting is the owner's
+business.
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import threading
 from collections.abc import Sequence
-from typing import Any, Callable, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, cast
 
 import hiredis
 
 from ._encoding import encode_command
 from .handshake import authentication, open_transport
-from .url import RedisAddress
+
+if TYPE_CHECKING:
+    from .connector import Connector
 
 __all__ = ["MessageCallback", "Subscriber", "Subscription", "pushed"]
 
@@ -46,23 +51,43 @@ def pushed(message: Any, on_message: MessageCallback, channel_count: int) -> boo
     return False
 
 
+class _Link(Protocol):
+    """A subscription's way to its server: a blocking connection, or an asyncio transport."""
+
+    def close(self) -> None: ...
+
+
 class Subscription:
     """What either subscriber (this one, blocking/subscriber.py's) holds: the server,
-    the channels, where their messages go and whether the server confirmed them all."""
+    the channels, where their messages go, whether the server confirmed them all, and
+    the link to the server while there is one; and how a subscription ends."""
 
-    def __init__(
-        self,
-        address: RedisAddress,
-        channels: Sequence[str],
-        on_message: MessageCallback,
-        ssl_context: ssl.SSLContext | None,
-    ) -> None:
-        self.address = address
+    def __init__(self, server: Connector, channels: Sequence[str], on_message: MessageCallback):
+        self.server = server
+        self.address = server.address
         self.channels = tuple(channels)
         self._on_message = on_message
-        self._ssl_context = ssl_context
         self.subscribed = False
         """True once the server confirmed every channel (until the connection is lost)."""
+        self._link: Optional[_Link] = None
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """End the subscription: no message is handed on after this, the link is closed."""
+        self._closed.set()
+        self._unlink(close=True)
+
+    def abandon(self) -> None:
+        """Inherited across fork(): drop the link untouched (the parent still reads it)."""
+        self._closed.set()
+        self._unlink(close=False)
+
+    def _unlink(self, close: bool) -> None:
+        """Not subscribed from now on; the link dropped, and closed if ``close``."""
+        self.subscribed = False
+        link, self._link = self._link, None
+        if close and link is not None:
+            link.close()
 
     def _subscribe_command(self) -> bytes:
         return encode_command("SUBSCRIBE", *self.channels)
@@ -81,38 +106,37 @@ class Subscriber(Subscription, asyncio.Protocol):
 
     def __init__(
         self,
-        address: RedisAddress,
+        server: Connector,
         channels: Sequence[str],
         on_message: MessageCallback,
         on_lost: LostCallback,
         *,
-        ssl_context: ssl.SSLContext | None = None,
         on_subscribed: Optional[SubscribedCallback] = None,
     ) -> None:
-        super().__init__(address, channels, on_message, ssl_context)
+        super().__init__(server, channels, on_message)
         self._on_lost = on_lost
         self._on_subscribed = on_subscribed
         self._reader = hiredis.Reader()
-        self._transport: Optional[asyncio.Transport] = None
         self._task: Optional[asyncio.Task[None]] = None
-        self._closed = False
         # Only this process may close the socket (see forks.py).
         self._pid = os.getpid()
         self.refused = False
         """True once the server refused AUTH or SUBSCRIBE (an error reply)."""
 
     def __repr__(self) -> str:
-        state = "subscribed" if self.subscribed else "closed" if self._closed else "connecting"
+        closed = self._closed.is_set()
+        state = "subscribed" if self.subscribed else "closed" if closed else "connecting"
         return f"<Subscriber {self.address} {state}>"
 
-    def start(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Begin connecting on ``loop`` (its thread); failures come to ``on_lost``."""
-        self._task = loop.create_task(self._connect(loop, timeout_s))
+        self._task = loop.create_task(self._connect(loop))
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        server = self.server
         try:
-            opening = open_transport(loop, lambda: self, self.address, self._ssl_context)
-            await asyncio.wait_for(opening, timeout_s)
+            opening = open_transport(loop, lambda: self, server.address, server.tls_context())
+            await asyncio.wait_for(opening, server.connect_timeout_s)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as error:
             self._task = None  # done: closing must not cancel this task
             self._lose(f"cannot connect: {str(error) or type(error).__name__}")
@@ -123,14 +147,14 @@ class Subscriber(Subscription, asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
-        self._transport = cast(asyncio.Transport, transport)
-        if self._closed:
+        self._link = link = cast(asyncio.Transport, transport)
+        if self._closed.is_set():
             transport.close()
             return
         auth = authentication(self.address)
         payloads = [] if auth is None else [auth]
         payloads.append(self._subscribe_command())
-        self._transport.write(b"".join(payloads))
+        link.write(b"".join(payloads))
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -157,7 +181,7 @@ class Subscriber(Subscription, asyncio.Protocol):
     # -- closing ---------------------------------------------------------------------
 
     def _lose(self, reason: str) -> None:
-        if self._closed:
+        if self._closed.is_set():
             return
         self.close()
         self._on_lost(self, reason)
@@ -167,18 +191,12 @@ class Subscriber(Subscription, asyncio.Protocol):
         if self._pid != os.getpid():
             self.abandon()
             return
-        self._closed = True
-        self.subscribed = False
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        transport, self._transport = self._transport, None
-        if transport is not None:
-            transport.close()
+        super().close()
 
     def abandon(self) -> None:
         """Inherited across fork(): drop everything untouched (the parent still reads it)."""
-        self._closed = True
-        self.subscribed = False
         self._task = None
-        self._transport = None
+        super().abandon()

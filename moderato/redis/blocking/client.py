@@ -43,13 +43,9 @@ from time import monotonic
 from typing import Any, Callable, Optional, TypedDict, Union
 
 from .._encoding import Arg, encode_command, encode_evalsha
-from ..client_options import (
-    checked_client_name,
-    checked_ssl_context,
-    positive_seconds,
-    reconnect_delay_s,
-)
+from ..client_options import reconnect_delay_s
 from ..connection import CommandNotSentError, ScriptLike
+from ..connector import Connector
 from ..errors import RedisConnectionError, RedisReplyError
 from ..forks import abandon_in_children
 from ..url import RedisAddress, address_of, parse_url
@@ -77,7 +73,7 @@ class BlockingOptions(TypedDict, total=False):
     client_name: Optional[str]
 
 
-class RedisClient(FromUrl):
+class RedisClient(FromUrl, Connector):
     """A blocking Redis client (RESP2) over a bounded pool of connections; safe across threads.
 
     Nothing connects until the first command or ``connect()``. ``role``
@@ -99,15 +95,10 @@ class RedisClient(FromUrl):
         role: Optional[str] = None,
     ) -> None:
         address = address_of(address, RedisAddress, parse_url)
-        self.address = address
-        self.connect_timeout_s = positive_seconds("connect_timeout_s", connect_timeout_s)
-        self.command_timeout_s = positive_seconds("command_timeout_s", command_timeout_s)
+        Connector.__init__(
+            self, address, connect_timeout_s, command_timeout_s, ssl_context, client_name, role
+        )
         self.max_connections = _checked_max_connections(max_connections)
-        self._ssl_context = checked_ssl_context(ssl_context, address)
-        self.client_name = checked_client_name(client_name, address)
-        if role not in (None, "master", "slave"):
-            raise ValueError(f"role must be 'master', 'slave' or None, got {role!r}")
-        self.role = role
         self._idle: deque[BlockingConnection] = deque()
         self._lock = threading.Lock()
         self._open = 0  # connections open (idle or in use), at most max_connections
@@ -429,19 +420,8 @@ class RedisClient(FromUrl):
                 f"{self._last_error}; not retrying yet: "
                 f"next connect attempt in {math.ceil(wait_s * 1000)} ms"
             )
-        if self.address.tls and self._ssl_context is None:
-            # Built once: loading the CA store costs milliseconds.
-            self._ssl_context = ssl.create_default_context()
         try:
-            connection = BlockingConnection(
-                self.address,
-                connect_timeout_s=self.connect_timeout_s,
-                command_timeout_s=self.command_timeout_s,
-                ssl_context=self._ssl_context,
-                client_name=self.client_name,
-                role=self.role,
-                generation=self._generation,
-            )
+            connection = self.blocking_connection(self._generation)
         except RedisConnectionError as error:
             self._failures += 1
             self._retry_at = monotonic() + reconnect_delay_s(self._failures)

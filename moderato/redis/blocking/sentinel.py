@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .._encoding import Arg
 from ..connection import CommandNotSentError, ScriptLike
+from ..connector import Connector
 from ..errors import RedisClientError, RedisConnectionError, RedisReplyError
 from ..forks import abandon_in_children
 from ..sentinel_rules import (
@@ -62,7 +63,7 @@ from ..sentinel_rules import (
 from ..url import SentinelAddress, address_of, parse_sentinel_url
 from ..url_options import FromUrl
 from .client import RedisClient
-from .subscriber import BlockingSubscriber
+from .subscriber import POLL_S, BlockingSubscriber
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -325,14 +326,17 @@ class SentinelClient(FromUrl, PrimaryFacts):
         if self._subscribers:
             return
         for at in self.address.sentinels:
+            # The sentinel's address and TLS; a read waits POLL_S.
+            sentinel = self.address.sentinel(*at)
+            server = Connector(
+                sentinel, self._connect_timeout_s, POLL_S, self._sentinel_ssl_context
+            )
             subscriber = BlockingSubscriber(
-                self.address.sentinel(*at),
+                server,
                 ["+switch-master"],
                 lambda channel, payload, at=at: self._announced(at, payload),  # type: ignore[misc]
-                connect_timeout_s=self._connect_timeout_s,
                 retry_s=SUBSCRIBE_RETRY_S,
                 refused_retry_s=SUBSCRIBE_REFUSED_RETRY_S,
-                ssl_context=self._sentinel_ssl_context,
             )
             self._subscribers[at] = subscriber
             subscriber.start()

@@ -1,13 +1,14 @@
 """BlockingSubscriber: a thread holding one connection SUBSCRIBEd to a few channels.
 
-The blocking twin of subscriber.py: the connection greets the server as
-every connection does (connection.py), subscribes, and hands each message to
-``on_message(channel, payload)`` on the subscriber's own daemon thread.
-When the connection ends (refused, an error reply such as a missing ACL
-permission, the server gone) the reason is kept in ``problem`` and the
-thread connects again after ``retry_s`` (``refused_retry_s`` after a
-refusal), until ``close()``. The thread wakes every ``poll_s`` to see
-whether it was closed.
+The blocking twin of subscriber.py: the connection, made by the Connector it
+is given (connector.py), greets the server as every connection does
+(connection.py), subscribes, and hands each message to ``on_message(channel,
+payload)`` on the subscriber's own daemon thread. When the connection ends
+(refused, an error reply such as a missing ACL permission, the server gone)
+the reason is kept in ``problem`` and the thread connects again after
+``retry_s`` (``refused_retry_s`` after a refusal), until ``close()``. A read
+waits the Connector's ``command_timeout_s`` (POLL_S for a sentinel's), then the
+thread looks whether it was closed.
 
 After fork() the thread does not exist in the child: ``abandon()`` drops
 the connection untouched (closing the child's copy of the descriptor leaves
@@ -16,77 +17,54 @@ the parent's subscription working).
 
 from __future__ import annotations
 
-import ssl
 import threading
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import hiredis
 
+from ..connector import Connector
 from ..errors import RedisClientError, RedisReplyError
 from ..subscriber import MessageCallback, Subscription
-from ..url import RedisAddress
-from .connection import BlockingConnection
 
-__all__ = ["BlockingSubscriber"]
+__all__ = ["POLL_S", "BlockingSubscriber"]
+
+POLL_S = 0.5
+"""How long a subscribed connection's read waits before its thread looks whether
+it was closed: the command timeout of the Connector a subscriber is given."""
 
 
 class BlockingSubscriber(Subscription):
-    """A daemon thread subscribed to ``channels`` of the server at ``address``."""
+    """A daemon thread subscribed to ``channels`` of ``server``; ``close()`` ends it
+    within the server's ``command_timeout_s``, ``abandon()`` in a fork()ed child
+    drops the inherited connection (the thread is the parent's)."""
 
     def __init__(
         self,
-        address: RedisAddress,
+        server: Connector,
         channels: Sequence[str],
         on_message: MessageCallback,
         *,
-        connect_timeout_s: float,
         retry_s: float,
         refused_retry_s: float,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        poll_s: float = 0.5,
     ) -> None:
-        super().__init__(address, channels, on_message, ssl_context)
-        self._connect_timeout_s = connect_timeout_s
+        super().__init__(server, channels, on_message)
         self._retry_s = retry_s
         self._refused_retry_s = refused_retry_s
-        self._poll_s = poll_s
-        self._closed = threading.Event()
-        self._connection: Optional[BlockingConnection] = None
-        self.problem: Optional[str] = None
+        self.problem: str | None = None
         """Why the subscription was last lost (for diagnostics)."""
         self._thread = threading.Thread(
-            target=self._run, name=f"moderato subscriber {address}", daemon=True
+            target=self._run, name=f"moderato subscriber {server.address}", daemon=True
         )
 
     def start(self) -> None:
         self._thread.start()
 
-    def close(self) -> None:
-        """End the subscription; the thread ends within ``poll_s``."""
-        self._closed.set()
-        self.subscribed = False
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
-
-    def abandon(self) -> None:
-        """In a fork()ed child: drop the inherited connection (the thread is the parent's)."""
-        self._closed.set()
-        self.subscribed = False
-        self._connection = None
-
     def _run(self) -> None:
         while not self._closed.is_set():
             refused = False
             try:
-                connection = BlockingConnection(
-                    self.address,
-                    connect_timeout_s=self._connect_timeout_s,
-                    command_timeout_s=self._poll_s,
-                    ssl_context=self._ssl_context,
-                )
-                self._connection = connection
+                self._link = connection = self.server.blocking_connection()
                 connection.send(self._subscribe_command())
                 while not self._closed.is_set():
                     message = connection.receive()
@@ -97,10 +75,7 @@ class BlockingSubscriber(Subscription):
                 self.problem = str(error)
                 refused = "refused" in self.problem
             finally:
-                self.subscribed = False
-                connection_now, self._connection = self._connection, None
-                if connection_now is not None:
-                    connection_now.close()
+                self._unlink(close=True)
             self._closed.wait(self._refused_retry_s if refused else self._retry_s)
 
     def _handle(self, message: Any) -> bool:

@@ -88,8 +88,26 @@ class RuleOptions(MessageOptions, total=False):
     """A predicate of the request: True skips the rule (nothing is charged)."""
 
 
+class CallLimitOptions(TypedDict, total=False):
+    """A function's limit's options besides its rate, declared once: the keywords of the
+    blocking ``RateLimiter.limit()`` (moderato.sync), forwarded to its decorator."""
+
+    key: Optional[KeyOf]
+    """The identity, a value or a callable of the function's arguments; default: the
+    limiter's default key, else one quota for every call."""
+    tenant: Optional[TenantOf]
+    cost: Optional[CostOf]
+    """Default: the limiter's default cost, else 1."""
+    scope: Optional[str]
+    """The bucket's name; default: the function's module and qualified name."""
+    algorithm: Optional[str]
+    shadow: Optional[bool]
+    burst: Optional[int]
+
+
 MESSAGE_OPTIONS: frozenset[str] = frozenset(MessageOptions.__annotations__)
 RULE_OPTIONS: frozenset[str] = frozenset(RuleOptions.__annotations__)
+CALL_LIMIT_OPTIONS: frozenset[str] = frozenset(CallLimitOptions.__annotations__)
 
 
 class _Absent:

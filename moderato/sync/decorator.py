@@ -16,10 +16,21 @@ import inspect
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ..errors import RateLimitCallbackError, RateLimitConfigError
+from ..habits import refuse_unknown
 from ..policy import validate_cost
-from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
+from ..specs import (
+    CALL_LIMIT_OPTIONS,
+    CallLimitOptions,
+    CostOf,
+    F,
+    KeyOf,
+    TenantOf,
+    check_spec_types,
+)
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .limiter import RateLimiter
 
 __all__ = ["ALL_CALLS", "CostOf", "F", "KeyOf", "TenantOf", "limit"]
@@ -28,22 +39,17 @@ ALL_CALLS = "all"
 """The identity of a limit without ``key``: one quota shared by every call."""
 
 
-def limit(
-    limiter: RateLimiter,
-    rate: str,
-    *,
-    key: Optional[KeyOf],
-    tenant: Optional[TenantOf],
-    cost: Optional[CostOf],
-    scope: Optional[str],
-    algorithm: Optional[str],
-    shadow: Optional[bool],
-    burst: Optional[int] = None,
-) -> Callable[[F], F]:
+def limit(limiter: RateLimiter, rate: str, **options: Unpack[CallLimitOptions]) -> Callable[[F], F]:
     """The decorator of ``RateLimiter.limit()`` (its docstring tells the options)."""
+    refuse_unknown("limit()", options, CALL_LIMIT_OPTIONS)
+    key = options.get("key")
     key = limiter.key if key is None else key
+    tenant = options.get("tenant")
     tenant = limiter.tenant if tenant is None else tenant
+    cost = options.get("cost")
     cost = limiter.cost if cost is None else cost
+    scope, algorithm = options.get("scope"), options.get("algorithm")
+    shadow, burst = options.get("shadow"), options.get("burst")
     check_spec_types(key, tenant, cost, "the decorated function's arguments")
     if scope is not None and not isinstance(scope, str):
         raise RateLimitConfigError(f"scope must be a string, got {type(scope).__name__}")

@@ -6,7 +6,7 @@ import ssl
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from ..algorithms import DEFAULT_ALGORITHM
 from ..backends.base import BlockingBackend
@@ -32,9 +32,12 @@ from ..plans import Plan
 from ..policy import SCALE, cost_scaled, validate_cost
 from ..redis.blocking import DEFAULT_MAX_CONNECTIONS
 from ..results import CheckResult
-from ..specs import CostOf, F, KeyOf, TenantOf, check_spec_types
+from ..specs import CallLimitOptions, CostOf, F, KeyOf, TenantOf, check_spec_types
 from ..steps import run
 from ..together import CallPart, Check, Together, TogetherCall
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 
@@ -253,18 +256,7 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
         backend.announce_reset_now()
         return deleted
 
-    def limit(
-        self,
-        rate: str,
-        *,
-        key: Optional[KeyOf] = None,
-        tenant: Optional[TenantOf] = None,
-        cost: Optional[CostOf] = None,
-        scope: Optional[str] = None,
-        algorithm: Optional[str] = None,
-        shadow: Optional[bool] = None,
-        burst: Optional[int] = None,
-    ) -> Callable[[F], F]:
+    def limit(self, rate: str, **options: Unpack[CallLimitOptions]) -> Callable[[F], F]:
         """Decorate a plain function: every call is checked first, and a denied one raises
         RateLimitExceeded instead of running.
 
@@ -274,21 +266,12 @@ class RateLimiter(LimiterCore[dict[str, Any], int]):
         function's module and qualified name; ``burst`` as ``check``'s.
         Configuration errors (a bad rate, algorithm, burst or static cost)
         raise RateLimitConfigError here; a callback that raises fails the call
-        with RateLimitCallbackError.
+        with RateLimitCallbackError. The options are ``CallLimitOptions``
+        (moderato.specs); another keyword raises UnknownOptionError.
         """
         from .decorator import limit
 
-        return limit(
-            self,
-            rate,
-            key=key,
-            tenant=tenant,
-            cost=cost,
-            scope=scope,
-            algorithm=algorithm,
-            shadow=shadow,
-            burst=burst,
-        )
+        return limit(self, rate, **options)
 
     # -- internals ---------------------------------------------------------------
 

@@ -265,6 +265,9 @@ def test_limit_refuses_what_it_can_refuse_at_decoration(memory: RateLimiter) -> 
         memory.limit("10/fortnight")
     with pytest.raises(RateLimitConfigError, match="unknown algorithm"):
         memory.limit("10/minute", algorithm="nope")
+    # A keyword it does not take (a TypeError too), named with its options.
+    with pytest.raises(UnknownOptionError, match=r"tennant= \(did you mean tenant=\?\); its"):
+        memory.limit("10/minute", tennant="pro")  # type: ignore[call-arg]
     with pytest.raises(RateLimitConfigError, match="coroutine function"):
 
         @memory.limit("10/minute")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlsplit
 
 from .url_options import CONNECT_OPTIONS, REFUSED_OPTIONS, ConnectOptions, parse_connect_options
 
@@ -300,26 +300,40 @@ def parse_url(url: str) -> RedisAddress:
 
     username, password = _credentials(parts.netloc, bad)
     query = _query(parts.query, _QUERY_OPTIONS, scheme == "rediss", bad)
-    db_from_query, client_name = query.db, query.client_name
-
+    # A unix socket (host and port unused) or a TCP server, the database also given
+    # by the path there.
+    host, port, unix_path, db = "localhost", DEFAULT_PORT, None, query.db
     if scheme == "unix":
-        host_part = parts.netloc.rpartition("@")[2]
-        if host_part:
-            raise bad(
-                f"a unix:// URL takes no host (got {host_part!r}); write unix:///path/to.sock"
-            )
-        path = unquote(parts.path)
-        if not path.startswith("/") or path == "/":
-            raise bad("a unix:// URL needs an absolute socket path, e.g. unix:///run/redis.sock")
-        return RedisAddress(
-            unix_path=path,
-            db=0 if db_from_query is None else db_from_query,
-            username=username,
-            password=password,
-            client_name=client_name,
-            options=query.options,
-        )
+        unix_path = _socket_path(parts, bad)
+    else:
+        host, port = _host_and_port(parts, bad)
+        db = _path_db(parts.path, db, bad)
+    return RedisAddress(
+        host=host,
+        port=port,
+        unix_path=unix_path,
+        db=0 if db is None else db,
+        username=username,
+        password=password,
+        tls=scheme == "rediss",
+        client_name=query.client_name,
+        options=query.options,
+    )
 
+
+def _socket_path(parts: SplitResult, bad: _BadFactory) -> str:
+    """A unix:// URL's socket path: absolute, and no host before it."""
+    host_part = parts.netloc.rpartition("@")[2]
+    if host_part:
+        raise bad(f"a unix:// URL takes no host (got {host_part!r}); write unix:///path/to.sock")
+    path = unquote(parts.path)
+    if not path.startswith("/") or path == "/":
+        raise bad("a unix:// URL needs an absolute socket path, e.g. unix:///run/redis.sock")
+    return path
+
+
+def _host_and_port(parts: SplitResult, bad: _BadFactory) -> tuple[str, int]:
+    """A redis:// or rediss:// URL's host, and its port (DEFAULT_PORT if none is written)."""
     try:
         host = parts.hostname
         port = parts.port
@@ -331,30 +345,23 @@ def parse_url(url: str) -> RedisAddress:
         raise bad("port 0 cannot be connected to")
     if port is None and parts.netloc.endswith(":"):
         raise bad("an empty port after ':'")
+    return host, DEFAULT_PORT if port is None else port
 
-    db = db_from_query
-    path = parts.path
-    if path not in ("", "/"):
-        text = path[1:]
-        if not text.isdigit() or not text.isascii():
-            raise bad(f"the path must be a database number, e.g. /0 (got {path!r})")
-        path_db = int(text)
-        if path_db > _MAX_DB:
-            raise bad(f"database {path_db} is out of range (0..{_MAX_DB})")
-        if db is not None and db != path_db:
-            raise bad(f"the database is given twice and differs (/{path_db} and db={db})")
-        db = path_db
 
-    return RedisAddress(
-        host=host,
-        port=DEFAULT_PORT if port is None else port,
-        db=0 if db is None else db,
-        username=username,
-        password=password,
-        tls=scheme == "rediss",
-        client_name=client_name,
-        options=query.options,
-    )
+def _path_db(path: str, db: int | None, bad: _BadFactory) -> int | None:
+    """The database a TCP URL's path names (``/2``), else ``db`` (its query's, or None);
+    both given, they must agree."""
+    if path in ("", "/"):
+        return db
+    text = path[1:]
+    if not text.isdigit() or not text.isascii():
+        raise bad(f"the path must be a database number, e.g. /0 (got {path!r})")
+    path_db = int(text)
+    if path_db > _MAX_DB:
+        raise bad(f"database {path_db} is out of range (0..{_MAX_DB})")
+    if db is not None and db != path_db:
+        raise bad(f"the database is given twice and differs (/{path_db} and db={db})")
+    return path_db
 
 
 def parse_cluster_url(url: str) -> ClusterAddress:

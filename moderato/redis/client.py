@@ -41,7 +41,7 @@ import math
 import ssl
 import threading
 from asyncio import get_running_loop
-from collections.abc import AsyncGenerator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypedDict
 
@@ -275,8 +275,8 @@ class RedisClient(FromUrl, Connector):
     connection, adjacent calls of one decision script, leave as one call of its
     batched form (moderato/redis/grouping.py), each decided exactly as alone:
     less Redis CPU per check, a little more of this process's (BENCHMARKS.md,
-    "Batched decisions, built"). A cluster's node clients never batch (their
-    keys may lie in several slots).
+    "Batched decisions, built"). A ClusterClient takes the same option for its
+    nodes, which join a turn's checks across the slots they serve.
     """
 
     parse_url = staticmethod(parse_url)
@@ -502,10 +502,15 @@ class RedisClient(FromUrl, Connector):
                 del pools[pool.loop]
                 self._pools = pools
 
+    def _grouping(self, connection: RedisConnection) -> Callable[[], None]:
+        """What ``connection``'s flush calls first when batching (a cluster's node
+        clients join across slots instead, cluster.py)."""
+        return partial(group_checks, connection)
+
     def _open(self, slot: _Slot) -> RedisConnection:
         connection = self.loop_connection(slot.pool.loop, slot.connection_closed)
         if self.batch_decisions:
-            connection._group = partial(group_checks, connection)
+            connection._group = self._grouping(connection)
         slot.attach(connection)
         connection.start(self.connect_timeout_s)
         return connection

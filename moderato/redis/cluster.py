@@ -57,7 +57,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -83,13 +84,14 @@ from .cluster_map import (
     shards_refused,
 )
 from .cluster_recovery import Drained, EnsureMap, Pause, Refresh, Send, recovery
-from .connection import ScriptLike
+from .connection import RedisConnection, ScriptLike
 from .errors import (
     RedisClientError,
     RedisClusterDownError,
     RedisConnectionError,
     RedisReplyError,
 )
+from .grouping import AloneScript, NodeBatching, group_node_checks
 from .url import ClusterAddress, RedisAddress, address_of, parse_cluster_url
 from .url_options import FromUrl
 
@@ -119,7 +121,10 @@ class _Request(NamedTuple):
 
     def send(self, client: RedisClient) -> asyncio.Future[Any]:
         if self.script is not None:
-            return client.evalsha(self.script, self.keys, self.args)
+            # Alone, never joined into a batch: a re-send may be a check whose batch
+            # was just refused, and would be refused again with it.
+            script = AloneScript(self.script.sha, self.script.source)
+            return client.evalsha(script, self.keys, self.args)
         return client.execute(*self.args)
 
     def asking_payload(self) -> bytes:
@@ -150,9 +155,12 @@ class ClusterClient(SlotMap[RedisClient], FromUrl):
         address: ClusterAddress | str,
         *,
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
+        batch_decisions: bool = False,
         **options: Unpack[ClientOptions],
     ) -> None:
         self._client_options = options
+        self._batch_decisions = bool(batch_decisions)
+        self._node_batching = NodeBatching()
         self._init_map(
             address_of(address, ClusterAddress, parse_cluster_url, "a cluster URL str"),
             max_redirects=max_redirects,
@@ -245,9 +253,25 @@ class ClusterClient(SlotMap[RedisClient], FromUrl):
         for node in list(self._nodes.values()):
             await node.client.close()
 
+    @property
+    def batch_decisions(self) -> bool:
+        """Whether each node joins a loop turn's checks into batched calls (off by default;
+        set it before the first check: a connection takes it when it opens)."""
+        return self._batch_decisions
+
+    @batch_decisions.setter
+    def batch_decisions(self, on: bool) -> None:
+        self._batch_decisions = bool(on)
+        for node in list(self._nodes.values()):
+            node.client.batch_decisions = self._batch_decisions
+
     def _new_client(self, address: RedisAddress) -> RedisClient:
-        # Not batched: one node's checks may lie in several slots (issue 30's cluster step).
-        return RedisClient(address, batch_decisions=False, **self._client_options)
+        return _NodeClient(
+            address,
+            self._node_batching,
+            batch_decisions=self._batch_decisions,
+            **self._client_options,
+        )
 
     def reload_map_soon(self) -> None:
         """Reload the slot map in the background (at most once per REFRESH_INTERVAL_S).
@@ -468,8 +492,25 @@ class ClusterClient(SlotMap[RedisClient], FromUrl):
             shards_refused(error, node.name)
             # Before Redis 7.0.
             slots_reply = await node.client.execute("CLUSTER", "SLOTS")
-            return checked_topology(parse_slots(slots_reply, node.host), node.name)
-        return checked_topology(parse_shards(reply, node.host, self.address.tls), node.name)
+            topology = checked_topology(parse_slots(slots_reply, node.host), node.name)
+            # Redis before 7.0 knows no script flags: batches stay within one slot.
+            self._node_batching.cross_slot = False
+            return topology
+        topology = checked_topology(parse_shards(reply, node.host, self.address.tls), node.name)
+        self._node_batching.cross_slot = True
+        return topology
+
+
+class _NodeClient(RedisClient):
+    """A cluster node's client: when batching, its connections join a turn's checks
+    across the slots the node serves (grouping.group_node_checks)."""
+
+    def __init__(self, address: RedisAddress, batching: NodeBatching, **options: Any) -> None:
+        super().__init__(address, **options)
+        self._node_batching = batching
+
+    def _grouping(self, connection: RedisConnection) -> Callable[[], None]:
+        return partial(group_node_checks, connection, self._node_batching)
 
 
 def _asking_refusal(asking: asyncio.Future[Any], node: _Node) -> RedisClientError | None:

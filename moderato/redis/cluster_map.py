@@ -83,6 +83,9 @@ class ClusterCounters:
     """Commands retried after a lost, refused or backed-off connection."""
     lost_replies: int = 0
     """Script calls not retried: written, then their reply was lost (they may have run)."""
+    batch_splits: int = 0
+    """Checks sent again alone after their batched call was refused whole before it ran
+    (a redirection or a migrating slot; the asyncio client with ``batch_decisions``)."""
     refreshes: int = 0
     """Slot maps loaded."""
     refresh_failures: int = 0

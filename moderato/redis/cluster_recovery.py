@@ -11,6 +11,9 @@ in full):
   started, and the command is sent there;
 - ``ASK``: the command is sent to the target after ``ASKING``; a script
   only once the source holds no key of the slot, until then it waits;
+- a batched call refused whole before it ran (RedisBatchRefusedError, for
+  each of its checks): a MOVED's news into the map, then the check alone to
+  its own slot's owner;
 - ``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING``: a pause, then the owner again
   (CLUSTERDOWN also starts a reload);
 - a lost, refused or backed-off connection: a reload, then the slot's
@@ -26,7 +29,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 from .cluster_map import RETRIED_REPLIES, C, Node, SlotMap, ask_waiting_error, too_many_redirects
 from .connection import CommandNotSentError
-from .errors import RedisClientError, RedisReplyError
+from .errors import RedisBatchRefusedError, RedisClientError, RedisReplyError
 
 __all__ = ["Drained", "EnsureMap", "Pause", "Refresh", "Send", "Step", "recovery"]
 
@@ -84,7 +87,23 @@ def recovery(
     asking = False
     while True:
         if error is not None:
-            if isinstance(error, RedisReplyError):
+            if isinstance(error, RedisBatchRefusedError):
+                # The check's batched call was refused whole before it ran (grouping.py):
+                # nothing of it was decided. What a MOVED said goes into the map; then the
+                # check goes alone to its own slot's owner, where its own reply (MOVED,
+                # ASK...) is followed as for any call. Counted as a redirection: bounded.
+                counters.batch_splits += 1
+                redirects += 1
+                message = error.message
+                too_many_redirects(redirects, cluster.max_redirects, message)
+                kind = message.split(" ", 1)[0]
+                if kind == "MOVED":
+                    cluster._moved_to(*cluster._redirect_target(message, node))
+                if kind in ("MOVED", "CLUSTERDOWN"):
+                    yield Refresh(wait=False)
+                node, asking = cluster._owner(slot), False
+                error = None
+            elif isinstance(error, RedisReplyError):
                 message = error.message
                 kind = message.split(" ", 1)[0]
                 if kind in ("MOVED", "ASK"):

@@ -25,6 +25,17 @@ class RedisReplyError(RedisClientError):
         self.message = message
 
 
+class RedisBatchRefusedError(RedisReplyError):
+    """A cluster node refused a check's batched call whole, before running any of it
+    (``reply``: what it said, ``MOVED`` or ``ASK`` say; grouping.py lists which replies
+    mean that): the check was not decided. The cluster client sends it again alone, so
+    this never reaches its caller."""
+
+    def __init__(self, reply: RedisReplyError) -> None:
+        super().__init__(reply.message)
+        self.reply = reply
+
+
 class RedisClusterDownError(RedisReplyError):
     """Every attempt until the command timeout was answered ``CLUSTERDOWN``.
 

@@ -32,17 +32,28 @@ and nothing is retried.
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
+from .._accel import key_slot
 from ._encoding import Arg, encode_command, encode_evalsha
-from .errors import RedisConnectionError, RedisReplyError
+from .cluster_map import key_text
+from .errors import RedisBatchRefusedError, RedisConnectionError, RedisReplyError
 
 if TYPE_CHECKING:
     from ..scripts import Script
 
-__all__ = ["BatchedReply", "group_checks"]
+__all__ = [
+    "AloneScript",
+    "BatchedReply",
+    "NodeBatching",
+    "cluster_batched_script",
+    "group_checks",
+    "group_node_checks",
+    "not_run",
+]
 
 # A record of _scripts: (sequence, script, keys, args, resends).
 Record = tuple[int, Any, Sequence[Arg], Sequence[Arg], int]
@@ -108,9 +119,59 @@ def _retrieve(future: Any) -> None:
         future.exception()
 
 
+# -- joining a turn's calls ------------------------------------------------------------
+#
+# _join() is written once: it finds the runs among a turn's new commands (adjacent calls
+# with one run key, cut at MAX_BATCH_PARTS checks and MAX_BATCH_ARGUMENT_BYTES) and puts
+# one batched call in each run's place. What makes a run and what its call looks like is
+# the single server's (_SingleServer) or a cluster node's (_ClusterNode).
+
+
+class _Calls:
+    """What the single server joins: adjacent calls of one decision script, sent as is."""
+
+    def run_keys(self, records: list[Optional[Record]]) -> tuple[list[Any], list[Any]]:
+        """Per command, the key a run of calls shares (None: it stays alone), and what
+        ``call`` needs to know of it."""
+        forms = _batching()[0]
+        keys = [
+            record[1].sha if record is not None and record[4] == 0 and record[1].sha in forms
+            else None
+            for record in records
+        ]  # fmt: skip
+        return keys, keys
+
+    def call(
+        self, parts: list[Record], futures: list[Any], details: list[Any]
+    ) -> tuple[Script, list[Arg], list[Arg], BatchedReply]:
+        """The batched call of ``parts`` (``details``: what run_keys said of them): its
+        script, keys and arguments, and its reply's slot."""
+        form = _batching()[0][parts[0][1].sha]
+        keys: list[Arg] = []
+        args: list[Arg] = [len(parts)]
+        for part in parts:
+            keys.extend(part[2])
+        _append_parts(args, parts)
+        return form, keys, args, BatchedReply(futures)
+
+
+def _append_parts(args: list[Arg], parts: list[Record]) -> None:
+    """Each part's key count, argument count and arguments (lua/batch.lua's layout)."""
+    for part in parts:
+        args += (len(part[2]), len(part[3]))
+        args.extend(part[3])
+
+
 def group_checks(connection: Any) -> None:
     """Join the adjacent calls of one decision script among ``connection``'s new
     commands into batched calls (its flush calls this with two or more new ones)."""
+    _join(connection, _SINGLE_SERVER)
+
+
+_SINGLE_SERVER = _Calls()
+
+
+def _join(connection: Any, calls: _Calls) -> None:
     buffer: list[bytes] = connection._write_buffer
     first = connection._held
     new = len(buffer) - first
@@ -128,24 +189,23 @@ def group_checks(connection: Any) -> None:
     records: list[Optional[Record]] = [None] * new
     for record in turn:
         records[record[0] - base - 1] = record
-    forms, max_parts, max_bytes = _batching()
-    runs: list[tuple[int, int, Optional[Script]]] = []
+    _, max_parts, max_bytes = _batching()
+    run_keys, details = calls.run_keys(records)
+    runs: list[tuple[int, int]] = []
     start = 0
     while start < new:
-        record = records[start]
-        form = forms.get(record[1].sha) if record is not None and record[4] == 0 else None
+        key = run_keys[start]
         stop = start + 1
-        if form is not None and record is not None:
+        if key is not None:
             size = len(buffer[first + start])
             while stop < new and stop - start < max_parts:
-                after = records[stop]
-                if after is None or after[4] != 0 or after[1].sha != record[1].sha:
+                if run_keys[stop] != key:
                     break
                 size += len(buffer[first + stop])
                 if size > max_bytes:
                     break
                 stop += 1
-        runs.append((start, stop, form if stop - start > 1 else None))
+        runs.append((start, stop))
         start = stop
     if len(runs) == new:
         return  # nothing to join
@@ -157,14 +217,16 @@ def group_checks(connection: Any) -> None:
         scripts.pop()
     payloads = buffer[first:]
     del buffer[first:]
-    for start, stop, form in runs:
-        if form is None:
+    for start, stop in runs:
+        if stop - start == 1:
             buffer.append(payloads[start])
             pending.append(futures[start])
             record = records[start]
             if record is not None:
                 scripts.append((base + len(buffer) - first, *record[1:]))
             continue
+        parts = [record for record in records[start:stop] if record is not None]
+        form, keys, args, reply = calls.call(parts, futures[start:stop], details[start:stop])
         if form.sha not in loaded:
             loaded.add(form.sha)
             load = connection._future_type(loop=connection._loop)
@@ -172,14 +234,180 @@ def group_checks(connection: Any) -> None:
             buffer.append(encode_command("SCRIPT", "LOAD", form.source))
             pending.append(load)
             connection._loads[form.sha] = base + len(buffer) - first
-        keys: list[Arg] = []
-        args: list[Arg] = [stop - start]
-        for index in range(start, stop):
-            part = records[index]
-            assert part is not None
-            keys.extend(part[2])
-            args += (len(part[2]), len(part[3]))
-            args.extend(part[3])
         buffer.append(encode_evalsha(form.sha, keys, args))
-        pending.append(BatchedReply(futures[start:stop]))
+        pending.append(reply)
         scripts.append((base + len(buffer) - first, form, keys, args, 0))
+
+
+# -- a cluster node's turn ---------------------------------------------------------------
+#
+# A node's checks may lie in several slots. Redis refuses a call whose declared keys span
+# slots (CROSSSLOT, even with the allow-cross-slot-keys flag: the flag only lets the script
+# touch keys of other slots the node serves), so a batch over several slots is a call of the
+# script's cluster form (lua/cluster_batch.lua, then the batched script): the checks reordered
+# by slot (the first check's slot first, each slot's checks in their order: checks on one key
+# share its slot, and checks on different slots share no state), the first slot's keys
+# declared, the others after ARGV, each other slot put through Redis's own cluster check
+# before any check runs. A batch within one slot is a call of the batched script itself,
+# every key declared, as on a single server.
+#
+# Which error replies mean "not run". Redis refuses a command before running it, with an
+# error naming the cluster's reason, for the keys it declares: MOVED, ASK (the slot is
+# elsewhere, or migrating and a key is missing here), TRYAGAIN (migrating, some keys here and
+# some not), CROSSSLOT, CLUSTERDOWN; also LOADING (a node loading its data set). None of those
+# can come out of a running script: a command inside a script that Redis's cluster check
+# refuses fails with "ERR Script attempted to access a non local key...", and a script's
+# own error replies are the script's. The cluster form's check of the other slots answers
+# MODERATO_NOT_RUN before any check runs. A batched call answered with one of these
+# decided nothing; its checks are failed with RedisBatchRefusedError, and the cluster
+# client sends each alone through its usual routing. Any other error reply for the call
+# (OOM, BUSY, NOPERM, a script error) fails each check with it, as on a single server, and
+# nothing is re-sent; so does a lost or late reply (each decision unknown).
+
+_NOT_RUN_REPLIES = frozenset(
+    {"MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN", "LOADING", "MODERATO_NOT_RUN"}
+)
+CROSS_SLOT_SHEBANG = b"#!lua flags=allow-cross-slot-keys\n"
+_CLUSTER_HEAD_FILE = "cluster_batch.lua"
+
+
+def not_run(error: BaseException) -> bool:
+    """Whether ``error``, the reply to a batched call, says Redis ran none of it."""
+    return isinstance(error, RedisReplyError) and error.message.split(" ", 1)[0] in _NOT_RUN_REPLIES
+
+
+class AloneScript(NamedTuple):
+    """A script call that a cluster node sends as it is, never joined into a batch (the
+    cluster client's re-sends: after a redirection, or a batch refused whole)."""
+
+    sha: str
+    source: bytes
+
+
+class NodeBatching:
+    """A cluster's setting its node clients read per turn: whether a batch may span slots
+    (its nodes run Redis 7.0 or later, as answering CLUSTER SHARDS shows)."""
+
+    __slots__ = ("cross_slot",)
+
+    def __init__(self) -> None:
+        self.cross_slot = False
+
+
+class NodeBatchedReply(BatchedReply):
+    """A batched call's slot on a cluster node: a reply refusing the call before it ran
+    fails each check with RedisBatchRefusedError, so each is sent again alone."""
+
+    __slots__ = ()
+
+    def set_exception(self, error: BaseException) -> None:
+        if not_run(error):
+            assert isinstance(error, RedisReplyError)
+            self._done = True
+            for part in self._parts:
+                if not part.done():
+                    part.set_exception(RedisBatchRefusedError(error))
+            return
+        super().set_exception(error)
+
+
+@cache
+def _node_forms() -> dict[str, tuple[Script, Script, Script]]:
+    """Each decision script's SHA1 to its Script object (the one every check sends), its
+    batched form and that form's cluster form."""
+    from ..algorithms import ALGORITHMS
+    from ..scripts import batched_script, load_script
+
+    return {
+        load_script(name).sha: (
+            load_script(name),
+            batched_script(name),
+            cluster_batched_script(name),
+        )
+        for name in ALGORITHMS
+    }
+
+
+@cache
+def cluster_batched_script(name: str) -> Script:
+    """The batched script ``name``'s cluster form: the flag, lua/cluster_batch.lua's head,
+    then the batched script as it is (so its text has one home, moderato/scripts.py)."""
+    from ..scripts import Script, batched_script, scripts_dir, without_comments
+
+    head = without_comments((scripts_dir() / _CLUSTER_HEAD_FILE).read_bytes())
+    source = CROSS_SLOT_SHEBANG + head + batched_script(name).source
+    return Script(
+        name=f"cluster_batch({name})", source=source, sha=hashlib.sha1(source).hexdigest()
+    )
+
+
+class _ClusterNode(_Calls):
+    """What a cluster node joins: adjacent calls of one decision script as every check
+    sends it (not a re-send), across slots when the cluster's ``batching.cross_slot``
+    allows, else within one slot. A call's slot is its first key's, as the cluster client
+    routes it; a call whose other keys lie elsewhere is refused before running (CROSSSLOT,
+    declared, or by the cluster form's check), then sent alone, where Redis refuses it."""
+
+    def __init__(self, batching: NodeBatching) -> None:
+        self.batching = batching
+
+    def run_keys(self, records: list[Optional[Record]]) -> tuple[list[Any], list[Any]]:
+        """The run keys (the script; and its slot unless batches may span slots), and
+        each call's slot."""
+        forms = _node_forms()
+        cross_slot = self.batching.cross_slot
+        keys: list[Any] = []
+        slots: list[Any] = []
+        for record in records:
+            key = slot = None
+            if record is not None and record[4] == 0 and record[2]:
+                script = record[1]
+                known = forms.get(script.sha)
+                if known is not None and known[0] is script:
+                    first = record[2][0]
+                    slot = key_slot(first if type(first) is bytes else key_text(first))
+                    key = script.sha if cross_slot else (script.sha, slot)
+            keys.append(key)
+            slots.append(slot)
+        return keys, slots
+
+    def call(
+        self, parts: list[Record], futures: list[Any], details: list[Any]
+    ) -> tuple[Script, list[Arg], list[Arg], BatchedReply]:
+        _, batched, cross_slot = _node_forms()[parts[0][1].sha]
+        groups: dict[int, list[int]] = {}
+        for index, slot in enumerate(details):
+            group = groups.get(slot)
+            if group is None:
+                groups[slot] = [index]
+            else:
+                group.append(index)
+        if len(groups) == 1:
+            keys: list[Arg] = []
+            for part in parts:
+                keys.extend(part[2])
+            args: list[Arg] = [len(parts)]
+            _append_parts(args, parts)
+            return batched, keys, args, NodeBatchedReply(futures)
+        members = list(groups.values())
+        order = [index for group in members for index in group]
+        ordered = [parts[index] for index in order]
+        keys = [key for index in members[0] for key in parts[index][2]]
+        args = [len(parts)]
+        _append_parts(args, ordered)
+        counts: list[Arg] = []
+        for group in members[1:]:
+            count = 0
+            for index in group:
+                args.extend(parts[index][2])
+                count += len(parts[index][2])
+            counts.append(count)
+        args.extend(counts)
+        args.append(len(members) - 1)
+        return cross_slot, keys, args, NodeBatchedReply([futures[index] for index in order])
+
+
+def group_node_checks(connection: Any, batching: NodeBatching) -> None:
+    """group_checks() for a cluster node's connection: the turn's checks of one decision
+    script joined across the slots this node serves (see above)."""
+    _join(connection, _ClusterNode(batching))

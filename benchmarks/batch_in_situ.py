@@ -23,6 +23,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,22 @@ IDENTITIES = 1000
 RATE = "1000000000/hour"  # admits everything
 
 
+# Redis's CPU seconds so far and the EVALSHA calls it served: what a trial reads around its window.
+Meter = Callable[[], tuple[float, int]]
+
+
 def evalsha_calls(client: redis.Redis) -> int:
     stats = client.info("commandstats")
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
+def server_meter(admin: redis.Redis) -> Meter:
+    """One redis-server's main-thread CPU and calls."""
+    return lambda: (redis_cpu_s(admin), evalsha_calls(admin))
+
+
 async def trial(
-    limiter: RateLimiter, admin: redis.Redis, algorithm: str, hot: bool, seconds: float
+    limiter: RateLimiter, meter: Meter, algorithm: str, hot: bool, seconds: float
 ) -> dict[str, float]:
     names = ["hot"] if hot else [f"id{i}" for i in range(IDENTITIES)]
     stop = False
@@ -63,12 +73,12 @@ async def trial(
 
     tasks = [asyncio.ensure_future(task(i)) for i in range(TASKS)]
     await asyncio.sleep(0.2)  # warmed up: every task under way
-    cpu_before, calls_before = redis_cpu_s(admin), evalsha_calls(admin)
+    cpu_before, calls_before = meter()
     checks_before, started = sum(counts), time.perf_counter()
     await asyncio.sleep(seconds)
     checks = sum(counts) - checks_before
     elapsed = time.perf_counter() - started
-    cpu_after, calls_after = redis_cpu_s(admin), evalsha_calls(admin)
+    cpu_after, calls_after = meter()
     stop = True
     await asyncio.gather(*tasks)
     calls = calls_after - calls_before
@@ -80,7 +90,7 @@ async def trial(
     }
 
 
-async def run(options: argparse.Namespace, url: str, admin: redis.Redis) -> list[dict[str, Any]]:
+async def run(options: argparse.Namespace, url: str, meter: Meter) -> list[dict[str, Any]]:
     limiters = {}
     for mode in ("before", "after"):
         limiter = RateLimiter(url, key_prefix=mode, command_timeout_s=10.0)
@@ -95,7 +105,7 @@ async def run(options: argparse.Namespace, url: str, admin: redis.Redis) -> list
             for _ in range(options.trials):
                 for mode in ("before", "after"):
                     samples[mode].append(
-                        await trial(limiters[mode], admin, algorithm, hot, options.seconds)
+                        await trial(limiters[mode], meter, algorithm, hot, options.seconds)
                     )
             row: dict[str, Any] = {
                 "algorithm": algorithm,
@@ -136,7 +146,7 @@ def main() -> None:
     server = RedisServer().start()
     try:
         admin = redis.Redis(port=server.port)
-        rows = asyncio.run(run(options, server.url, admin))
+        rows = asyncio.run(run(options, server.url, server_meter(admin)))
     finally:
         server.close()
     path = write_results("batch_in_situ", vars(options), rows, tasks=TASKS)

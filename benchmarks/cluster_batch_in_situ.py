@@ -1,0 +1,68 @@
+"""Batched decisions on a Redis Cluster in situ (issue 30, the cluster step): Redis CPU per
+decision and checks/s of a real asyncio RateLimiter over a 3-primary cluster (no replicas),
+100 tasks in one process, the cluster client's ``batch_decisions`` off ("before": a call a
+check) and on ("after": each node joins a loop turn's checks across its slots,
+moderato/redis/grouping.py), interleaved in one run.
+
+The trials are batch_in_situ.py's (100 tasks checking in a loop at a rate that admits
+everything, over 1,000 identities, so over every node and about a thousand slots, or on one
+hot identity); the meter here sums every primary's ``used_cpu_sys + used_cpu_user`` (all
+threads) and ``cmdstat_evalsha`` calls around each window.
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/cluster_batch_in_situ.py \
+        [--trials N] [--seconds S] [--algorithms fixed_window token_bucket]
+
+Writes ``benchmarks/results/cluster-batch-in-situ-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import redis  # noqa: E402
+from batch_floor import write_results  # noqa: E402
+from batch_in_situ import TASKS, Meter, evalsha_calls, run  # noqa: E402
+from cluster import RedisCluster  # noqa: E402
+
+
+def cluster_meter(cluster: RedisCluster) -> Meter:
+    """The primaries' CPU seconds (user + system, every thread) and EVALSHA calls, summed."""
+    admins = [redis.Redis(port=shard.primary) for shard in cluster.shards()]
+
+    def read() -> tuple[float, int]:
+        cpu_s, calls = 0.0, 0
+        for admin in admins:
+            info = admin.info("cpu")
+            cpu_s += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+            calls += evalsha_calls(admin)
+        return cpu_s, calls
+
+    return read
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--algorithms", nargs="*", default=["fixed_window", "token_bucket"])
+    options = parser.parse_args()
+    cluster = RedisCluster(primaries=3, replicas=0).start()
+    try:
+        rows = asyncio.run(run(options, cluster.url, cluster_meter(cluster)))
+    finally:
+        cluster.close()
+    path = write_results(
+        "cluster_batch_in_situ", vars(options), rows, tasks=TASKS, primaries=3, replicas=0
+    )
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -296,3 +296,35 @@ async def test_checks_over_many_slots_stay_exact_while_one_slot_migrates(
             assert usage["current"] == admitted[name] == 30, (name, usage)
     finally:
         await limiter.close()
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_log"])
+async def test_a_flushed_script_cache_is_repaired_once_per_batch(
+    cluster: RedisCluster, algorithm: str
+) -> None:
+    """SCRIPT FLUSH on every primary, then a turn of checks over several slots of each:
+    each node loads each form once, re-sends each batch once, and every reply is exact."""
+    script = load_script(algorithm)
+    client = ClusterClient.from_url(cluster.url, batch_decisions=True, command_timeout_s=5)
+    try:
+        await client.connect()
+        by_node = identities_per_shard(cluster.shards(), 10, stem=f"flushed-{algorithm}")
+        keys = [base_key(name, "flushed") for names in by_node.values() for name in names]
+        # A first turn: every connection has loaded its forms.
+        await asyncio.gather(*(client.evalsha(script, [key], ARGS[algorithm]) for key in keys))
+        for shard in cluster.shards():
+            call(shard.primary, "SCRIPT", "FLUSH")
+        reset_stats(cluster)
+        replies = await asyncio.gather(
+            *(client.evalsha(script, [key], ARGS[algorithm]) for key in keys)
+        )
+        assert [reply[2] for reply in replies] == [expected_remaining(algorithm, 2)] * len(keys)
+        for shard in cluster.shards():
+            stats = script_calls(shard.primary)
+            # 10 checks: one batch, answered NOSCRIPT (a failed call), then run once.
+            assert stats["evalsha"] == (2, 1), stats
+            assert stats["script|load"][0] == 1, stats  # its form, loaded once
+            assert errors(shard.primary) == {"NOSCRIPT": 1}
+        assert client.counters.batch_splits == 0
+    finally:
+        await client.close()

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -30,6 +32,8 @@ import redis  # noqa: E402
 from batch_floor import write_results  # noqa: E402
 from batch_in_situ import TASKS, Meter, evalsha_calls, run  # noqa: E402
 from cluster import RedisCluster  # noqa: E402
+
+from moderato.redis import ClusterClient  # noqa: E402
 
 
 def cluster_meter(cluster: RedisCluster) -> Meter:
@@ -47,19 +51,41 @@ def cluster_meter(cluster: RedisCluster) -> Meter:
     return read
 
 
+def _per_slot(topology: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def loaded(self: ClusterClient, node: Any) -> Any:
+        found = await topology(self, node)
+        self._node_batching.cross_slot = False
+        return found
+
+    return loaded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--algorithms", nargs="*", default=["fixed_window", "token_bucket"])
+    parser.add_argument(
+        "--per-slot",
+        action="store_true",
+        help="'after' joins checks within one slot only (as on Redis before 7.0), for comparison",
+    )
     options = parser.parse_args()
+    if options.per_slot:
+        # What a cluster answering only CLUSTER SLOTS gets: runs cut where the slot changes.
+        ClusterClient._topology = _per_slot(ClusterClient._topology)  # type: ignore[method-assign]
     cluster = RedisCluster(primaries=3, replicas=0).start()
     try:
         rows = asyncio.run(run(options, cluster.url, cluster_meter(cluster)))
     finally:
         cluster.close()
     path = write_results(
-        "cluster_batch_in_situ", vars(options), rows, tasks=TASKS, primaries=3, replicas=0
+        "cluster_batch_in_situ" + ("_per_slot" if options.per_slot else ""),
+        vars(options),
+        rows,
+        tasks=TASKS,
+        primaries=3,
+        replicas=0,
     )
     print(f"wrote {path.relative_to(ROOT)}")
 

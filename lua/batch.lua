@@ -1,12 +1,14 @@
 -- moderato: a batched decision script's driver, spliced in last (see batched_script() in
 -- moderato/scripts.py). Before it, the algorithm's own script, split at its markers:
 -- its head (the clock, read once: every decision sees the same instant, and the locals
--- its straight-line path's pieces hand on), parse_check() (the one-policy path's argument
--- check and its key piece: true when the check takes that path, with state_key its state's
--- key), read_state(), decide_check() and write_state() (its read, decision and write
--- pieces) and general_path() (the general path, its functions built afresh per call, as
--- the script alone builds them). A script whose straight-line path is not split yet has
--- it whole as parse_check(), which then answers the check's reply or nil, and no pieces.
+-- its straight-line path's pieces hand on); its one-policy straight-line path as
+-- parse_check() (the argument check and the key piece: true when the check takes that
+-- path), open_check() (those, then the read and the decision: true when the check took
+-- the path, its reply in reply or nil for the general path; or the read's refusal),
+-- decide_check() and write_state() (the decision and the write pieces); and
+-- general_path() (the general path, its functions built afresh per call, as the script
+-- alone builds them). A script whose straight-line path is not split yet has it whole as
+-- open_check(), which then answers the check's reply or nil.
 --
 -- A run: the checks, one after the other, that take the straight-line path with the same
 -- key and the same policy fields (the arguments after the cost, as sent), so the same
@@ -66,7 +68,8 @@ local replies = {}
 local filled_keys, filled_args = 0, 0
 key_count_text, arg_count_text = nil, nil
 -- The open run's first part: its key's index in BATCH_KEYS and its arguments' in BATCH_ARGV
--- (run_at nil: no run open); same_at, the part before's, when it was decided in the run.
+-- (just before the first; run_at nil: no run open); same_at, the part before's, when it
+-- was decided in the run.
 local run_key_at, run_at, same_at
 KEYS, ARGV = {}, {}
 keys_at, argv_at = 0, 2
@@ -100,17 +103,15 @@ for part = 1, part_count do
     refill(KEYS, BATCH_KEYS, keys_at, key_count, filled_keys)
     refill(ARGV, BATCH_ARGV, argv_at, arg_count, filled_args)
     filled_keys, filled_args = key_count, arg_count
-    decided = parse_check()
-    if decided == true then
-      decided = nil
-      if not continues then
-        decided = read_state() -- a reply here is a refusal: no run opens
-        if not decided then
-          run_key_at, run_at = keys_at + 1, argv_at
-        end
-      end
-      if not decided then
+    if continues then
+      if parse_check() then -- another cost: its own scalars (the same key)
         decide_check()
+        decided = reply
+      end
+    else
+      decided = open_check()
+      if decided == true then
+        run_key_at, run_at = keys_at + 1, argv_at
         decided = reply
       end
     end

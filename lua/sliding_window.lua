@@ -16,6 +16,11 @@ The math, waits included: docs/algorithms.md ("Sliding window").
 ]]
 
 local FIELDS_PER_POLICY = 2
+-- What the straight-line path's pieces hand on (lua/counter_run.lua says what most hold;
+-- window_index and elapsed_s: the instant's, room_scaled: the capacity less the weighted
+-- previous counter).
+local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
+  charged_text, reply, window_index, elapsed_s, room_scaled
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
@@ -26,20 +31,29 @@ local FIELDS_PER_POLICY = 2
 -- charge undone (DECRBY) if it does not fit, as in fixed_window.lua: a counter found at 0
 -- always fits, so one that did not exist is never left behind. Anything else, and any
 -- counter INCRBY or GET cannot take, goes on to the general path with nothing changed.
+--
+-- Split in pieces at its --#batch lines, as fixed_window.lua's: the key, the read (both
+-- counters), the decision, the write (the current counter).
 if cost_scaled and cost_scaled <= capacity_scaled then
-  local window_ms = window_s * 1000
+--#batch key
+  window_ms = window_s * 1000
   -- fmod is exact, so these are exact (see floor_div in prelude.lua).
   local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
-  local window_index = window_start_ms / window_ms
+  window_index = window_start_ms / window_ms
   local elapsed_ms = now_ms - window_start_ms
-  local elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
-  -- '%d' writes a window index in full, and faster than '..' would (with '%.14g'). GET
-  -- answers a key of another type with an error, so a nil is a missing counter.
+  elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
+  window_end_ms = window_start_ms + window_ms
+  -- '%d' writes a window index in full, and faster than '..' would (with '%.14g').
+  state_key = KEYS[1] .. string.format(':%d', window_index)
+  expire_at_ms = window_end_ms + window_ms -- it lives on as the next window's previous counter
+--#batch read
+  -- GET answers a key of another type with an error, so a nil is a missing counter.
   local previous_text = redis.pcall('GET', KEYS[1] .. string.format(':%d', window_index - 1))
     or '0'
   if previous_text.err and string.find(previous_text.err, "can't run this command", 1, true) then
     return previous_text -- an ACL without GET: a misconfiguration to report
   end
+  stored_scaled, found_scaled, used_scaled = -1, -1, -1 -- nothing read: the general path's
   -- Up to 15 digits: below 2^53, so reading them is exact (by arithmetic: digits only, so
   -- it reads them as tonumber would, with no call).
   if not previous_text.err and #previous_text < 16 and string.find(previous_text, '^%d+$') then
@@ -51,30 +65,27 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
     local rest_scaled = math.fmod(previous_scaled, 1000)
     local rest_weighted = rest_scaled * weight_permille
-    local room_scaled = capacity_scaled - ((previous_scaled - rest_scaled) / 1000 * weight_permille
+    room_scaled = capacity_scaled - ((previous_scaled - rest_scaled) / 1000 * weight_permille
       + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
     if cost_scaled <= room_scaled then
-      local current_key = KEYS[1] .. string.format(':%d', window_index)
-      -- ARGV[1] as sent (short decimal digits): INCRBY refuses it unless canonical.
-      local used_scaled = redis.pcall('INCRBY', current_key, ARGV[1])
-      if type(used_scaled) == 'number' then
-        -- The counter as it was (used_scaled - cost_scaled) is valid when 0..2^53.
-        if used_scaled >= cost_scaled and used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
-          local headroom_scaled = room_scaled - used_scaled
-          if headroom_scaled >= 0 then
-            local window_end_ms = window_start_ms + window_ms
-            if used_scaled == cost_scaled then
-              -- Found at 0, just created: it lives on as the next window's previous counter.
-              redis.call('PEXPIREAT', current_key, string.format('%d', window_end_ms + window_ms))
-            end
-            return { 1, 0, headroom_scaled, 0, window_end_ms }
-          end
-        end
-        redis.call('DECRBY', current_key, ARGV[1])
-      elseif string.find(used_scaled.err, "can't run this command", 1, true) then
-        return used_scaled -- an ACL without INCRBY
-      end
+--#include counter_run.lua
     end
+  end
+--#batch decide
+  -- Admitted when the current counter, as the checks before left it (valid when 0..2^53),
+  -- charged, stays within the room; anything else (a denial: its wait is a search) is the
+  -- general path's.
+  local charged_used_scaled = used_scaled + cost_scaled
+  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 -- MAX_SAFE_INTEGER
+      and charged_used_scaled <= room_scaled then
+    used_scaled = charged_used_scaled
+    reply = { 1, 0, room_scaled - charged_used_scaled, 0, window_end_ms }
+  end
+--#batch write
+--#include counter_write.lua
+--#batch end
+  if reply then
+    return reply
   end
 end
 

@@ -213,13 +213,14 @@ def batched_script(name: str) -> Script:
     home: its head (up to ``--#batch each``: the clock, read once) stays at the top; its
     one-policy straight-line path (to ``--#batch shared``), split in turn at ``--#batch
     key``, ``read``, ``decide``, ``write`` and ``end``, becomes ``parse_check()`` (its
-    argument check and its key piece), ``read_state()``, ``decide_check()`` and
-    ``write_state()``, which the driver runs per check or once per run of checks on one key
-    (what follows ``--#batch end``, the reply's return, is the script's alone); the general
-    path (the rest, to its closing ``return decide(...)``) becomes ``general_path()``, run
-    for a check the straight-line path leaves to it. A straight-line path without the
-    pieces' markers becomes ``parse_check()`` whole, answering its reply or nil, each check
-    on its own. ``KEYS`` and ``ARGV`` are locals the driver sets per check.
+    argument check and key piece), ``open_check()`` (those, the read and the decision: a
+    run's first check), ``decide_check()`` and ``write_state()``, which the driver runs per
+    check or once per run of checks on one key (what follows ``--#batch end``, the
+    reply's return, is the script's alone); the general path (the rest, to its closing
+    ``return decide(...)``) becomes ``general_path()``, run for a check the straight-line
+    path leaves to it. A straight-line path without the pieces' markers becomes
+    ``open_check()`` whole, answering its reply or nil, each check on its own. ``KEYS``
+    and ``ARGV`` are locals the driver sets per check.
     """
     if name not in ALGORITHMS:
         raise ValueError(
@@ -269,12 +270,12 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
     if not any(markers):
         return [
             b"local state_key, reply",
-            b"local function parse_check()",
+            b"local function open_check()",
             reset,
             *straight_line,
             b"end",
-            b"local function read_state() end",
-            b"local decide_check, write_state = read_state, read_state",
+            b"local function parse_check() end",
+            b"local decide_check, write_state = parse_check, parse_check",
         ]
     at = [found[0] for found in markers if len(found) == 1]
     if len(at) != len(markers) or at != sorted(at):
@@ -283,19 +284,28 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
             f"'decide', 'write' and 'end', in that order, or none"
         )
     key, read, decide, write, end = at
+    parse, key_piece = straight_line[:key], straight_line[key + 1 : read]
+    read_piece, decide_piece = straight_line[read + 1 : decide], straight_line[decide + 1 : write]
+    # parse ends in the straight-line path's 'if <it applies> then', which key_piece is in.
     return [
         b"local function parse_check()",
         reset,
-        *straight_line[:key],
-        *straight_line[key + 1 : read],
+        *parse,
+        *key_piece,
         b"return true",
         b"end",
         b"end",
-        b"local function read_state()",
-        *straight_line[read + 1 : decide],
+        b"local function open_check()",
+        reset,
+        *parse,
+        *key_piece,
+        *read_piece,
+        *decide_piece,
+        b"return true",
+        b"end",
         b"end",
         b"local function decide_check()",
-        *straight_line[decide + 1 : write],
+        *decide_piece,
         b"end",
         b"local function write_state()",
         *straight_line[write + 1 : end],

@@ -249,6 +249,18 @@ ODD_STATES: list[tuple[str, str, int, tuple[str, ...]]] = [
     ("fixed_window", "full, no expiry", 0, ("SET", "{}", "9500")),
     ("fixed_window", "zero, no expiry", 0, ("SET", "{}", "0")),
     ("fixed_window", "above a lowered limit", 0, ("SET", "{}", "12000", "PX", "100000")),
+    ("sliding_window", "not an integer", 0, ("SET", "{}", "abc")),
+    ("sliding_window", "negative", 0, ("SET", "{}", "-5")),
+    ("sliding_window", "another type", 0, ("HSET", "{}", "f", "1")),
+    ("sliding_window", "near 2^53", 0, ("SET", "{}", NEAR_2_53)),
+    ("sliding_window", "zero, no expiry", 0, ("SET", "{}", "0")),
+    ("sliding_window", "previous not an integer", 1, ("SET", "{}", "abc")),
+    ("sliding_window", "previous negative", 1, ("SET", "{}", "-5")),
+    ("sliding_window", "previous another type", 1, ("HSET", "{}", "f", "1")),
+    ("sliding_window", "previous past 2^53", 1, ("SET", "{}", PAST_2_53)),
+    ("sliding_window", "previous 16 digits", 1, ("SET", "{}", "1000000000000000")),
+    ("sliding_window", "previous full", 1, ("SET", "{}", "10000", "PX", "100000")),
+    ("sliding_window", "previous half full", 1, ("SET", "{}", "5500", "PX", "100000")),
 ]
 
 
@@ -274,8 +286,15 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
 
 # The algorithms whose straight-line path is split in pieces, and the Redis commands a
 # batch of MAX_BATCH_PARTS checks on one new key (HOT_LIMIT admitted, the rest denied)
-# runs: its state's read and write, once.
-SPLIT = {"fixed_window": ["INCRBY", "INCRBY", "PEXPIREAT"]}
+# runs: the admissions' state read and written once; the sliding window's denials are its
+# general path's (a search), each alone as before (the read, the charge tried and undone,
+# then the general path's two GETs).
+DENIALS = MAX_BATCH_PARTS - HOT_LIMIT
+SPLIT = {
+    "fixed_window": ["INCRBY", "INCRBY", "PEXPIREAT"],
+    "sliding_window": ["GET", "INCRBY", "INCRBY", "PEXPIREAT", "GET", "GET"]
+    + ["GET", "INCRBY", "DECRBY", "GET", "GET"] * (DENIALS - 1),
+}
 
 
 async def commands_run(lua: LuaHarness) -> list[str]:

@@ -13,7 +13,13 @@ the checks made. Subjects:
 * limits' asyncio strategies over ``limits.aio.storage.RedisStorage`` (redis-py), the
   fixed window, the sliding window counter and the moving window (a sliding log);
 * throttled-py's asyncio ``Throttled`` over its ``RedisStore``: the fixed and sliding
-  windows, the token and leaky buckets and GCRA.
+  windows, the token and leaky buckets and GCRA;
+* two references for checks/s, not limiters (never the "best peer"): the bare asyncio
+  client (benchmarks/subjects.py: hiredis on one connection, the same EVALSHA built
+  by moderato's C functions, a loop turn's commands in one write, a future a check:
+  what any client that sends a script call a check and answers each caller does at
+  the least), and the loop alone (each check waits one loop turn, ``asyncio.sleep(0)``: the
+  ceiling of 100 tasks that each wait for something per check, no I/O at all).
 
 A trial runs every subject of an algorithm in turn, the order rotated trial by trial so
 a drift of the shared machine spreads over all of them; figures are medians of the
@@ -47,10 +53,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import redis  # noqa: E402
 from batch_floor import redis_cpu_s, write_results  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
-from subjects import LIMITS_STRATEGIES, THROTTLED_PAIRS  # noqa: E402
+from subjects import LIMITS_STRATEGIES, THROTTLED_PAIRS, bare_client  # noqa: E402
 
-from moderato import RateLimiter  # noqa: E402
+from moderato import RateLimiter, _accel  # noqa: E402
 from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.policy import policy_for  # noqa: E402
+from moderato.scripts import load_script  # noqa: E402
 
 TASKS = 100
 IDENTITIES = 1000
@@ -126,6 +134,37 @@ def throttled_subjects(port: int, algorithm: str) -> list[Subject]:
     return subjects
 
 
+async def reference_subjects(port: int, algorithm: str) -> list[Subject]:
+    loop = asyncio.get_running_loop()
+    chosen = ALGORITHMS[algorithm]
+    rate = f"{LIMIT}/hour"
+    script = load_script(chosen.name)
+    args = (1000, 1, *chosen.policy_args(policy_for(rate).rates[0]))
+    transport, send = await bare_client(
+        lambda protocol: loop.create_connection(protocol, "127.0.0.1", port),
+        script.source,
+        per_turn=True,
+    )
+
+    def bare(key: str) -> Awaitable[Any]:
+        keys = _accel.build_keys("bare", chosen.key_tag, "", "global", key, (3600,))
+        return send(_accel.encode_evalsha(script.sha, keys, args))
+
+    async def close_bare() -> None:
+        transport.close()
+
+    def nothing(key: str) -> Awaitable[Any]:
+        return asyncio.sleep(0)  # one loop turn, as a reply's wait takes at the least
+
+    async def close_nothing() -> None:
+        return None
+
+    return [
+        Subject("bare asyncio client (reference)", "reference", bare, close_bare),
+        Subject("the loop alone (reference)", "reference", nothing, close_nothing),
+    ]
+
+
 async def trial(
     subject: Subject, admin: redis.Redis, hot: bool, seconds: float
 ) -> tuple[float, float]:
@@ -163,6 +202,7 @@ async def run(options: argparse.Namespace, url: str, port: int) -> list[dict[str
             await moderato_subject(url, algorithm, batched=True),
             *limits_subjects(port, algorithm),
             *throttled_subjects(port, algorithm),
+            *await reference_subjects(port, algorithm),
         ]
         for hot in (False, True):
             samples: dict[str, list[float]] = {s.name: [] for s in subjects}
@@ -174,7 +214,11 @@ async def run(options: argparse.Namespace, url: str, port: int) -> list[dict[str
                     samples[subject.name].append(us)
                     rates[subject.name].append(checks_per_s)
             medians = {name: statistics.median(values) for name, values in samples.items()}
-            peers = {s.name: medians[s.name] for s in subjects if s.library != "moderato"}
+            peers = {
+                s.name: medians[s.name]
+                for s in subjects
+                if s.library not in ("moderato", "reference")
+            }
             best_name = min(peers, key=peers.__getitem__) if peers else None
             row: dict[str, Any] = {
                 "algorithm": algorithm,
@@ -190,7 +234,10 @@ async def run(options: argparse.Namespace, url: str, port: int) -> list[dict[str
                         medians[f"moderato, batching {mode}"] / peers[best_name]
                     )
             rows.append(row)
-            line = ", ".join(f"{name} {us:.2f}" for name, us in medians.items())
+            line = ", ".join(
+                f"{name} {us:.2f} ({row['checks_per_s'][name]:,.0f}/s)"
+                for name, us in medians.items()
+            )
             ratios = (
                 f"; on/best peer {row['batching_on_over_best_peer']:.2f}x"
                 if best_name is not None

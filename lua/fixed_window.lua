@@ -45,7 +45,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- Decided on used_scaled, the counter as the checks before left it (the read's, alone):
   -- valid when 0..2^53 (a sum below 2^53 is exact), else the general path decides.
   local charged_used_scaled = used_scaled + cost_scaled
-  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then
+  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
     if charged_used_scaled <= capacity_scaled then
       used_scaled = charged_used_scaled
       reply = { 1, 0, capacity_scaled - charged_used_scaled, 0, window_end_ms }

@@ -227,7 +227,10 @@ def test_four_processes_of_125_tasks_admit_exactly_the_limit_while_the_slot_migr
             ["async"] * 4,
             cluster.url,
             "clustered",
-            "100/minute",
+            # An hour's rate: the buckets refill one request in 36 s, so checks a
+            # migration holds back for a second or more cannot earn another (at
+            # 100/minute one refilled request every 0.6 s is rightly admitted).
+            "100/hour",
             algorithms,
             {
                 "SHARED_QUOTA_WORKERS": "125",

@@ -28,6 +28,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "together",
         "one_instant",
         "batch",
+        "cluster_batch",
         "replied",
     )
     shipped = sorted(p.stem for p in scripts_dir().glob("*.lua") if p.stem not in included)

@@ -24,8 +24,13 @@ TOGETHER_SCRIPT = "together"
 BATCH_DRIVER = "batch"
 """A batched script's driver (lua/batch.lua): several checks of one algorithm in one call."""
 MAX_BATCH_PARTS = 16
-"""The most checks one batched call decides (lua/batch.lua refuses more): with the general
-path's dearest decisions (16 policies, a denial's search) a call stays near 100 µs of Redis."""
+"""The most checks one batched call decides (lua/batch.lua refuses more); an algorithm's
+own bound (``Algorithm.batch_parts``) may be lower."""
+MAX_BATCH_POLICIES = 16
+"""The most policies (keys) one batched call decides, over all its checks: a check of
+several policies costs Redis about as much as as many checks of one, so a call of checks
+of many policies stays as short as one of 16 one-policy checks (a check of more than 16
+alone is sent alone; BENCHMARKS.md, "The bound of a batched call")."""
 MAX_BATCH_ARGUMENT_BYTES = 16384
 """The most argument and key bytes the client puts in one batched call."""
 _EACH_MARKER = b"--#batch each"

@@ -58,6 +58,10 @@ class Algorithm:
     """0: it takes no burst (its capacity is its limit). Else it takes one
     (a bucket holding more, or less, than the limit it refills per window),
     refilled within this many seconds counted in whole windows."""
+    batch_parts: int = 16
+    """The most of its checks one batched call decides (moderato/redis/grouping.py):
+    about 100 µs of Redis for one-policy checks (BENCHMARKS.md, "The bound of a
+    batched call"); lua/batch.lua refuses more than ``scripts.MAX_BATCH_PARTS``."""
 
     def check_exact_range(self, policy: Policy) -> None:
         """Refuse a policy whose (limit, window) lies outside this algorithm's exact range."""

@@ -5,4 +5,6 @@ from __future__ import annotations
 
 from .base import Algorithm
 
-ALGORITHM = Algorithm(name="sliding_log", key_tag="sl", state_suffixes=(":log",))
+# A decision costs Redis about twice a counter's (a sorted set read and written): eight
+# one-policy checks a batched call keep it near 100 µs.
+ALGORITHM = Algorithm(name="sliding_log", key_tag="sl", state_suffixes=(":log",), batch_parts=8)

@@ -8,7 +8,8 @@ one call of its batched form (``moderato.scripts.batched_script``): one EVALSHA,
 one ``TIME``, one reply, the checks decided in the order they were sent, each
 exactly as alone. Nothing waits for a batch to fill: a turn's commands leave
 in the same write as they would have, only fewer of them. A run is cut at
-``MAX_BATCH_PARTS`` checks and ``MAX_BATCH_ARGUMENT_BYTES``; any other command
+the algorithm's ``batch_parts`` checks (``MAX_BATCH_PARTS`` at most),
+``MAX_BATCH_POLICIES`` policies and ``MAX_BATCH_ARGUMENT_BYTES``; any other command
 (or a call already re-sent after NOSCRIPT) stays where it is, so the order of
 everything on the connection is kept.
 
@@ -60,15 +61,26 @@ Record = tuple[int, Any, Sequence[Arg], Sequence[Arg], int]
 
 
 @cache
-def _batching() -> tuple[dict[str, Script], int, int]:
-    """The decision scripts' SHA1s, each to its batched form; the most checks and
-    bytes one batched call takes. (Imported here: moderato.scripts imports the
-    algorithms, which import moderato.errors, which imports this package.)"""
+def _batching() -> tuple[dict[str, Script], dict[str, int], int, int]:
+    """The decision scripts' SHA1s, each to its batched form and to the most of its
+    checks one batched call takes; the most policies (keys) and bytes one batched call
+    takes. (Imported here: moderato.scripts imports the algorithms, which import
+    moderato.errors, which imports this package.)"""
     from ..algorithms import ALGORITHMS
-    from ..scripts import MAX_BATCH_ARGUMENT_BYTES, MAX_BATCH_PARTS, batched_script, load_script
+    from ..scripts import (
+        MAX_BATCH_ARGUMENT_BYTES,
+        MAX_BATCH_PARTS,
+        MAX_BATCH_POLICIES,
+        batched_script,
+        load_script,
+    )
 
     forms = {load_script(name).sha: batched_script(name) for name in ALGORITHMS}
-    return forms, MAX_BATCH_PARTS, MAX_BATCH_ARGUMENT_BYTES
+    parts = {
+        load_script(name).sha: min(entry.batch_parts, MAX_BATCH_PARTS)
+        for name, entry in ALGORITHMS.items()
+    }
+    return forms, parts, MAX_BATCH_POLICIES, MAX_BATCH_ARGUMENT_BYTES
 
 
 class BatchedReply:
@@ -122,7 +134,8 @@ def _retrieve(future: Any) -> None:
 # -- joining a turn's calls ------------------------------------------------------------
 #
 # _join() is written once: it finds the runs among a turn's new commands (adjacent calls
-# with one run key, cut at MAX_BATCH_PARTS checks and MAX_BATCH_ARGUMENT_BYTES) and puts
+# with one run key, cut at the algorithm's batch_parts checks, MAX_BATCH_POLICIES policies
+# and MAX_BATCH_ARGUMENT_BYTES) and puts
 # one batched call in each run's place. What makes a run and what its call looks like is
 # the single server's (_SingleServer) or a cluster node's (_ClusterNode).
 
@@ -189,20 +202,25 @@ def _join(connection: Any, calls: _Calls) -> None:
     records: list[Optional[Record]] = [None] * new
     for record in turn:
         records[record[0] - base - 1] = record
-    _, max_parts, max_bytes = _batching()
+    _, algorithm_parts, max_policies, max_bytes = _batching()
     run_keys, details = calls.run_keys(records)
     runs: list[tuple[int, int]] = []
     start = 0
     while start < new:
         key = run_keys[start]
         stop = start + 1
-        if key is not None:
+        record = records[start]
+        if key is not None and record is not None:
             size = len(buffer[first + start])
+            policies = len(record[2])
+            max_parts = algorithm_parts.get(record[1].sha, 1)
             while stop < new and stop - start < max_parts:
-                if run_keys[stop] != key:
+                after = records[stop]
+                if run_keys[stop] != key or after is None:
                     break
                 size += len(buffer[first + stop])
-                if size > max_bytes:
+                policies += len(after[2])
+                if size > max_bytes or policies > max_policies:
                     break
                 stop += 1
         runs.append((start, stop))

@@ -24,7 +24,7 @@ from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisClient, RedisReplyError
 from moderato.redis import client as client_module
 from moderato.redis.errors import RedisClientError
-from moderato.scripts import MAX_BATCH_PARTS, batched_script, load_script
+from moderato.scripts import MAX_BATCH_PARTS, MAX_BATCH_POLICIES, batched_script, load_script
 
 ARGS = {name: ["1000", "1", "100000", "86400"] for name in ALGORITHMS}
 ARGS["token_bucket"] = [*ARGS["token_bucket"], ""]
@@ -65,30 +65,55 @@ async def loaded(client: RedisClient, *algorithms: str) -> None:
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
-async def test_a_turn_of_checks_is_one_call_per_16_each_decided_in_order(
+async def test_a_turn_of_checks_is_one_call_per_batch_parts_each_decided_in_order(
     server: RedisServer, algorithm: str
 ) -> None:
     script = load_script(algorithm)
     client = RedisClient.from_url(server.url, batch_decisions=True)
     plain = RedisClient.from_url(server.url, batch_decisions=False)
+    parts = ALGORITHMS[algorithm].batch_parts
+    assert parts == (8 if algorithm == "sliding_log" else MAX_BATCH_PARTS)
     try:
         await loaded(client, algorithm)
         checks = 40
         replies = await asyncio.gather(
             *(client.evalsha(script, ["hot"], ARGS[algorithm]) for _ in range(checks))
         )
-        assert calls(server, "evalsha") == math.ceil(checks / MAX_BATCH_PARTS)
+        assert calls(server, "evalsha") == math.ceil(checks / parts)
         # In order, each as alone: the remaining count falls by one a check.
         assert [reply[:3] for reply in replies] == [[1, 0, 99_000 - 1000 * i] for i in range(40)]
         # Without batching, the same turn is a call a check, and continues the count.
         more = await asyncio.gather(
             *(plain.evalsha(script, ["hot"], ARGS[algorithm]) for _ in range(3))
         )
-        assert calls(server, "evalsha") == math.ceil(checks / MAX_BATCH_PARTS) + 3
+        assert calls(server, "evalsha") == math.ceil(checks / parts) + 3
         assert [reply[2] for reply in more] == [59_000, 58_000, 57_000]
     finally:
         await client.close()
         await plain.close()
+
+
+@pytest.mark.parametrize("policies", [3, 9, 16])
+async def test_a_call_decides_16_policies_at_most(server: RedisServer, policies: int) -> None:
+    """Checks of several policies: as many to a call as keep it to 16 policies; a check
+    of more than 8 goes alone."""
+    script = load_script("fixed_window")
+    keys = [f"k{i}" for i in range(policies)]
+    args = ["1000", "1"]
+    for i in range(policies):
+        args += ["100000", str(60 * (i + 1))]
+    client = RedisClient.from_url(server.url, batch_decisions=True)
+    try:
+        await loaded(client, "fixed_window")
+        checks = 10
+        replies = await asyncio.gather(*(client.evalsha(script, keys, args) for _ in range(checks)))
+        per_call = max(1, MAX_BATCH_POLICIES // policies)
+        assert calls(server, "evalsha") == math.ceil(checks / per_call)
+        # In order, each as alone: the deciding policy's remaining falls by one a check.
+        assert [reply[0] for reply in replies] == [1] * checks
+        assert [reply[2] for reply in replies] == [99_000 - 1000 * i for i in range(checks)]
+    finally:
+        await client.close()
 
 
 async def test_other_commands_and_scripts_split_the_runs_and_keep_their_order(
@@ -233,7 +258,8 @@ async def test_bursts_over_tls_after_script_flush_admit_exactly_the_limit(
             assert sum(outcome.allowed for outcome in outcomes) == 100
             stats = (await admin.execute("INFO", "commandstats")).decode()
             sent = int(stats.split("cmdstat_evalsha:calls=")[1].split(",")[0])
-            assert sent <= 2 * math.ceil(500 / MAX_BATCH_PARTS) + 2, stats
+            parts = ALGORITHMS[algorithm].batch_parts
+            assert sent <= 2 * math.ceil(500 / parts) + 2, stats
             assert "cmdstat_eval:" not in stats
             usage = await limiter.get_usage(f"k{round_number}", "100/day", algorithm=algorithm)
             assert usage["remaining"] == 0

@@ -6,7 +6,8 @@
 --
 -- The script sets first: BUCKET_SUFFIX (its state key's suffix), AMOUNT_FIELD and
 -- ACCRUED_FIELD (its hash's amount and accrued-since-base fields) and AMOUNT_IS_LEVEL (the
--- leaky bucket stores the level, the token bucket the tokens = capacity - level).
+-- leaky bucket stores the level, the token bucket the tokens = capacity - level), and
+-- declares the locals the pieces below hand on (ACCRUAL_STATE in both scripts).
 --
 -- Accrual at exactly one capacity per window: accrued(elapsed_ms) = floor(elapsed_ms * C / W)
 -- for 0 <= elapsed_ms <= W. The product can pass 2^53, so C = per_ms_whole * W + per_ms_rest
@@ -23,15 +24,25 @@
 -- goes on to the general path, nothing written yet; the integers are the general path's
 -- (the token bucket's refill(), the leaky bucket's drain(), accrued_at_ms()). In level
 -- terms: deficit_scaled is what the accrual makes up (the level; capacity - tokens).
+--
+-- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the hash,
+-- brought up to now: deficit_scaled, base_ms, accrued_scaled, or deficit_scaled nil for the
+-- general path); the decision (an admission within what the bucket holds: the new
+-- deficit, the hash's amount and expiry to write, the reply; else the general path); the
+-- write (the hash and its expiry, when a check was admitted). Brought up to now again at
+-- the same instant, a bucket an admission wrote reads as written, so a run's checks are
+-- decided on the locals as each alone on the hash the one before wrote.
 if cost_scaled and cost_scaled <= capacity_scaled then
+--#batch key
   window_ms = window_s * 1000
-  local per_ms_rest = capacity_scaled % window_ms
-  local per_ms_whole = (capacity_scaled - per_ms_rest) / window_ms
-  local key = KEYS[1] .. BUCKET_SUFFIX
-  local fields = redis.pcall('HMGET', key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)
+  per_ms_rest = capacity_scaled % window_ms
+  per_ms_whole = (capacity_scaled - per_ms_rest) / window_ms
+  state_key = KEYS[1] .. BUCKET_SUFFIX
+--#batch read
+  local fields = redis.pcall('HMGET', state_key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)
   local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
   -- deficit, base and accrued brought up to now; deficit nil: the general path's case.
-  local deficit_scaled, base_ms, accrued_scaled
+  deficit_scaled = nil
   -- Each field a decimal of 1 to 15 digits (below 2^53, base below 2^52): one pattern.
   if amount_text and base_text and accrued_text
       and #amount_text < 16 and #base_text < 16 and #accrued_text < 16
@@ -64,9 +75,11 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       deficit_scaled, base_ms, accrued_scaled = 0, now_eff_ms, 0 -- two windows or more: made up
     end
   elseif not fields.err and not amount_text and not base_text and not accrued_text
-      and redis.call('EXISTS', key) == 0 then
+      and redis.call('EXISTS', state_key) == 0 then
     deficit_scaled, base_ms, accrued_scaled = 0, now_ms, 0 -- a missing bucket is full (empty)
   end
+  read_deficit_scaled = deficit_scaled
+--#batch decide
   if deficit_scaled and cost_scaled <= capacity_scaled - deficit_scaled then
     -- Reset: when the deficit, this cost included, has been made up (accrued_at_ms()).
     local need_scaled = deficit_scaled + cost_scaled
@@ -97,20 +110,28 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       end
     end
     reset_ms = reset_ms + elapsed_ms
-    -- An accrual restarting now stores 0: a literal, which Redis need not format.
-    local accrued_arg = accrued_scaled == 0 and '0' or accrued_scaled
-    local expire_at_ms
+    deficit_scaled = need_scaled
     if AMOUNT_IS_LEVEL then
-      redis.call('HSET', key, AMOUNT_FIELD, need_scaled, 'base', base_ms, ACCRUED_FIELD, accrued_arg)
-      expire_at_ms = reset_ms + 1000 -- DRAINED_EXPIRY_MARGIN_MS past drained (leaky_bucket.lua)
+      -- DRAINED_EXPIRY_MARGIN_MS past drained (leaky_bucket.lua)
+      written_amount_scaled, expire_at_ms = need_scaled, reset_ms + 1000
     else
-      redis.call('HSET', key, AMOUNT_FIELD, capacity_scaled - need_scaled, 'base', base_ms,
-        ACCRUED_FIELD, accrued_arg)
-      expire_at_ms = now_ms + 2 * window_ms + 60000 -- a full refill, twice: BUCKET_EXPIRY_MARGIN_MS
+      -- A full refill, twice: BUCKET_EXPIRY_MARGIN_MS (token_bucket.lua).
+      written_amount_scaled = capacity_scaled - need_scaled
+      expire_at_ms = now_ms + 2 * window_ms + 60000
     end
+    reply = { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
+  end
+--#batch write
+  if deficit_scaled ~= read_deficit_scaled then
+    -- An accrual restarting now stores 0: a literal, which Redis need not format.
+    redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_scaled, 'base', base_ms, ACCRUED_FIELD,
+      accrued_scaled == 0 and '0' or accrued_scaled)
     -- Set on every write: this also repairs a bucket that lost its expiry.
-    redis.call('PEXPIREAT', key, expire_at_ms)
-    return { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
+    redis.call('PEXPIREAT', state_key, expire_at_ms)
+  end
+--#batch end
+  if reply then
+    return reply
   end
 end
 

@@ -34,6 +34,9 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local FIELDS_PER_POLICY = 2
 -- The state the one-policy path in accrual.lua reads and writes.
 local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'level', 'drained', true
+-- ACCRUAL_STATE: what accrual.lua's straight-line pieces hand on.
+local state_key, per_ms_whole, per_ms_rest, deficit_scaled, read_deficit_scaled, base_ms,
+  accrued_scaled, written_amount_scaled, expire_at_ms, reply
 --#include one_policy.lua
 --#include accrual.lua
 

@@ -17,7 +17,7 @@ from typing import Any, Union
 
 import pytest
 import pytest_asyncio
-from lua_calls import policy, script_args
+from lua_calls import SUFFIXES, policy, script_args
 from lua_harness import CLOCK_LINE, TIME_LINE, ClockedScript, LuaHarness, open_harness
 from redis_servers import RedisServer
 
@@ -237,6 +237,8 @@ def counter_key(algorithm: str, at_ms: int, windows_back: int) -> str:
 
 
 NEAR_2_53, PAST_2_53 = str(2**53 - 1500), str(2**53 + 10)
+BUCKET = -1
+"""windows_back for the bucket's hash (its key: the policy's base key and its suffix)."""
 # State the straight-line path leaves to the general path, or reads at an edge, on the hot
 # key's counter (the current window's, or windows_back before): (algorithm, what it is,
 # windows_back, the command writing it, the key in it as "{}").
@@ -261,6 +263,94 @@ ODD_STATES: list[tuple[str, str, int, tuple[str, ...]]] = [
     ("sliding_window", "previous 16 digits", 1, ("SET", "{}", "1000000000000000")),
     ("sliding_window", "previous full", 1, ("SET", "{}", "10000", "PX", "100000")),
     ("sliding_window", "previous half full", 1, ("SET", "{}", "5500", "PX", "100000")),
+    ("token_bucket", "not a hash", BUCKET, ("SET", "{key}", "abc")),
+    (
+        "token_bucket",
+        "a field not an integer",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "x", "base", "{at}", "credited", "0"),
+    ),
+    ("token_bucket", "a field missing", BUCKET, ("HSET", "{key}", "base", "{at}", "credited", "0")),
+    (
+        "token_bucket",
+        "half, accruing",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "5000", "base", "{at_less_500}", "credited", "1500"),
+    ),
+    (
+        "token_bucket",
+        "accrued a capacity",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "0", "base", "{at_less_500}", "credited", "10000"),
+    ),
+    (
+        "token_bucket",
+        "accrued above due",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "0", "base", "{at_less_500}", "credited", "9000"),
+    ),
+    (
+        "token_bucket",
+        "base ahead",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "2000", "base", "{at_plus_5000}", "credited", "0"),
+    ),
+    (
+        "token_bucket",
+        "a window and more",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "0", "base", "{at_less_2500}", "credited", "0"),
+    ),
+    (
+        "token_bucket",
+        "above a lowered capacity",
+        BUCKET,
+        ("HSET", "{key}", "tokens", "15000", "base", "{at_less_500}", "credited", "0"),
+    ),
+    ("leaky_bucket", "not a hash", BUCKET, ("SET", "{key}", "abc")),
+    (
+        "leaky_bucket",
+        "a field not an integer",
+        BUCKET,
+        ("HSET", "{key}", "level", "x", "base", "{at}", "drained", "0"),
+    ),
+    ("leaky_bucket", "a field missing", BUCKET, ("HSET", "{key}", "base", "{at}", "drained", "0")),
+    (
+        "leaky_bucket",
+        "half, accruing",
+        BUCKET,
+        ("HSET", "{key}", "level", "5000", "base", "{at_less_500}", "drained", "1500"),
+    ),
+    (
+        "leaky_bucket",
+        "accrued a capacity",
+        BUCKET,
+        ("HSET", "{key}", "level", "0", "base", "{at_less_500}", "drained", "10000"),
+    ),
+    (
+        "leaky_bucket",
+        "accrued above due",
+        BUCKET,
+        ("HSET", "{key}", "level", "0", "base", "{at_less_500}", "drained", "9000"),
+    ),
+    (
+        "leaky_bucket",
+        "base ahead",
+        BUCKET,
+        ("HSET", "{key}", "level", "2000", "base", "{at_plus_5000}", "drained", "0"),
+    ),
+    (
+        "leaky_bucket",
+        "a window and more",
+        BUCKET,
+        ("HSET", "{key}", "level", "0", "base", "{at_less_2500}", "drained", "0"),
+    ),
+    (
+        "leaky_bucket",
+        "above a lowered capacity",
+        BUCKET,
+        ("HSET", "{key}", "level", "15000", "base", "{at_less_500}", "drained", "0"),
+    ),
 ]
 
 
@@ -275,8 +365,13 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
     rng = random.Random(f"odd-{algorithm}-{state}")
     parts = [hot_part(algorithm)] * 4 + [run_part(rng, algorithm) for _ in range(12)]
     turns = [(0, parts), (0, [hot_part(algorithm, c) for c in (500, 1000, 1500, 2000)] * 4)]
-    key = counter_key(algorithm, lua.now_ms, windows_back)
-    commands = [[part.format(key) for part in command]]
+    at = lua.now_ms
+    if windows_back == BUCKET:
+        key = policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, "hot").key + SUFFIXES[algorithm]
+    else:
+        key = counter_key(algorithm, at, windows_back)
+    values = {"at_less_500": at - 500, "at_less_2500": at - 2500, "at_plus_5000": at + 5000}
+    commands = [[part.format(key, key=key, at=at, **values) for part in command]]
     alone = await history(lua, algorithm, turns, None, commands)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), commands)
     for turn, (expected, got) in enumerate(zip(alone, together)):
@@ -294,6 +389,10 @@ SPLIT = {
     "fixed_window": ["INCRBY", "INCRBY", "PEXPIREAT"],
     "sliding_window": ["GET", "INCRBY", "INCRBY", "PEXPIREAT", "GET", "GET"]
     + ["GET", "INCRBY", "DECRBY", "GET", "GET"] * (DENIALS - 1),
+    # The buckets: HMGET, EXISTS (a new bucket), the admissions' HSET and PEXPIREAT, then
+    # each denial its general path's HMGET, after the next one's read (HMGET) but the first.
+    "token_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
+    "leaky_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
 }
 
 

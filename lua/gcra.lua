@@ -34,6 +34,9 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 ]]
 
 local FIELDS_PER_POLICY = 2
+-- What the straight-line path's pieces hand on: the state's key, the instant and window in
+-- µs, the start (max(TAT, now), nil for the general path), the last admission's reset.
+local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply
 --#include one_policy.lua
 
 -- The common case, straight-line (no function is built: Redis would build each one on
@@ -42,14 +45,22 @@ local FIELDS_PER_POLICY = 2
 -- so is %: see accrual.lua), and an admission. Anything else (a denial included) goes on
 -- to the general path below, nothing written yet; the integers are the general path's
 -- (start_of(), evaluate()).
+--
+-- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the TAT, as
+-- the start); the decision (an admission: the new TAT becomes the start; else the general
+-- path); the write (the TAT and its expiry, when a check was admitted). At one instant a
+-- TAT an admission wrote reads back as the start it left (it is at least now and at most
+-- now + W), so a run's checks decide on the locals as each alone on the hash.
 if cost_scaled and cost_scaled <= capacity_scaled then
-  local key = KEYS[1] .. ':gcra'
-  local window_us = window_s * 1000000
-  local now_us = now_ms * 1000
-  local fields = redis.pcall('HMGET', key, 'tat', 'frac')
+--#batch key
+  state_key = KEYS[1] .. ':gcra'
+  window_us = window_s * 1000000
+  now_us = now_ms * 1000
+--#batch read
+  local fields = redis.pcall('HMGET', state_key, 'tat', 'frac')
   local tat_text, frac_text = fields[1], fields[2]
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
-  local start_us, start_frac
+  start_us, start_frac, reset_ms = nil, nil, nil
   if tat_text and frac_text and #frac_text < 16
       and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992')) -- MAX_SAFE_INTEGER
       and string.find(tat_text .. ' ' .. frac_text, '^%d+ %d+$') then
@@ -64,9 +75,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
         start_us, start_frac = now_us, 0
       end
     end
-  elseif not fields.err and not tat_text and not frac_text and redis.call('EXISTS', key) == 0 then
+  elseif not fields.err and not tat_text and not frac_text and redis.call('EXISTS', state_key) == 0 then
     start_us, start_frac = now_us, 0
   end
+--#batch decide
   local backlog_product = start_us and (start_us - now_us) * capacity_scaled
   local step_product = cost_scaled * window_us
   if backlog_product and backlog_product < 9007199254740992 -- MAX_SAFE_INTEGER
@@ -84,14 +96,22 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       if new_frac >= capacity_scaled then
         new_us, new_frac = new_us + 1, new_frac - capacity_scaled
       end
+      start_us, start_frac = new_us, new_frac
       -- reset: ceil((new_us + new_frac / C) / 1000), the first whole ms at or after it.
       local reset_us = new_us + (new_frac > 0 and 1 or 0) + 999
-      local reset_ms = (reset_us - reset_us % 1000) / 1000
-      -- A whole-µs TAT stores frac 0: a literal, which Redis need not format.
-      redis.call('HSET', key, 'tat', new_us, 'frac', new_frac == 0 and '0' or new_frac)
-      redis.call('PEXPIREAT', key, reset_ms + 1000)
-      return { 1, 0, remaining_scaled - cost_scaled, 0, reset_ms }
+      reset_ms = (reset_us - reset_us % 1000) / 1000
+      reply = { 1, 0, remaining_scaled - cost_scaled, 0, reset_ms }
     end
+  end
+--#batch write
+  if reset_ms then
+    -- A whole-µs TAT stores frac 0: a literal, which Redis need not format.
+    redis.call('HSET', state_key, 'tat', start_us, 'frac', start_frac == 0 and '0' or start_frac)
+    redis.call('PEXPIREAT', state_key, reset_ms + 1000)
+  end
+--#batch end
+  if reply then
+    return reply
   end
 end
 

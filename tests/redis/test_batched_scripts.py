@@ -351,6 +351,29 @@ ODD_STATES: list[tuple[str, str, int, tuple[str, ...]]] = [
         BUCKET,
         ("HSET", "{key}", "level", "15000", "base", "{at_less_500}", "drained", "0"),
     ),
+    ("gcra", "not a hash", BUCKET, ("SET", "{key}", "abc")),
+    ("gcra", "tat not an integer", BUCKET, ("HSET", "{key}", "tat", "x", "frac", "0")),
+    ("gcra", "frac missing", BUCKET, ("HSET", "{key}", "tat", "{at_us}")),
+    (
+        "gcra",
+        "tat ahead, half full",
+        BUCKET,
+        ("HSET", "{key}", "tat", "{at_us_plus_1s}", "frac", "7"),
+    ),
+    (
+        "gcra",
+        "tat past a full bucket",
+        BUCKET,
+        ("HSET", "{key}", "tat", "{at_us_plus_5s}", "frac", "0"),
+    ),
+    (
+        "gcra",
+        "frac at capacity",
+        BUCKET,
+        ("HSET", "{key}", "tat", "{at_us_plus_1s}", "frac", "10000"),
+    ),
+    ("gcra", "tat behind", BUCKET, ("HSET", "{key}", "tat", "{at_us_less_1s}", "frac", "3")),
+    ("gcra", "tat past 2^53", BUCKET, ("HSET", "{key}", "tat", "9007199254740993", "frac", "0")),
 ]
 
 
@@ -371,6 +394,8 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
     else:
         key = counter_key(algorithm, at, windows_back)
     values = {"at_less_500": at - 500, "at_less_2500": at - 2500, "at_plus_5000": at + 5000}
+    values.update(at_us=at * 1000, at_us_plus_1s=at * 1000 + 10**6)
+    values.update(at_us_plus_5s=at * 1000 + 5 * 10**6, at_us_less_1s=at * 1000 - 10**6)
     commands = [[part.format(key, key=key, at=at, **values) for part in command]]
     alone = await history(lua, algorithm, turns, None, commands)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), commands)
@@ -393,6 +418,7 @@ SPLIT = {
     # each denial its general path's HMGET, after the next one's read (HMGET) but the first.
     "token_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
     "leaky_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
+    "gcra": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import pytest
 import pytest_asyncio
@@ -239,142 +239,65 @@ def counter_key(algorithm: str, at_ms: int, windows_back: int) -> str:
 NEAR_2_53, PAST_2_53 = str(2**53 - 1500), str(2**53 + 10)
 BUCKET = -1
 """windows_back for the bucket's hash (its key: the policy's base key and its suffix)."""
-# State the straight-line path leaves to the general path, or reads at an edge, on the hot
-# key's counter (the current window's, or windows_back before): (algorithm, what it is,
-# windows_back, the command writing it, the key in it as "{}").
-ODD_STATES: list[tuple[str, str, int, tuple[str, ...]]] = [
-    ("fixed_window", "not an integer", 0, ("SET", "{}", "abc")),
-    ("fixed_window", "negative", 0, ("SET", "{}", "-5")),
-    ("fixed_window", "another type", 0, ("HSET", "{}", "f", "1")),
-    ("fixed_window", "near 2^53", 0, ("SET", "{}", NEAR_2_53)),
-    ("fixed_window", "past 2^53", 0, ("SET", "{}", PAST_2_53)),
-    ("fixed_window", "full, no expiry", 0, ("SET", "{}", "9500")),
-    ("fixed_window", "zero, no expiry", 0, ("SET", "{}", "0")),
-    ("fixed_window", "above a lowered limit", 0, ("SET", "{}", "12000", "PX", "100000")),
-    ("sliding_window", "not an integer", 0, ("SET", "{}", "abc")),
-    ("sliding_window", "negative", 0, ("SET", "{}", "-5")),
-    ("sliding_window", "another type", 0, ("HSET", "{}", "f", "1")),
-    ("sliding_window", "near 2^53", 0, ("SET", "{}", NEAR_2_53)),
-    ("sliding_window", "zero, no expiry", 0, ("SET", "{}", "0")),
-    ("sliding_window", "previous not an integer", 1, ("SET", "{}", "abc")),
-    ("sliding_window", "previous negative", 1, ("SET", "{}", "-5")),
-    ("sliding_window", "previous another type", 1, ("HSET", "{}", "f", "1")),
-    ("sliding_window", "previous past 2^53", 1, ("SET", "{}", PAST_2_53)),
-    ("sliding_window", "previous 16 digits", 1, ("SET", "{}", "1000000000000000")),
-    ("sliding_window", "previous full", 1, ("SET", "{}", "10000", "PX", "100000")),
-    ("sliding_window", "previous half full", 1, ("SET", "{}", "5500", "PX", "100000")),
-    ("token_bucket", "not a hash", BUCKET, ("SET", "{key}", "abc")),
-    (
-        "token_bucket",
-        "a field not an integer",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "x", "base", "{at}", "credited", "0"),
-    ),
-    ("token_bucket", "a field missing", BUCKET, ("HSET", "{key}", "base", "{at}", "credited", "0")),
-    (
-        "token_bucket",
-        "half, accruing",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "5000", "base", "{at_less_500}", "credited", "1500"),
-    ),
-    (
-        "token_bucket",
-        "accrued a capacity",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "0", "base", "{at_less_500}", "credited", "10000"),
-    ),
-    (
-        "token_bucket",
-        "accrued above due",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "0", "base", "{at_less_500}", "credited", "9000"),
-    ),
-    (
-        "token_bucket",
-        "base ahead",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "2000", "base", "{at_plus_5000}", "credited", "0"),
-    ),
-    (
-        "token_bucket",
-        "a window and more",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "0", "base", "{at_less_2500}", "credited", "0"),
-    ),
-    (
-        "token_bucket",
-        "above a lowered capacity",
-        BUCKET,
-        ("HSET", "{key}", "tokens", "15000", "base", "{at_less_500}", "credited", "0"),
-    ),
-    ("leaky_bucket", "not a hash", BUCKET, ("SET", "{key}", "abc")),
-    (
-        "leaky_bucket",
-        "a field not an integer",
-        BUCKET,
-        ("HSET", "{key}", "level", "x", "base", "{at}", "drained", "0"),
-    ),
-    ("leaky_bucket", "a field missing", BUCKET, ("HSET", "{key}", "base", "{at}", "drained", "0")),
-    (
-        "leaky_bucket",
-        "half, accruing",
-        BUCKET,
-        ("HSET", "{key}", "level", "5000", "base", "{at_less_500}", "drained", "1500"),
-    ),
-    (
-        "leaky_bucket",
-        "accrued a capacity",
-        BUCKET,
-        ("HSET", "{key}", "level", "0", "base", "{at_less_500}", "drained", "10000"),
-    ),
-    (
-        "leaky_bucket",
-        "accrued above due",
-        BUCKET,
-        ("HSET", "{key}", "level", "0", "base", "{at_less_500}", "drained", "9000"),
-    ),
-    (
-        "leaky_bucket",
-        "base ahead",
-        BUCKET,
-        ("HSET", "{key}", "level", "2000", "base", "{at_plus_5000}", "drained", "0"),
-    ),
-    (
-        "leaky_bucket",
-        "a window and more",
-        BUCKET,
-        ("HSET", "{key}", "level", "0", "base", "{at_less_2500}", "drained", "0"),
-    ),
-    (
-        "leaky_bucket",
-        "above a lowered capacity",
-        BUCKET,
-        ("HSET", "{key}", "level", "15000", "base", "{at_less_500}", "drained", "0"),
-    ),
-    ("gcra", "not a hash", BUCKET, ("SET", "{key}", "abc")),
-    ("gcra", "tat not an integer", BUCKET, ("HSET", "{key}", "tat", "x", "frac", "0")),
-    ("gcra", "frac missing", BUCKET, ("HSET", "{key}", "tat", "{at_us}")),
-    (
-        "gcra",
-        "tat ahead, half full",
-        BUCKET,
-        ("HSET", "{key}", "tat", "{at_us_plus_1s}", "frac", "7"),
-    ),
-    (
-        "gcra",
-        "tat past a full bucket",
-        BUCKET,
-        ("HSET", "{key}", "tat", "{at_us_plus_5s}", "frac", "0"),
-    ),
-    (
-        "gcra",
-        "frac at capacity",
-        BUCKET,
-        ("HSET", "{key}", "tat", "{at_us_plus_1s}", "frac", "10000"),
-    ),
-    ("gcra", "tat behind", BUCKET, ("HSET", "{key}", "tat", "{at_us_less_1s}", "frac", "3")),
-    ("gcra", "tat past 2^53", BUCKET, ("HSET", "{key}", "tat", "9007199254740993", "frac", "0")),
+# Counters the straight-line path leaves to the general path, or reads at an edge: (what it
+# is, the command writing it, the key in it as "{key}").
+ODD_COUNTERS: list[tuple[str, tuple[str, ...]]] = [
+    ("not an integer", ("SET", "{key}", "abc")),
+    ("negative", ("SET", "{key}", "-5")),
+    ("another type", ("HSET", "{key}", "f", "1")),
+    ("near 2^53", ("SET", "{key}", NEAR_2_53)),
+    ("past 2^53", ("SET", "{key}", PAST_2_53)),
+    ("16 digits", ("SET", "{key}", "1000000000000000")),
+    ("zero, no expiry", ("SET", "{key}", "0")),
+    ("full, no expiry", ("SET", "{key}", "9500")),
+    ("half full", ("SET", "{key}", "5500", "PX", "100000")),
+    ("above a lowered limit", ("SET", "{key}", "12000", "PX", "100000")),
 ]
+# A bucket's hash, the same way: (what it is, its amount, base and accrued fields' values;
+# None leaves the field out), and a key that is no hash.
+ODD_BUCKETS: list[tuple[str, Optional[str], str, str]] = [
+    ("a field not an integer", "x", "{at}", "0"),
+    ("a field missing", None, "{at}", "0"),
+    ("half, accruing", "5000", "{at_less_500}", "1500"),
+    ("accrued a capacity", "0", "{at_less_500}", "10000"),
+    ("accrued above due", "0", "{at_less_500}", "9000"),
+    ("base ahead", "2000", "{at_plus_5000}", "0"),
+    ("a window and more", "0", "{at_less_2500}", "0"),
+    ("above a lowered capacity", "15000", "{at_less_500}", "0"),
+]
+ODD_TATS: list[tuple[str, tuple[str, ...]]] = [
+    ("tat not an integer", ("tat", "x", "frac", "0")),
+    ("frac missing", ("tat", "{at_us}")),
+    ("tat ahead, half full", ("tat", "{at_us_plus_1s}", "frac", "7")),
+    ("tat past a full bucket", ("tat", "{at_us_plus_5s}", "frac", "0")),
+    ("frac at capacity", ("tat", "{at_us_plus_1s}", "frac", "10000")),
+    ("tat behind", ("tat", "{at_us_less_1s}", "frac", "3")),
+    ("tat past 2^53", ("tat", "9007199254740993", "frac", "0")),
+]
+
+
+def odd_states() -> list[tuple[str, str, int, tuple[str, ...]]]:
+    """(algorithm, what the state is, windows_back, the command writing it) for every split
+    algorithm: its current counter or the previous one (windows_back 1), or its hash."""
+    states = [
+        (algorithm, f"{where}{state}", back, command)
+        for algorithm in ("fixed_window", "sliding_window")
+        for back, where in ((0, ""), (1, "previous "))[: 1 + (algorithm == "sliding_window")]
+        for state, command in ODD_COUNTERS
+    ]
+    fields = {"token_bucket": ("tokens", "credited"), "leaky_bucket": ("level", "drained")}
+    for algorithm, (amount_field, accrued_field) in fields.items():
+        states.append((algorithm, "not a hash", BUCKET, ("SET", "{key}", "abc")))
+        for state, amount, base, accrued in ODD_BUCKETS:
+            amount_pair = () if amount is None else (amount_field, amount)
+            command = ("HSET", "{key}", *amount_pair, "base", base, accrued_field, accrued)
+            states.append((algorithm, state, BUCKET, command))
+    states.append(("gcra", "not a hash", BUCKET, ("SET", "{key}", "abc")))
+    states += [("gcra", state, BUCKET, ("HSET", "{key}", *tat)) for state, tat in ODD_TATS]
+    return states
+
+
+ODD_STATES = odd_states()
 
 
 @pytest.mark.parametrize(
@@ -396,7 +319,7 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
     values = {"at_less_500": at - 500, "at_less_2500": at - 2500, "at_plus_5000": at + 5000}
     values.update(at_us=at * 1000, at_us_plus_1s=at * 1000 + 10**6)
     values.update(at_us_plus_5s=at * 1000 + 5 * 10**6, at_us_less_1s=at * 1000 - 10**6)
-    commands = [[part.format(key, key=key, at=at, **values) for part in command]]
+    commands = [[part.format(key=key, at=at, **values) for part in command]]
     alone = await history(lua, algorithm, turns, None, commands)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), commands)
     for turn, (expected, got) in enumerate(zip(alone, together)):

@@ -1,0 +1,137 @@
+"""Redis instructions per decision of the decision scripts alone and batched, counted by
+callgrind: a figure other processes cannot move (batch_scripts.py's CPU time can).
+
+For each row a redis-server runs under ``valgrind --tool=callgrind
+--toggle-collect=luaCallFunction`` (only the script calls are counted: the arguments put
+into KEYS and ARGV, the script, its reply converted), is sent the row's calls (pipelined,
+200 at a time) and shut down; a run with no calls is subtracted, and the rest divided by
+the decisions. Rows as batch_scripts.py's: one key ("hot") or keys drawn from 1,000
+identities, one check a call ("alone") or batches of 8 and 16, every check admitted.
+
+    .venv/bin/python benchmarks/batch_instructions.py [--algorithms ...] [--decisions N]
+
+Run it in two trees (say main and a branch) to compare them. Writes
+``benchmarks/results/batch-instructions-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import redis  # noqa: E402
+from batch_floor import write_results  # noqa: E402
+from batch_scripts import fields  # noqa: E402
+from redis_servers import free_port  # noqa: E402
+
+from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.scripts import batched_script, load_script  # noqa: E402
+
+BATCH_SIZES = (1, 8, 16)
+
+
+def counted(names: list[str], calls: list[list[str]]) -> int:
+    """The instructions of luaCallFunction over ``calls`` to a fresh redis-server."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as directory:
+        out = os.path.join(directory, "callgrind.out")
+        server = subprocess.Popen(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--toggle-collect=luaCallFunction",
+                f"--callgrind-out-file={out}",
+                "redis-server",
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                directory,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=port)
+        for _ in range(600):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        for name in names:
+            client.script_load(load_script(name).source)
+            client.script_load(batched_script(name).source)
+        for at in range(0, len(calls), 200):
+            pipe = client.pipeline(transaction=False)
+            for argv in calls[at : at + 200]:
+                pipe.execute_command(*argv)
+            pipe.execute()
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(nosave=True)
+        server.wait()
+        text = Path(out).read_text()
+    match = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.MULTILINE)
+    assert match, "no totals in callgrind's output"
+    return int(match.group(1))
+
+
+def calls_for(algorithm: str, hot: bool, per_call: int, decisions: int) -> list[list[str]]:
+    rng = random.Random(1)
+    args = fields(algorithm)
+    calls = []
+    for _ in range(decisions // per_call):
+        keys = ["hot" if hot else f"id:{rng.randrange(1000)}" for _ in range(per_call)]
+        if per_call == 1:
+            calls.append(["EVALSHA", load_script(algorithm).sha, "1", *keys, *args])
+        else:
+            part = ["1", str(len(args)), *args]
+            sha = batched_script(algorithm).sha
+            calls.append(["EVALSHA", sha, str(per_call), *keys, str(per_call), *part * per_call])
+    return calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decisions", type=int, default=6400)
+    parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS))
+    options = parser.parse_args()
+    base = counted(options.algorithms, [])
+    rows: list[dict[str, Any]] = []
+    for algorithm in options.algorithms:
+        for where, hot in (("hot", True), ("1,000 identities", False)):
+            for per_call in BATCH_SIZES:
+                calls = calls_for(algorithm, hot, per_call, options.decisions)
+                total = counted([algorithm], calls)
+                per_decision = (total - base) / (len(calls) * per_call)
+                label = f"{where}, " + ("alone" if per_call == 1 else f"batch of {per_call}")
+                rows.append(
+                    {
+                        "algorithm": algorithm,
+                        "row": label,
+                        "decisions": len(calls) * per_call,
+                        "instructions_per_decision": per_decision,
+                    }
+                )
+                print(f"{algorithm:<15} {label:<28} {per_decision:>9,.0f} instructions", flush=True)
+    path = write_results("batch_instructions", vars(options), rows)
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

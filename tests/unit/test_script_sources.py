@@ -25,7 +25,6 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "window_counter",
         "counter_run",
         "counter_write",
-        "cluster_batch",
         "together",
         "one_instant",
         "batch",

@@ -81,6 +81,10 @@ async def test_burst_button_shows_allowed_and_denied_counts(
         shown["after_reset"] = await page.wait_for(
             f"{text_of('message')}.startsWith('quotas reset') && {text_of('message')}"
         )
+        # The message shows before the reset's usage poll ends, and the buttons stay
+        # disabled until it does: a click before then is ignored (a loaded CI machine
+        # clicked in that gap).
+        await page.wait_for("document.body.dataset.busy === 'false'")
         await page.click("send-one")
         try:
             await page.wait_for(f"{text_of('allowed')} === '1'")

@@ -117,7 +117,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     else
       -- A full refill, twice: BUCKET_EXPIRY_MARGIN_MS (token_bucket.lua).
       written_amount_scaled = capacity_scaled - need_scaled
-      expire_at_ms = now_ms + 2 * window_ms + 60000
+      expire_at_ms = now_ms + 2 * window_ms + 60000 -- BUCKET_EXPIRY_MARGIN_MS
     end
     reply = { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
   end

@@ -276,7 +276,8 @@ class RedisClient(FromUrl, Connector):
     batched form (moderato/redis/grouping.py), each decided exactly as alone:
     less Redis CPU per check, a little more of this process's (BENCHMARKS.md,
     "Batched decisions, built"). A ClusterClient takes the same option for its
-    nodes, which join a turn's checks across the slots they serve.
+    nodes, which join a turn's checks across the slots they serve. A URL turns
+    it on with ``?batch_decisions=true`` (url_options.py; it wins over the keyword).
     """
 
     parse_url = staticmethod(parse_url)

@@ -13,10 +13,13 @@ Grammar::
     rediss+sentinel://...              the same, over TLS
 
 Every scheme takes ``client_name`` and the connection options of
-url_options.py (``socket_timeout``, ``ssl_ca_certs``, ...); the single-node and
-Sentinel schemes take ``db`` too. A cluster URL lists seed nodes: any one of
-them that answers tells the client the whole cluster. Redis Cluster has only
-database 0, so a cluster URL names no database. A Sentinel URL lists sentinels
+url_options.py (``socket_timeout``, ``ssl_ca_certs``, ``batch_decisions``, ...);
+the single-node and Sentinel schemes take ``db`` too. ``batch_decisions=true``
+turns on the asyncio clients' batched decisions (grouping.py; a Sentinel
+client's primary batches too); the blocking clients never batch and refuse it.
+A cluster URL lists seed nodes: any one of them that answers tells the client
+the whole cluster. Redis Cluster has only database 0, so a cluster URL names no
+database. A Sentinel URL lists sentinels
 (port 26379 unless given) and the name of the service they watch, as limits
 writes it; ``sentinel_username``, ``sentinel_password`` and ``sentinel_ssl``
 set the sentinels' own credentials and TLS when they differ from the primary's.

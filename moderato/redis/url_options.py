@@ -14,6 +14,10 @@ never silently dropped:
 ``ssl_keyfile``            its private key (defaults to ``ssl_certfile``)
 ``ssl_check_hostname``     ``true`` (default) or ``false``
 ``protocol``               ``2`` only: moderato speaks RESP2
+``batch_decisions``        ``true`` or ``false`` (default; also ``1``/``0``,
+                           ``yes``/``no``): the asyncio clients join a loop
+                           turn's checks into batched calls (grouping.py);
+                           the blocking clients never batch and refuse ``true``
 ``health_check_interval``  refused (see _REFUSED)
 =========================  ===============================================
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 import math
 import ssl
 from dataclasses import dataclass, fields
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 __all__ = [
     "CONNECT_OPTIONS",
@@ -48,6 +52,7 @@ CONNECT_OPTIONS = (
     "ssl_keyfile",
     "ssl_check_hostname",
     "protocol",
+    "batch_decisions",
 )
 
 # Options redis-py knows that have no meaning here, with the reason given to the user.
@@ -66,6 +71,8 @@ _CERT_REQS = {
 }
 _TRUE = ("true", "yes", "1", "on")
 _FALSE = ("false", "no", "0", "off")
+# batch_decisions' spellings (no on/off: a switch named after what it does reads true/false).
+_BATCH_SPELLINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class ConnectOptions:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     ssl_check_hostname: bool | None = None
+    batch_decisions: bool | None = None
 
     @property
     def has_tls_settings(self) -> bool:
@@ -140,6 +148,14 @@ def parse_connect_options(
             f"protocol={seen['protocol']} is not supported: moderato speaks RESP2 "
             "(protocol=2), which every Redis serves"
         )
+    if "batch_decisions" in seen:
+        text = seen["batch_decisions"]
+        if text.lower() not in _BATCH_SPELLINGS:
+            raise bad(
+                f"batch_decisions must be one of {', '.join(_BATCH_SPELLINGS)} "
+                f"(any case; got {text!r})"
+            )
+        values["batch_decisions"] = _BATCH_SPELLINGS[text.lower()]
     options = ConnectOptions(**values)
     if not options.has_tls_settings:
         return options
@@ -158,6 +174,9 @@ class FromUrl:
     parse_url: Callable[[str], Any]
     """The URL parser of this kind of client (a staticmethod)."""
 
+    batches_decisions: ClassVar[bool] = True
+    """Whether the client takes ``batch_decisions`` (the blocking ones never batch)."""
+
     @classmethod
     def from_url(cls: type[Client], url: str, **options: Any) -> Client:
         """``cls(cls.parse_url(url), **options)``; a bad URL is a ValueError.
@@ -166,12 +185,25 @@ class FromUrl:
         """
         make: Callable[..., Client] = cls  # the client's own constructor, not FromUrl's
         address = cls.parse_url(url)
-        return make(address, **apply_connect_options(address.options, options))
+        keywords = apply_connect_options(address.options, options, cls.batches_decisions)
+        return make(address, **keywords)
 
 
-def apply_connect_options(options: ConnectOptions, keywords: dict[str, Any]) -> dict[str, Any]:
-    """``keywords`` for a client constructor, with the URL's options laid over them."""
+def apply_connect_options(
+    options: ConnectOptions, keywords: dict[str, Any], batches: bool = True
+) -> dict[str, Any]:
+    """``keywords`` for a client constructor, with the URL's options laid over them;
+    ``batches``: whether that client takes ``batch_decisions``."""
     merged = dict(keywords)
+    if options.batch_decisions is not None:
+        if batches:
+            merged["batch_decisions"] = options.batch_decisions
+        elif options.batch_decisions:
+            raise ValueError(
+                "batch_decisions=true in the URL: the blocking client sends a call a "
+                "check and never batches (only the asyncio clients do); remove "
+                "batch_decisions from the URL, or write batch_decisions=false"
+            )
     if options.command_timeout_s is not None:
         merged["command_timeout_s"] = options.command_timeout_s
     if options.connect_timeout_s is not None:

@@ -82,6 +82,7 @@ class RedisClient(FromUrl, Connector):
     """
 
     parse_url = staticmethod(parse_url)
+    batches_decisions = False  # a call a check, never batched
 
     def __init__(
         self,

@@ -102,6 +102,7 @@ class ClusterClient(SlotMap[RedisClient], FromUrl):
     """
 
     parse_url = staticmethod(parse_cluster_url)
+    batches_decisions = False  # a call a check, never batched
 
     def __init__(
         self,

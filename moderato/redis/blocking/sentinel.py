@@ -85,6 +85,7 @@ class SentinelClient(FromUrl, PrimaryFacts):
     """
 
     parse_url = staticmethod(parse_sentinel_url)
+    batches_decisions = False  # a call a check, never batched
 
     def __init__(
         self, address: Union[SentinelAddress, str], **options: Unpack[BlockingOptions]

@@ -334,3 +334,31 @@ async def test_a_flushed_script_cache_is_repaired_once_per_batch(
         assert client.counters.batch_splits == 0
     finally:
         await client.close()
+
+
+async def test_a_limiter_from_a_cluster_url_with_batch_decisions_batches(
+    cluster: RedisCluster,
+) -> None:
+    """``?batch_decisions=true`` in the cluster URL: 40 concurrent checks of one identity
+    go as calls of 16 at most and admit exactly 25; without it, a call a check."""
+
+    async def burst(url: str, prefix: str) -> tuple[int, int]:
+        limiter = RateLimiter(url, key_prefix=prefix, command_timeout_s=5)
+        try:
+            # A warm-up (the slot map, the scripts; another window: another key), then the
+            # burst, counted alone.
+            await asyncio.gather(*(limiter.check_with_info("hot", "100/hour") for _ in range(2)))
+            reset_stats(cluster)
+            results = await asyncio.gather(
+                *(limiter.check_with_info("hot", "25/minute") for _ in range(40))
+            )
+            return sum(result.allowed for result in results), evalsha_calls(cluster)
+        finally:
+            await limiter.close()
+
+    parts = ALGORITHMS["fixed_window"].batch_parts
+    assert await burst(f"{cluster.url}?batch_decisions=true", "urlbatch-on") == (
+        25,
+        math.ceil(40 / parts),
+    )
+    assert await burst(cluster.url, "urlbatch-off") == (25, 40)

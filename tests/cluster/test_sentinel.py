@@ -788,3 +788,28 @@ async def test_no_identity_gets_more_than_its_quota_across_a_change_of_primary(
         # A check whose reply died with the primary may have been charged and
         # replicated: that identity is short by as many (at most one in flight).
         assert all(count >= QUOTA - 1 for count in admitted), admitted
+
+
+async def test_a_sentinel_url_with_batch_decisions_batches_on_the_primary(
+    deployment: SentinelDeployment,
+) -> None:
+    """``?batch_decisions=true``: the primary's RedisClient joins the turn's checks (the
+    WAIT after them still covers every one); without it, a call a check."""
+
+    async def burst(url: str, prefix: str) -> tuple[int, int]:
+        limiter = RateLimiter(url, key_prefix=prefix, command_timeout_s=5)
+        try:
+            # A warm-up (the primary found, the scripts loaded; another window: another
+            # key), then the burst, counted alone.
+            await asyncio.gather(*(limiter.check_with_info("hot", "100/hour") for _ in range(2)))
+            deployment.primary.command("CONFIG", "RESETSTAT")
+            results = await asyncio.gather(
+                *(limiter.check_with_info("hot", "25/minute") for _ in range(40))
+            )
+            calls = script_calls(deployment.primary.port)["evalsha"][0]
+            return sum(result.allowed for result in results), calls
+        finally:
+            await limiter.close()
+
+    assert await burst(f"{deployment.url}?batch_decisions=true", "urlbatch-on") == (25, 3)
+    assert await burst(deployment.url, "urlbatch-off") == (25, 40)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import shutil
 import ssl
 import tempfile
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from redis_servers import RedisServer, free_port, make_certificates
+from test_grouping import calls
 
 from moderato import RateLimiter
+from moderato.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from moderato.errors import BackendError, RateLimitConfigError
 from moderato.redis import (
     ClusterAddress,
@@ -31,6 +34,7 @@ from moderato.redis import (
 )
 from moderato.redis.errors import RedisClientError
 from moderato.redis.url_options import ConnectOptions
+from moderato.sync import RateLimiter as SyncRateLimiter
 
 
 @pytest.mark.parametrize(
@@ -369,6 +373,10 @@ def test_sentinel_urls_are_told_apart() -> None:
         ("ssl_check_hostname=False", ConnectOptions(ssl_check_hostname=False)),
         ("ssl_check_hostname=true", ConnectOptions(ssl_check_hostname=True)),
         ("protocol=2", ConnectOptions()),
+        *((f"batch_decisions={text}", ConnectOptions(batch_decisions=True))
+          for text in ("true", "TRUE", "True", "1", "yes", "YES")),
+        *((f"batch_decisions={text}", ConnectOptions(batch_decisions=False))
+          for text in ("false", "FALSE", "False", "0", "no", "No")),
     ],
 )  # fmt: skip
 def test_connect_options_are_parsed(query: str, expected: ConnectOptions) -> None:
@@ -396,7 +404,14 @@ def test_connect_options_are_parsed(query: str, expected: ConnectOptions) -> Non
         ("redis://h?retry_on_timeout=true",
          "unknown option 'retry_on_timeout'; accepted: db, client_name, socket_timeout, "
          "socket_connect_timeout, ssl_cert_reqs, ssl_ca_certs, ssl_certfile, ssl_keyfile, "
-         "ssl_check_hostname, protocol"),
+         "ssl_check_hostname, protocol, batch_decisions"),
+        *((f"redis://h?batch_decisions={text}",
+           "batch_decisions must be one of true, 1, yes, false, 0, no "
+           f"(any case; got {text!r})")
+          for text in ("on", "off", "2", "", "y", "truee")),
+        ("redis+cluster://h?batch_decisions=maybe", "batch_decisions must be one of"),
+        ("redis://h?batch_decisions=true&batch_decisions=false",
+         "option 'batch_decisions' is given twice"),
     ],
 )  # fmt: skip
 def test_refused_connect_options(url: str, reason: str) -> None:
@@ -422,6 +437,63 @@ def test_url_options_win_over_keywords() -> None:
         )
     with pytest.raises(RateLimitConfigError, match="TLS options cannot be loaded"):
         RateLimiter("rediss://h?ssl_ca_certs=/nonexistent/ca.pem")
+
+
+def test_batch_decisions_from_the_url_win_over_the_keyword() -> None:
+    assert RedisClient.from_url("redis://h?batch_decisions=yes").batch_decisions
+    assert RedisClient.from_url("unix:///r.sock?batch_decisions=1").batch_decisions
+    assert not RedisClient.from_url(
+        "rediss://h?batch_decisions=no", batch_decisions=True
+    ).batch_decisions
+    assert RedisClient.from_url("redis://h", batch_decisions=True).batch_decisions
+    assert not RedisClient.from_url("redis://h").batch_decisions
+    assert ClusterClient.from_url("redis+cluster://h?batch_decisions=true").batch_decisions
+    limiter = RateLimiter("rediss+cluster://h?batch_decisions=true")
+    assert limiter.backend.client.batch_decisions  # type: ignore[attr-defined]
+    # The Sentinel client's primary is a RedisClient: it takes the option.
+    limiter = RateLimiter("redis+sentinel://s/svc?batch_decisions=true")
+    sentinel = limiter.backend.client  # type: ignore[attr-defined]
+    assert sentinel._options["batch_decisions"] is True
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://h", "unix:///r.sock", "redis+cluster://h", "redis+sentinel://s/svc"]
+)
+def test_the_blocking_limiter_refuses_batch_decisions_true(url: str) -> None:
+    separator = "&" if "?" in url else "?"
+    with pytest.raises(RateLimitConfigError) as raised:
+        SyncRateLimiter(f"{url}{separator}batch_decisions=true")
+    message = str(raised.value)
+    assert "the blocking client sends a call a check and never batches" in message
+    assert "remove batch_decisions from the URL, or write batch_decisions=false" in message
+    SyncRateLimiter(f"{url}{separator}batch_decisions=false")  # accepted, and means what it says
+
+
+async def _burst(url: str, server: RedisServer, prefix: str) -> tuple[int, int]:
+    """(admitted, EVALSHA calls) for 40 concurrent checks of one identity at 25/minute,
+    after a warm-up burst of 2 (which loads the scripts) on another identity."""
+    limiter = RateLimiter(url, key_prefix=prefix)
+    try:
+        await asyncio.gather(*(limiter.check_with_info("warm", "25/minute") for _ in range(2)))
+        server.command("CONFIG", "RESETSTAT")
+        results = await asyncio.gather(
+            *(limiter.check_with_info("hot", "25/minute") for _ in range(40))
+        )
+        return sum(result.allowed for result in results), calls(server, "evalsha")
+    finally:
+        await limiter.close()
+
+
+async def test_a_limiter_from_a_url_with_batch_decisions_batches(
+    redis_server: RedisServer,
+) -> None:
+    parts = ALGORITHMS[DEFAULT_ALGORITHM].batch_parts
+    batched = await _burst(f"{redis_server.url}?batch_decisions=true", redis_server, "urlb1")
+    assert batched == (25, math.ceil(40 / parts))  # 16 + 16 + 8: 3 calls, not 40
+    plain = await _burst(redis_server.url, redis_server, "urlb2")
+    assert plain == (25, 40)
+    off = await _burst(f"{redis_server.url}?batch_decisions=false", redis_server, "urlb3")
+    assert off == (25, 40)
 
 
 async def test_socket_timeout_fires(own_redis_server: RedisServer) -> None:

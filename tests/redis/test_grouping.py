@@ -22,7 +22,7 @@ from test_tls import tls_files, tls_only_server  # noqa: F401 (fixtures)
 from moderato import RateLimiter
 from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisClient, RedisReplyError
-from moderato.redis import client as client_module
+from moderato.redis import connector as connector_module
 from moderato.redis.errors import RedisClientError
 from moderato.scripts import MAX_BATCH_PARTS, MAX_BATCH_POLICIES, batched_script, load_script
 
@@ -36,7 +36,8 @@ def connection_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     if request.param == "python":
         from connection_reference import ReferenceConnection
 
-        monkeypatch.setattr(client_module, "RedisConnection", ReferenceConnection)
+        # Where the clients make their connections (redis/connector.py's Connector).
+        monkeypatch.setattr(connector_module, "RedisConnection", ReferenceConnection)
     return str(request.param)
 
 

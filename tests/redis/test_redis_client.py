@@ -28,7 +28,7 @@ from redis_servers import RedisServer, free_port, make_tls_files
 from skips import skip_without_tls
 
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
-from moderato.redis import client as client_module
+from moderato.redis import connector as connector_module
 from moderato.redis.connection import CommandNotSentError
 from moderato.redis.errors import RedisClientError, RedisReplyError
 
@@ -43,7 +43,8 @@ def connection_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     if request.param == "python":
         from connection_reference import ReferenceConnection
 
-        monkeypatch.setattr(client_module, "RedisConnection", ReferenceConnection)
+        # Where the clients make their connections (redis/connector.py's Connector).
+        monkeypatch.setattr(connector_module, "RedisConnection", ReferenceConnection)
     return str(request.param)
 
 
@@ -103,6 +104,25 @@ async def client(redis_url: str) -> Any:
 
 
 # -- round trips -----------------------------------------------------------------
+
+
+async def test_the_connections_made_have_the_core_under_test(
+    client: RedisClient, connection_core: str
+) -> None:
+    """The fixture's Python steps reach the connections the client makes (a patch of a
+    name the client no longer reads would test the C steps twice)."""
+    await client.execute("PING")
+    made = [
+        slot.connection
+        for pool in client._pools.values()
+        for slot in pool.slots
+        if slot.connection is not None
+    ]
+    assert made
+    from connection_reference import ReferenceConnection
+
+    expected = ReferenceConnection if connection_core == "python" else RedisConnection
+    assert {type(connection) for connection in made} == {expected}
 
 
 async def test_round_trips(client: RedisClient) -> None:

@@ -32,6 +32,9 @@ TRACED_CALLS = 20_000
 TRACED_GROWTH_BOUND_BYTES = 16 << 10
 START_MS = 1_800_000_000_000
 SHARED_REFCOUNT = 10**8  # static singletons start at 999,999,999 on 3.11
+# Counts this high at the start mean an object the interpreter shares ("" on Python 3.9,
+# ~24,000), which another thread of the test process may move by a few.
+INTERPRETER_SHARED_REFCOUNT = 1_000
 
 
 def text(value: str) -> str:
@@ -226,7 +229,12 @@ def test_no_leaks(store: _accel.MemoryStore, run: Callable[..., Any], objects: l
     calls(CALLS)
 
     gc.collect()
-    assert [sys.getrefcount(value) for value in tracked] == refcounts
+    counts = [sys.getrefcount(value) for value in tracked]  # before a loop holds any
+    for index, (before, after) in enumerate(zip(refcounts, counts)):
+        if before < INTERPRETER_SHARED_REFCOUNT:  # the test's own objects: exactly
+            assert after == before, tracked[index]
+        else:  # "" on 3.9 (~24,000): other threads move it; a leak per call adds CALLS
+            assert abs(after - before) < CALLS // 100, tracked[index]
     assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
     assert len(store) <= entries + 4
 
@@ -361,7 +369,12 @@ def test_fast_check_no_leaks(
     rss_before = rss_bytes()
     calls(CALLS)
     gc.collect()
-    assert [sys.getrefcount(value) for value in tracked] == refcounts
+    counts = [sys.getrefcount(value) for value in tracked]  # before a loop holds any
+    for index, (before, after) in enumerate(zip(refcounts, counts)):
+        if before < INTERPRETER_SHARED_REFCOUNT:  # the test's own objects: exactly
+            assert after == before, tracked[index]
+        else:  # "" on 3.9 (~24,000): other threads move it; a leak per call adds CALLS
+            assert abs(after - before) < CALLS // 100, tracked[index]
     assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
     tracemalloc.start()
     try:

@@ -1,0 +1,280 @@
+"""The floor a batched decision cannot go under: each algorithm family's state commands
+alone, sixteen decisions a call (issue 30's Redis CPU targets).
+
+Issue 30 asks Redis CPU per decision of at most 0.2x the best peer over 1,000
+identities and 0.1x on one hot identity. A batched call shares the call's own price
+(the call, ``TIME``, the reply) among its checks; what it cannot share is each
+identity's state: its read and its write. This measures that part, per family, with
+nothing else in the script: no policy list, no argument checks, no refusal path, the
+least math that keeps the state meaningful, and the smallest reply (five integers a
+decision in one flat array). The shapes are the shipped scripts' state commands:
+
+- **counter** (fixed window): ``INCRBY`` (and ``PEXPIREAT`` on a new counter);
+- **two counters** (sliding window): ``GET`` of the previous window's, ``INCRBY`` of
+  the current one's;
+- **hash** (token and leaky bucket, GCRA): ``HMGET`` of two fields, ``HSET`` of two,
+  ``PEXPIREAT``;
+- **log** (sliding log): ``ZREMRANGEBYSCORE`` of what left the window, ``ZCARD``,
+  ``ZADD`` of the new entry, ``PEXPIRE``.
+
+"1,000 identities": sixteen keys a call, each ``id:__rand_int__`` with ``-r 1000``
+(redis-benchmark draws each occurrence anew), one decision each, as a batch over many
+identities decides them. "hot": one key, sixteen decisions a call, the state read once
+and written once (the log adds every entry in one ``ZADD``), as a batch's run on one
+identity does. Each row is ``redis-benchmark -c 8 -P 16`` sending one fixed
+``EVALSHA`` to a redis-server this script starts, Redis's main-thread CPU from ``INFO
+cpu`` around each trial divided by its decisions, median of the trials.
+
+With ``--peers results/peers-in-situ-<time>.json`` (``benchmarks/peers_in_situ.py``'s
+raw record) each floor is also shown against issue 30's target for the families it
+serves: the best peer's Redis CPU per decision in situ times 0.2 (1,000 identities) or
+0.1 (hot). A floor above its target is a target no layout can meet.
+
+    .venv/bin/python benchmarks/state_floor.py [--trials N] [--decisions N] [--peers FILE]
+
+Writes ``benchmarks/results/state-floor-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import redis  # noqa: E402
+from batch_floor import calls_for, trial, write_results  # noqa: E402
+from redis_servers import RedisServer  # noqa: E402
+
+PER_CALL = 16
+WINDOW_MS = "3600000"
+COST_SCALED = "1000"
+CAPACITY_SCALED = "9000000000000"
+
+# Shared head of every sketch: the clock once, the flat reply, the policy's integers.
+HEAD = """
+local time = redis.call('TIME')
+local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
+local window_ms, cost_scaled = tonumber(ARGV[1]), tonumber(ARGV[2])
+local capacity_scaled = tonumber(ARGV[3])
+local reply, at = {}, 0
+local function answer(allowed, remaining_scaled, retry_ms, reset_ms)
+  reply[at + 1], reply[at + 2], reply[at + 3] = allowed, 0, remaining_scaled
+  reply[at + 4], reply[at + 5] = retry_ms, reset_ms
+  at = at + 5
+end
+"""
+
+# One decision per key, every key of the call (KEYS), each its own identity.
+SPREAD = {
+    "counter": """
+local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
+for i = 1, #KEYS do
+  local used_scaled = redis.call('INCRBY', KEYS[i], cost_scaled)
+  if used_scaled == cost_scaled then
+    redis.call('PEXPIREAT', KEYS[i], window_end_ms)
+  end
+  answer(1, capacity_scaled - used_scaled, 0, window_end_ms)
+end
+""",
+    "two counters": """
+local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
+local current = ':' .. (window_start_ms / window_ms)
+local previous = ':' .. (window_start_ms / window_ms - 1)
+for i = 1, #KEYS do
+  local before_scaled = tonumber(redis.call('GET', KEYS[i] .. previous) or '0')
+  local used_scaled = redis.call('INCRBY', KEYS[i] .. current, cost_scaled)
+  if used_scaled == cost_scaled then
+    redis.call('PEXPIREAT', KEYS[i] .. current, window_start_ms + 2 * window_ms)
+  end
+  answer(1, capacity_scaled - used_scaled - before_scaled, 0, window_start_ms + window_ms)
+end
+""",
+    "hash": """
+for i = 1, #KEYS do
+  local state = redis.call('HMGET', KEYS[i], 'level', 'at')
+  local level_scaled = tonumber(state[1]) or 0
+  local at_ms = tonumber(state[2]) or now_ms
+  level_scaled = math.max(0, level_scaled - (now_ms - at_ms)) + cost_scaled
+  redis.call('HSET', KEYS[i], 'level', level_scaled, 'at', now_ms)
+  redis.call('PEXPIREAT', KEYS[i], now_ms + window_ms)
+  answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
+end
+""",
+    "log": """
+for i = 1, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now_ms - window_ms)
+  local held = redis.call('ZCARD', KEYS[i])
+  redis.call('ZADD', KEYS[i], now_ms, now_ms .. ':' .. held)
+  redis.call('PEXPIRE', KEYS[i], window_ms)
+  answer(1, capacity_scaled - (held + 1) * cost_scaled, 0, now_ms + window_ms)
+end
+""",
+}
+
+# ARGV[4] decisions on KEYS[1]: the state read once, decided on Lua locals, written once.
+HOT = {
+    "counter": """
+local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
+local found_scaled = tonumber(redis.call('GET', KEYS[1]) or '0')
+local used_scaled = found_scaled
+for _ = 1, tonumber(ARGV[4]) do
+  used_scaled = used_scaled + cost_scaled
+  answer(1, capacity_scaled - used_scaled, 0, window_end_ms)
+end
+redis.call('INCRBY', KEYS[1], used_scaled - found_scaled)
+if found_scaled == 0 then
+  redis.call('PEXPIREAT', KEYS[1], window_end_ms)
+end
+""",
+    "two counters": """
+local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
+local current = KEYS[1] .. ':' .. (window_start_ms / window_ms)
+local previous = KEYS[1] .. ':' .. (window_start_ms / window_ms - 1)
+local before_scaled = tonumber(redis.call('GET', previous) or '0')
+local found_scaled = tonumber(redis.call('GET', current) or '0')
+local used_scaled = found_scaled
+for _ = 1, tonumber(ARGV[4]) do
+  used_scaled = used_scaled + cost_scaled
+  answer(1, capacity_scaled - used_scaled - before_scaled, 0, window_start_ms + window_ms)
+end
+redis.call('INCRBY', current, used_scaled - found_scaled)
+if found_scaled == 0 then
+  redis.call('PEXPIREAT', current, window_start_ms + 2 * window_ms)
+end
+""",
+    "hash": """
+local state = redis.call('HMGET', KEYS[1], 'level', 'at')
+local level_scaled = tonumber(state[1]) or 0
+local at_ms = tonumber(state[2]) or now_ms
+level_scaled = math.max(0, level_scaled - (now_ms - at_ms))
+for _ = 1, tonumber(ARGV[4]) do
+  level_scaled = level_scaled + cost_scaled
+  answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
+end
+redis.call('HSET', KEYS[1], 'level', level_scaled, 'at', now_ms)
+redis.call('PEXPIREAT', KEYS[1], now_ms + window_ms)
+""",
+    "log": """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms - window_ms)
+local held = redis.call('ZCARD', KEYS[1])
+local entries = {}
+for n = 1, tonumber(ARGV[4]) do
+  entries[2 * n - 1], entries[2 * n] = now_ms, now_ms .. ':' .. (held + n)
+  answer(1, capacity_scaled - (held + n) * cost_scaled, 0, now_ms + window_ms)
+end
+redis.call('ZADD', KEYS[1], unpack(entries))
+redis.call('PEXPIRE', KEYS[1], window_ms)
+""",
+}
+
+# Which moderato algorithms each shape serves, and the peers' family names for them.
+FAMILIES = {
+    "counter": ("fixed_window",),
+    "two counters": ("sliding_window",),
+    "hash": ("token_bucket", "leaky_bucket", "gcra"),
+    "log": ("sliding_log",),
+}
+TARGET_FACTOR = {"1,000 identities": 0.2, "hot": 0.1}
+
+
+def best_peer_us(peers_record: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(algorithm, where) -> the best peer's Redis µs per decision in a peers_in_situ run."""
+    best: dict[tuple[str, str], float] = {}
+    for row in peers_record["rows"]:
+        where = "1,000 identities" if row["identities"] == "1,000" else "hot"
+        peers = {
+            name: us
+            for name, us in row["redis_us_per_decision"].items()
+            if not name.startswith("moderato")
+        }
+        if peers:
+            best[(row["algorithm"], where)] = min(peers.values())
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--decisions", type=int, default=400_000, help="per row, about")
+    parser.add_argument("--peers", type=Path, help="a peers_in_situ.py raw record")
+    options = parser.parse_args()
+    if shutil.which("redis-benchmark") is None:
+        raise SystemExit("redis-benchmark was not found: it comes with redis-server")
+    best = best_peer_us(json.loads(options.peers.read_text())) if options.peers else {}
+
+    server = RedisServer().start()
+    try:
+        client = redis.Redis(port=server.port)
+        policy = [WINDOW_MS, COST_SCALED, CAPACITY_SCALED]
+        empty = str(client.script_load("return 1"))
+        rows: list[tuple[str, str, int, list[str]]] = [
+            ("empty script", "", 1, ["EVALSHA", empty, "0"]),
+        ]
+        for shape in SPREAD:
+            spread = str(client.script_load(HEAD + SPREAD[shape] + "return reply"))
+            hot = str(client.script_load(HEAD + HOT[shape] + "return reply"))
+            keys = [f"{shape.replace(' ', '-')}:id:__rand_int__"] * PER_CALL
+            rows.append(
+                (
+                    shape,
+                    "1,000 identities",
+                    PER_CALL,
+                    ["EVALSHA", spread, str(PER_CALL), *keys, *policy],
+                )
+            )
+            hot_key = f"{shape.replace(' ', '-')}:hot"
+            rows.append(
+                (shape, "hot", PER_CALL, ["EVALSHA", hot, "1", hot_key, *policy, str(PER_CALL)])
+            )
+        results: list[dict[str, Any]] = []
+        for shape, where, per_call, argv in rows:
+            calls = calls_for(per_call, options.decisions)
+            trials = sorted(
+                trial(client, server.port, argv, calls) / (calls * per_call) * 1e6
+                for _ in range(options.trials)
+            )
+            median_us = statistics.median(trials)
+            targets = {
+                algorithm: best[(algorithm, where)] * TARGET_FACTOR[where]
+                for algorithm in FAMILIES.get(shape, ())
+                if (algorithm, where) in best
+            }
+            results.append(
+                {
+                    "shape": shape,
+                    "where": where,
+                    "decisions_per_call": per_call,
+                    "calls": calls,
+                    "redis_us_per_decision": trials,
+                    "median_us": median_us,
+                    "targets_us": targets,
+                }
+            )
+            verdicts = ", ".join(
+                f"{algorithm} target {target_us:.2f}"
+                + (" (under the floor)" if median_us > target_us else " (above the floor)")
+                for algorithm, target_us in targets.items()
+            )
+            print(
+                f"{shape:<13} {where:<17} {median_us:6.2f} us/decision  "
+                f"trials {[round(t, 2) for t in trials]}  {verdicts}",
+                flush=True,
+            )
+        path = write_results(
+            "state_floor", {**vars(options), "peers": str(options.peers or "")}, results
+        )
+        print(f"written to {path.relative_to(ROOT)}")
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -360,3 +360,8 @@ def report(line: str) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as out:
             out.write(line + "\n")
+
+
+def primary_name(port: int) -> str:
+    """A node's name as the clients give it (``host:port``)."""
+    return f"127.0.0.1:{port}"

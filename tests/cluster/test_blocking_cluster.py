@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -20,6 +19,7 @@ from cluster import (
     call,
     identities_per_shard,
     identity_slot,
+    primary_name,
     report,
     script_calls,
     slot_of,
@@ -34,29 +34,6 @@ from moderato.sync import RateLimiter
 pytestmark = pytest.mark.slow
 
 FIXED = load_script("fixed_window")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """The shared cluster: tests use their own keys and leave slots where they are."""
-    shared = RedisCluster().start()
-    try:
-        yield shared
-    finally:
-        shared.close()
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[RedisCluster]:
-    mine = RedisCluster().start()
-    try:
-        yield mine
-    finally:
-        mine.close()
-
-
-def primary_name(port: int) -> str:
-    return f"127.0.0.1:{port}"
 
 
 def test_a_stale_map_is_corrected_by_moved(cluster: RedisCluster) -> None:

@@ -11,7 +11,6 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from cluster import (
     call,
     identities_per_shard,
     identity_slot,
+    primary_name,
     report,
     script_calls,
     slot_of,
@@ -38,36 +38,12 @@ from moderato.redis.errors import RedisClientError
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """The shared cluster: tests use their own key prefixes and leave slots where they are."""
-    shared = RedisCluster().start()
-    try:
-        yield shared
-    finally:
-        shared.close()
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[RedisCluster]:
-    """A cluster for one test, free to be resharded or lose a primary."""
-    mine = RedisCluster().start()
-    try:
-        yield mine
-    finally:
-        mine.close()
-
-
 def cluster_client(limiter: RateLimiter) -> ClusterClient:
     backend = limiter.backend
     assert isinstance(backend, RedisBackend)
     client = backend.client
     assert isinstance(client, ClusterClient)
     return client
-
-
-def primary_name(port: int) -> str:
-    return f"127.0.0.1:{port}"
 
 
 # -- wiring and routing ------------------------------------------------------------

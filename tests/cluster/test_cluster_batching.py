@@ -11,9 +11,9 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
+from batching_helpers import ARGS, errors, evalsha_calls, reset_stats
 from cluster import (
     RedisCluster,
     call,
@@ -33,19 +33,9 @@ from moderato.scripts import batched_script, load_script
 
 pytestmark = pytest.mark.slow
 
-# cost 1000 (one request), charge, capacity 100 requests, a day's window.
-ARGS = {name: ["1000", "1", "100000", "86400"] for name in ALGORITHMS}
-ARGS["token_bucket"] = [*ARGS["token_bucket"], ""]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """3 primaries, no replicas: the tests here move slots and leave them moved."""
-    shared = RedisCluster(replicas=0).start()
-    try:
-        yield shared
-    finally:
-        shared.close()
+# The module's cluster (tests/cluster/conftest.py): 3 primaries, no replicas; the tests
+# here move slots and leave them moved.
+CLUSTER_REPLICAS = 0
 
 
 def base_key(identity: str, prefix: str) -> str:
@@ -59,25 +49,6 @@ def counter(cluster: RedisCluster, key: str) -> int:
     state = call(port, "KEYS", f"{key}:*")
     assert len(state) == 1, state
     return int(call(port, "GET", state[0]))
-
-
-def errors(port: int) -> dict[str, int]:
-    """{error prefix: replies} since the last CONFIG RESETSTAT (INFO errorstats)."""
-    found = {}
-    for line in call(port, "INFO", "errorstats").decode().splitlines():
-        if line.startswith("errorstat_"):
-            name, _, count = line[len("errorstat_") :].partition(":count=")
-            found[name] = int(count)
-    return found
-
-
-def reset_stats(cluster: RedisCluster) -> None:
-    for shard in cluster.shards():
-        call(shard.primary, "CONFIG", "RESETSTAT")
-
-
-def evalsha_calls(cluster: RedisCluster) -> int:
-    return sum(script_calls(shard.primary)["evalsha"][0] for shard in cluster.shards())
 
 
 def expected_remaining(algorithm: str, used: int) -> int:

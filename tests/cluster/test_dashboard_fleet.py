@@ -43,15 +43,6 @@ from moderato.sync import RateLimiter as SyncRateLimiter
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    servers = RedisCluster().start()
-    try:
-        yield servers
-    finally:
-        servers.close()
-
-
-@pytest.fixture(scope="module")
 def sentinel() -> Iterator[SentinelDeployment]:
     servers = SentinelDeployment(service="dashboard")
     try:

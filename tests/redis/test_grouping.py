@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from batching_helpers import ARGS, calls
 from redis_servers import RedisServer
 from shared_quota_worker import run_workers
 from test_tls import tls_files, tls_only_server  # noqa: F401 (fixtures)
@@ -25,9 +26,6 @@ from moderato.redis import RedisClient, RedisReplyError
 from moderato.redis import connector as connector_module
 from moderato.redis.errors import RedisClientError
 from moderato.scripts import MAX_BATCH_PARTS, MAX_BATCH_POLICIES, batched_script, load_script
-
-ARGS = {name: ["1000", "1", "100000", "86400"] for name in ALGORITHMS}
-ARGS["token_bucket"] = [*ARGS["token_bucket"], ""]
 
 
 @pytest.fixture(autouse=True, params=["c", "python"], ids=["core-c", "core-python"])
@@ -46,15 +44,6 @@ def server(redis_server: RedisServer) -> Iterator[RedisServer]:
     redis_server.command("FLUSHALL")
     redis_server.command("CONFIG", "RESETSTAT")
     yield redis_server
-
-
-def calls(server: RedisServer, command: str) -> int:
-    stats = server.command("INFO", "commandstats")
-    text = stats.decode() if isinstance(stats, bytes) else str(stats)
-    for line in text.splitlines():
-        if line.startswith(f"cmdstat_{command}:calls="):
-            return int(line.split("=")[1].split(",")[0])
-    return 0
 
 
 async def loaded(client: RedisClient, *algorithms: str) -> None:

@@ -58,8 +58,13 @@ def call(port: int, *args: str | bytes | int, timeout_s: float = 5.0) -> Any:
 def script_calls(port: int) -> dict[str, tuple[int, int]]:
     """{command: (calls, failed calls)} since the last CONFIG RESETSTAT, for the
     commands a script call may take: EVALSHA, EVAL and SCRIPT LOAD."""
+    return script_calls_in(text(call(port, "INFO", "commandstats")))
+
+
+def script_calls_in(stats: str) -> dict[str, tuple[int, int]]:
+    """script_calls() read from the text of an ``INFO commandstats`` reply."""
     found = dict.fromkeys(("evalsha", "eval", "script|load"), (0, 0))
-    for line in text(call(port, "INFO", "commandstats")).splitlines():
+    for line in stats.splitlines():
         name, _, fields = line.partition(":")
         command = name.removeprefix("cmdstat_")
         if command in found:

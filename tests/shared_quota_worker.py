@@ -79,8 +79,11 @@ async def asynchronous(url: str, prefix: str, rate: str, algorithms: list[str]) 
         key_prefix=prefix,
         command_timeout_s=float(os.environ.get("SHARED_QUOTA_TIMEOUT_S", "10")),
     )
-    # SHARED_QUOTA_BATCH=1: the client joins a loop turn's checks into batched calls.
-    limiter.backend.client.batch_decisions = os.environ.get("SHARED_QUOTA_BATCH") == "1"  # type: ignore[attr-defined]
+    # SHARED_QUOTA_BATCH=1: the client joins a loop turn's checks into batched calls (0:
+    # it does not); unset, the URL decides (?batch_decisions=true), off by default.
+    if "SHARED_QUOTA_BATCH" in os.environ:
+        batch = os.environ["SHARED_QUOTA_BATCH"] == "1"
+        limiter.backend.client.batch_decisions = batch  # type: ignore[attr-defined]
     for algorithm in algorithms:
         # Two at once: when batching, one batched call, its script loaded before the start.
         await asyncio.gather(

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import RedisCluster, call, identities_per_shard, report
+from cluster import RedisCluster, call, identities_per_shard, report, script_calls_in
 from redis_servers import RedisServer, TlsFiles, make_tls_files
+from shared_quota_worker import run_workers
 from skips import skip_without_tls
 
 from moderato import RateLimiter
+from moderato.algorithms import ALGORITHMS
 from moderato.policy import SCALE
 from moderato.redis import RedisClient
 from moderato.redis.blocking import RedisClient as BlockingRedisClient
@@ -175,6 +177,40 @@ def test_blocking_limiter_bursts_after_script_flush_over_tls(tls_only_server: Re
         assert charged == [LIMIT, LIMIT, LIMIT]
     finally:
         limiter.close()
+        admin.close()
+
+
+def test_four_processes_of_125_tasks_batching_over_tls_admit_exactly_the_limit(
+    tls_only_server: RedisServer,
+) -> None:
+    """Issue 30's exact-N test over TLS: every algorithm, 4 processes x 125 tasks on one
+    key, batching on from the rediss:// URL (``?batch_decisions=true``, the CA from
+    ``ssl_ca_certs``): exactly the limit admitted, in far fewer calls than checks."""
+    assert tls_only_server.tls is not None
+    context = tls_only_server.tls.client_context()
+    admin = BlockingRedisClient.from_url(tls_only_server.url, ssl_context=context)
+    try:
+        admin.execute("FLUSHALL")
+        admin.execute("CONFIG", "RESETSTAT")
+        algorithms = list(ALGORITHMS)
+        url = f"{tls_only_server.url}?ssl_ca_certs={tls_only_server.tls.ca_file}"
+        reports = run_workers(
+            ["async"] * 4,
+            f"{url}&batch_decisions=true",
+            "tlsgrouped",
+            "100/minute",
+            algorithms,
+            {"SHARED_QUOTA_WORKERS": "125", "SHARED_QUOTA_CHECKS_EACH": "1"},
+        )
+        totals = {name: sum(report[name] for report in reports) for name in algorithms}
+        assert totals == dict.fromkeys(algorithms, 100), reports
+        # The checks went batched: far fewer calls than checks (warm-ups a call each).
+        checks = 4 * 125 * len(algorithms)
+        sent = script_calls_in(admin.execute("INFO", "commandstats").decode())["evalsha"][0]
+        report(f"TLS single node, batching on: {checks} checks from 4 processes, "
+               f"{totals} admitted, {sent} EVALSHA")  # fmt: skip
+        assert sent < checks / 2
+    finally:
         admin.close()
 
 

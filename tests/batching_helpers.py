@@ -1,13 +1,17 @@
 """What the batched-decision tests share (tests/redis/test_grouping.py on one node,
-tests/cluster/test_cluster_batching.py on a cluster): each algorithm's script
-arguments for one request, and what Redis counts of the calls it ran (INFO
-commandstats and errorstats since the last CONFIG RESETSTAT).
+tests/cluster/test_cluster_batching.py on a cluster, and over TLS and Sentinel): each
+algorithm's script arguments for one request, what Redis counts of the calls it ran
+(INFO commandstats and errorstats since the last CONFIG RESETSTAT), and issue 30's
+exact-N run.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from cluster import RedisCluster, call, script_calls
 from redis_servers import RedisServer
+from shared_quota_worker import run_workers
 
 from moderato.algorithms import ALGORITHMS
 
@@ -40,3 +44,26 @@ def reset_stats(cluster: RedisCluster) -> None:
 def evalsha_calls(cluster: RedisCluster) -> int:
     """EVALSHA calls run on all of ``cluster``'s primaries."""
     return sum(script_calls(shard.primary)["evalsha"][0] for shard in cluster.shards())
+
+
+EXACT_N_CHECKS = 4 * 125 * len(ALGORITHMS)
+"""The checks of one exact-N run: 4 processes x 125 tasks, for each algorithm."""
+
+
+def exact_n_admitted(
+    url: str, prefix: str, rate: str, *, batch: bool = True, context: Any = None
+) -> dict[str, int]:
+    """Issue 30's exact-N run (tests/shared_quota_worker.py): for every algorithm in
+    turn, 4 asyncio processes x 125 tasks check one key once each at the same instant.
+    Asserts that exactly the rate's limit was admitted for each (the message shows each
+    process's report and ``context``), and returns {algorithm: admitted}. ``batch``:
+    every worker turns its client's batch_decisions on; False leaves it to the URL."""
+    environment = {"SHARED_QUOTA_WORKERS": "125", "SHARED_QUOTA_CHECKS_EACH": "1"}
+    if batch:
+        environment["SHARED_QUOTA_BATCH"] = "1"
+    algorithms = list(ALGORITHMS)
+    reports = run_workers(["async"] * 4, url, prefix, rate, algorithms, environment)
+    totals = {name: sum(report[name] for report in reports) for name in algorithms}
+    limit = int(rate.split("/")[0])
+    assert totals == dict.fromkeys(algorithms, limit), (reports, context)
+    return totals

@@ -13,7 +13,14 @@ import threading
 import time
 
 import pytest
-from batching_helpers import ARGS, errors, evalsha_calls, reset_stats
+from batching_helpers import (
+    ARGS,
+    EXACT_N_CHECKS,
+    errors,
+    evalsha_calls,
+    exact_n_admitted,
+    reset_stats,
+)
 from cluster import (
     RedisCluster,
     call,
@@ -23,7 +30,6 @@ from cluster import (
     script_calls,
     slot_of,
 )
-from shared_quota_worker import run_workers
 
 from moderato import RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
@@ -187,7 +193,6 @@ def test_four_processes_of_125_tasks_admit_exactly_the_limit_while_the_slot_migr
 ) -> None:
     """Every algorithm, 4 processes x 125 tasks on one key, batching on, the key's slot
     migrating from node to node all through: exactly the limit admitted."""
-    algorithms = list(ALGORITHMS)
     slot = identity_slot("hot")
     moves: list[tuple[int, int, int]] = []
     reset_stats(cluster)
@@ -195,34 +200,23 @@ def test_four_processes_of_125_tasks_admit_exactly_the_limit_while_the_slot_migr
     mover = threading.Thread(target=migrate_back_and_forth, args=(cluster, slot, stop, moves))
     mover.start()
     try:
-        reports = run_workers(
-            ["async"] * 4,
-            cluster.url,
-            "clustered",
-            # An hour's rate: the buckets refill one request in 36 s, so checks a
-            # migration holds back for a second or more cannot earn another (at
-            # 100/minute one refilled request every 0.6 s is rightly admitted).
-            "100/hour",
-            algorithms,
-            {
-                "SHARED_QUOTA_WORKERS": "125",
-                "SHARED_QUOTA_CHECKS_EACH": "1",
-                "SHARED_QUOTA_BATCH": "1",
-            },
-        )
+        # An hour's rate: the buckets refill one request in 36 s, so checks a migration
+        # holds back for a second or more cannot earn another (at 100/minute one
+        # refilled request every 0.6 s is rightly admitted).
+        exact_n_admitted(cluster.url, "clustered", "100/hour", context=moves)
     finally:
         stop.set()
         mover.join()
-    totals = {name: sum(report[name] for report in reports) for name in algorithms}
-    assert totals == dict.fromkeys(algorithms, 100), (reports, moves)
     assert len(moves) >= 3, moves
     assert any(moved > 0 for _, _, moved in moves), moves
     # Batched: fewer calls run than checks made (the checks a migration refused went
     # alone, each retried until it could run: far from all of them).
-    checks = 4 * 125 * len(algorithms)
     ran = evalsha_calls(cluster)
-    report(f"cluster batching, slot migrating: {ran} calls ran for {checks} checks; moves {moves}")
-    assert ran < checks
+    report(
+        f"cluster batching, slot migrating: {ran} calls ran for {EXACT_N_CHECKS} checks; "
+        f"moves {moves}"
+    )
+    assert ran < EXACT_N_CHECKS
 
 
 @pytest.mark.parametrize("algorithm", ["fixed_window", "token_bucket"])

@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batching_helpers import EXACT_N_CHECKS, exact_n_admitted
 from cluster import RedisCluster, call, identities_per_shard, report, script_calls_in
 from redis_servers import RedisServer, TlsFiles, make_tls_files
-from shared_quota_worker import run_workers
 from skips import skip_without_tls
 
 from moderato import RateLimiter
-from moderato.algorithms import ALGORITHMS
 from moderato.policy import SCALE
 from moderato.redis import RedisClient
 from moderato.redis.blocking import RedisClient as BlockingRedisClient
@@ -192,24 +191,15 @@ def test_four_processes_of_125_tasks_batching_over_tls_admit_exactly_the_limit(
     try:
         admin.execute("FLUSHALL")
         admin.execute("CONFIG", "RESETSTAT")
-        algorithms = list(ALGORITHMS)
         url = f"{tls_only_server.url}?ssl_ca_certs={tls_only_server.tls.ca_file}"
-        reports = run_workers(
-            ["async"] * 4,
-            f"{url}&batch_decisions=true",
-            "tlsgrouped",
-            "100/minute",
-            algorithms,
-            {"SHARED_QUOTA_WORKERS": "125", "SHARED_QUOTA_CHECKS_EACH": "1"},
+        totals = exact_n_admitted(
+            f"{url}&batch_decisions=true", "tlsgrouped", "100/minute", batch=False
         )
-        totals = {name: sum(report[name] for report in reports) for name in algorithms}
-        assert totals == dict.fromkeys(algorithms, 100), reports
         # The checks went batched: far fewer calls than checks (warm-ups a call each).
-        checks = 4 * 125 * len(algorithms)
         sent = script_calls_in(admin.execute("INFO", "commandstats").decode())["evalsha"][0]
-        report(f"TLS single node, batching on: {checks} checks from 4 processes, "
+        report(f"TLS single node, batching on: {EXACT_N_CHECKS} checks from 4 processes, "
                f"{totals} admitted, {sent} EVALSHA")  # fmt: skip
-        assert sent < checks / 2
+        assert sent < EXACT_N_CHECKS / 2
     finally:
         admin.close()
 

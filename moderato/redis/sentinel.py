@@ -116,15 +116,25 @@ class SentinelClient(FromUrl, PrimaryFacts):
 
     Takes RedisClient's options; they apply to the primary. The sentinels are
     asked with the same timeouts over one connection each, plus one subscribed
-    connection each.
+    connection each. ``batch_decisions`` (off by default; ``?batch_decisions=true``
+    in the URL) is the primary's, as ClusterClient's is its nodes': the primary's
+    client joins a loop turn's checks into batched calls, and the WAIT after the
+    turn covers them all; a primary found after a failover batches too.
     """
 
     parse_url = staticmethod(parse_sentinel_url)
 
-    def __init__(self, address: SentinelAddress | str, **options: Unpack[ClientOptions]) -> None:
+    def __init__(
+        self,
+        address: SentinelAddress | str,
+        *,
+        batch_decisions: bool = False,
+        **options: Unpack[ClientOptions],
+    ) -> None:
         address = address_of(address, SentinelAddress, parse_sentinel_url)
         self.address = address
         self._options = options
+        self._batch_decisions = bool(batch_decisions)
         # Validates every option now (a RedisClient connects nothing until used).
         primary = RedisClient(address.primary(*address.sentinels[0]), **options)
         ssl_context = options.get("ssl_context")
@@ -307,6 +317,19 @@ class SentinelClient(FromUrl, PrimaryFacts):
 
     # -- lifecycle ---------------------------------------------------------------
 
+    @property
+    def batch_decisions(self) -> bool:
+        """Whether the primary's client joins a loop turn's checks into batched calls
+        (off by default; set it before the first check: a connection takes it when it
+        opens). The sentinels' own connections never batch."""
+        return self._batch_decisions
+
+    @batch_decisions.setter
+    def batch_decisions(self, on: bool) -> None:
+        self._batch_decisions = bool(on)
+        if self._primary is not None:
+            self._primary.client.batch_decisions = self._batch_decisions
+
     async def connect(self) -> None:
         """Find the primary and open this loop's connections to it; RedisConnectionError if not."""
         primary = await self._current()
@@ -396,7 +419,10 @@ class SentinelClient(FromUrl, PrimaryFacts):
                 candidate = old.client
             else:
                 candidate = RedisClient(
-                    self.address.primary(*where), role="master", **self._options
+                    self.address.primary(*where),
+                    role="master",
+                    batch_decisions=self._batch_decisions,
+                    **self._options,
                 )
             role = await candidate.execute("ROLE")
             problem = not_a_primary(role, where, self.address.service_name)

@@ -20,6 +20,7 @@ from typing import Callable
 
 import httpx
 import pytest
+from batching_helpers import EXACT_N_CHECKS, exact_n_admitted
 from cluster import call, report, script_calls
 from fork_helpers import in_child_of_loop as in_child
 from redis_servers import RedisServer, SentinelDeployment, SentinelServer, free_port
@@ -174,6 +175,17 @@ async def _until(condition: Callable[[], bool], timeout_s: float, what: str) -> 
         await asyncio.sleep(0.02)
 
 
+async def _switch_over_and_follow(servers: SentinelDeployment, client: SentinelClient) -> None:
+    """_switch_over(), then wait (15 s at most) until ``client`` names the replica its
+    primary."""
+    _switch_over(servers)
+    await _until(
+        lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
+        15,
+        "following the switchover",
+    )
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
 def test_a_forked_child_leaves_the_parent_subscriptions_alone(
     deployment: SentinelDeployment,
@@ -232,13 +244,8 @@ async def test_a_switchover_is_followed_when_the_sentinels_announce_it(
         await client.connect()
         await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
         assert client.primary_address == ("127.0.0.1", servers.primary.port)
-        _switch_over(servers)
         # No command is sent meanwhile: only the announcement can move it.
-        await _until(
-            lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
-            15,
-            "following the switchover",
-        )
+        await _switch_over_and_follow(servers, client)
         await asyncio.sleep(0.5)  # the last announcements are followed too
         stop.set()
         await ticker
@@ -275,12 +282,7 @@ async def test_a_sentinel_behind_the_newest_configuration_is_passed_over(
     try:
         await client.connect()
         await _until(lambda: client.watching == 4, 10, "subscribing to the four sentinels")
-        _switch_over(servers)
-        await _until(
-            lambda: client.primary_address == ("127.0.0.1", servers.replica.port),
-            15,
-            "following the switchover",
-        )
+        await _switch_over_and_follow(servers, client)
         # Only the sentinel that is behind can answer, and the primary is silent.
         for sentinel in servers.sentinels:
             sentinel.pause()
@@ -790,6 +792,20 @@ async def test_no_identity_gets_more_than_its_quota_across_a_change_of_primary(
         assert all(count >= QUOTA - 1 for count in admitted), admitted
 
 
+async def _batched_burst(
+    limiter: RateLimiter, primary: RedisServer, identity: str = "hot"
+) -> tuple[int, int]:
+    """A warm-up (the primary found, the scripts loaded; another window: another key),
+    then 40 concurrent checks of ``identity`` at 25/minute, counted alone: (admitted,
+    EVALSHA calls ``primary`` ran for them)."""
+    await asyncio.gather(*(limiter.check_with_info(identity, "100/hour") for _ in range(2)))
+    primary.command("CONFIG", "RESETSTAT")
+    results = await asyncio.gather(
+        *(limiter.check_with_info(identity, "25/minute") for _ in range(40))
+    )
+    return sum(result.allowed for result in results), script_calls(primary.port)["evalsha"][0]
+
+
 async def test_a_sentinel_url_with_batch_decisions_batches_on_the_primary(
     deployment: SentinelDeployment,
 ) -> None:
@@ -799,17 +815,50 @@ async def test_a_sentinel_url_with_batch_decisions_batches_on_the_primary(
     async def burst(url: str, prefix: str) -> tuple[int, int]:
         limiter = RateLimiter(url, key_prefix=prefix, command_timeout_s=5)
         try:
-            # A warm-up (the primary found, the scripts loaded; another window: another
-            # key), then the burst, counted alone.
-            await asyncio.gather(*(limiter.check_with_info("hot", "100/hour") for _ in range(2)))
-            deployment.primary.command("CONFIG", "RESETSTAT")
-            results = await asyncio.gather(
-                *(limiter.check_with_info("hot", "25/minute") for _ in range(40))
-            )
-            calls = script_calls(deployment.primary.port)["evalsha"][0]
-            return sum(result.allowed for result in results), calls
+            return await _batched_burst(limiter, deployment.primary)
         finally:
             await limiter.close()
 
     assert await burst(f"{deployment.url}?batch_decisions=true", "urlbatch-on") == (25, 3)
     assert await burst(deployment.url, "urlbatch-off") == (25, 40)
+
+
+@pytest.mark.slow
+async def test_batch_decisions_set_on_the_sentinel_client_holds_across_a_switchover(
+    own_deployment: SentinelDeployment,
+) -> None:
+    """``SentinelClient.batch_decisions`` set after it was made (as on a ClusterClient):
+    the primary batches (3 EVALSHA for 40 checks, 25 admitted), and so does the primary
+    the sentinels name after a switchover (a new RedisClient)."""
+    servers = own_deployment
+    limiter = RateLimiter(servers.url, key_prefix="attrbatch", command_timeout_s=5)
+    client = limiter.backend.client  # type: ignore[attr-defined]
+    assert isinstance(client, SentinelClient)
+    assert not client.batch_decisions
+    client.batch_decisions = True
+    try:
+        assert await _batched_burst(limiter, servers.primary) == (25, 3)
+        await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")
+        await _switch_over_and_follow(servers, client)
+        assert client.failovers == 1
+        # The new primary's client (made when it was found) batches too, and the old
+        # primary runs nothing.
+        servers.primary.command("CONFIG", "RESETSTAT")
+        assert await _batched_burst(limiter, servers.replica, "after") == (25, 3)
+        assert script_calls(servers.primary.port)["evalsha"][0] == 0
+    finally:
+        await limiter.close()
+
+
+def test_four_processes_of_125_tasks_through_sentinel_admit_exactly_the_limit(
+    deployment: SentinelDeployment,
+) -> None:
+    """Issue 30's exact-N test through Sentinel: every algorithm, 4 processes x 125 tasks
+    on one key, each worker turning its SentinelClient's batch_decisions on: exactly the
+    limit admitted, in far fewer calls than checks."""
+    deployment.primary.command("CONFIG", "RESETSTAT")
+    totals = exact_n_admitted(deployment.url, "sentinelgrouped", "100/minute")
+    sent = script_calls(deployment.primary.port)["evalsha"][0]
+    report(f"Sentinel, batching on: {EXACT_N_CHECKS} checks from 4 processes, {totals} "
+           f"admitted, {sent} EVALSHA")  # fmt: skip
+    assert sent < EXACT_N_CHECKS / 2

@@ -450,10 +450,14 @@ def test_batch_decisions_from_the_url_win_over_the_keyword() -> None:
     assert ClusterClient.from_url("redis+cluster://h?batch_decisions=true").batch_decisions
     limiter = RateLimiter("rediss+cluster://h?batch_decisions=true")
     assert limiter.backend.client.batch_decisions  # type: ignore[attr-defined]
-    # The Sentinel client's primary is a RedisClient: it takes the option.
+    # The Sentinel client takes it for its primary, as the cluster client for its nodes.
     limiter = RateLimiter("redis+sentinel://s/svc?batch_decisions=true")
-    sentinel = limiter.backend.client  # type: ignore[attr-defined]
-    assert sentinel._options["batch_decisions"] is True
+    assert limiter.backend.client.batch_decisions  # type: ignore[attr-defined]
+    assert SentinelClient.from_url("redis+sentinel://s/svc", batch_decisions=True).batch_decisions
+    assert not SentinelClient.from_url(
+        "redis+sentinel://s/svc?batch_decisions=0", batch_decisions=True
+    ).batch_decisions
+    assert not SentinelClient.from_url("redis+sentinel://s/svc").batch_decisions
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,32 @@ def traced_from_here() -> int:
     return sum(trace.size for trace in snapshot.traces)
 
 
+def assert_counts_kept(tracked: list[Any], refcounts: list[int]) -> None:
+    """Each tracked object's reference count as it was (``refcounts``, taken after a
+    gc.collect() too): the test's own objects exactly, one the interpreter shares
+    within a hundredth of the calls."""
+    counts = [sys.getrefcount(value) for value in tracked]  # before a loop holds any
+    for index, (before, after) in enumerate(zip(refcounts, counts)):
+        if before < INTERPRETER_SHARED_REFCOUNT:  # the test's own objects: exactly
+            assert after == before, tracked[index]
+        else:  # "" on 3.9 (~24,000): other threads move it; a leak per call adds CALLS
+            assert abs(after - before) < CALLS // 100, tracked[index]
+
+
+def traced_growth(calls: Callable[[int], None]) -> int:
+    """Bytes that TRACED_CALLS calls leave allocated (traced_from_here), once warm."""
+    tracemalloc.start()
+    try:
+        calls(WARM_UP_CALLS)
+        gc.collect()
+        traced_before = traced_from_here()
+        calls(TRACED_CALLS)
+        gc.collect()
+        return traced_from_here() - traced_before
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 @pytest.mark.parametrize(
     ("run", "objects"), [pytest.param(*case[1:], id=case[0]) for case in CASES]
@@ -229,26 +255,11 @@ def test_no_leaks(store: _accel.MemoryStore, run: Callable[..., Any], objects: l
     calls(CALLS)
 
     gc.collect()
-    counts = [sys.getrefcount(value) for value in tracked]  # before a loop holds any
-    for index, (before, after) in enumerate(zip(refcounts, counts)):
-        if before < INTERPRETER_SHARED_REFCOUNT:  # the test's own objects: exactly
-            assert after == before, tracked[index]
-        else:  # "" on 3.9 (~24,000): other threads move it; a leak per call adds CALLS
-            assert abs(after - before) < CALLS // 100, tracked[index]
+    assert_counts_kept(tracked, refcounts)
     assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
     assert len(store) <= entries + 4
 
-    tracemalloc.start()
-    try:
-        calls(WARM_UP_CALLS)
-        gc.collect()
-        traced_before = traced_from_here()
-        calls(TRACED_CALLS)
-        gc.collect()
-        traced_after = traced_from_here()
-    finally:
-        tracemalloc.stop()
-    assert traced_after - traced_before < TRACED_GROWTH_BOUND_BYTES
+    assert traced_growth(calls) < TRACED_GROWTH_BOUND_BYTES
 
 
 def test_stores_are_freed() -> None:
@@ -369,21 +380,6 @@ def test_fast_check_no_leaks(
     rss_before = rss_bytes()
     calls(CALLS)
     gc.collect()
-    counts = [sys.getrefcount(value) for value in tracked]  # before a loop holds any
-    for index, (before, after) in enumerate(zip(refcounts, counts)):
-        if before < INTERPRETER_SHARED_REFCOUNT:  # the test's own objects: exactly
-            assert after == before, tracked[index]
-        else:  # "" on 3.9 (~24,000): other threads move it; a leak per call adds CALLS
-            assert abs(after - before) < CALLS // 100, tracked[index]
+    assert_counts_kept(tracked, refcounts)
     assert rss_bytes() - rss_before < RSS_GROWTH_BOUND_BYTES
-    tracemalloc.start()
-    try:
-        calls(WARM_UP_CALLS)
-        gc.collect()
-        traced_before = traced_from_here()
-        calls(TRACED_CALLS)
-        gc.collect()
-        traced_after = traced_from_here()
-    finally:
-        tracemalloc.stop()
-    assert traced_after - traced_before < TRACED_GROWTH_BOUND_BYTES
+    assert traced_growth(calls) < TRACED_GROWTH_BOUND_BYTES

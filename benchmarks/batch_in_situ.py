@@ -18,11 +18,8 @@ Writes ``benchmarks/results/batch-in-situ-<UTC time>.json``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import random
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,14 +29,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import redis  # noqa: E402
-from batch_floor import redis_cpu_s, write_results  # noqa: E402
+from batch_floor import redis_cpu_s  # noqa: E402
+from in_situ import IDENTITIES, checks_window, in_situ_options, run_in_situ  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 
 from moderato import RateLimiter  # noqa: E402
 from moderato.algorithms import ALGORITHMS  # noqa: E402
 
-TASKS = 100
-IDENTITIES = 1000
 RATE = "1000000000/hour"  # admits everything
 
 
@@ -60,27 +56,9 @@ def server_meter(admin: redis.Redis) -> Meter:
 async def trial(
     limiter: RateLimiter, meter: Meter, algorithm: str, hot: bool, seconds: float
 ) -> dict[str, float]:
-    names = ["hot"] if hot else [f"id{i}" for i in range(IDENTITIES)]
-    stop = False
-    counts = [0] * TASKS
-
-    async def task(index: int) -> None:
-        pick = random.Random(index).choice
-        check = limiter.check_with_info
-        while not stop:
-            await check(pick(names), RATE, algorithm=algorithm)
-            counts[index] += 1
-
-    tasks = [asyncio.ensure_future(task(i)) for i in range(TASKS)]
-    await asyncio.sleep(0.2)  # warmed up: every task under way
-    cpu_before, calls_before = meter()
-    checks_before, started = sum(counts), time.perf_counter()
-    await asyncio.sleep(seconds)
-    checks = sum(counts) - checks_before
-    elapsed = time.perf_counter() - started
-    cpu_after, calls_after = meter()
-    stop = True
-    await asyncio.gather(*tasks)
+    checks, elapsed, (cpu_before, calls_before), (cpu_after, calls_after) = await checks_window(
+        limiter.check_with_info, hot, seconds, 0.2, meter, RATE, algorithm=algorithm
+    )
     calls = calls_after - calls_before
     return {
         "checks": checks,
@@ -138,19 +116,12 @@ async def run(options: argparse.Namespace, url: str, meter: Meter) -> list[dict[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS))
-    options = parser.parse_args()
+    options = in_situ_options(__doc__, ALGORITHMS).parse_args()
     server = RedisServer().start()
-    try:
-        admin = redis.Redis(port=server.port)
-        rows = asyncio.run(run(options, server.url, server_meter(admin)))
-    finally:
-        server.close()
-    path = write_results("batch_in_situ", vars(options), rows, tasks=TASKS)
-    print(f"wrote {path.relative_to(ROOT)}")
+    admin = redis.Redis(port=server.port)
+    run_in_situ(
+        "batch_in_situ", options, server, lambda: run(options, server.url, server_meter(admin))
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ Writes ``benchmarks/results/cluster-batch-in-situ-<UTC time>.json``.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import redis  # noqa: E402
-from batch_floor import write_results  # noqa: E402
-from batch_in_situ import TASKS, Meter, evalsha_calls, run  # noqa: E402
+from batch_in_situ import Meter, evalsha_calls, run  # noqa: E402
 from cluster import RedisCluster  # noqa: E402
+from in_situ import in_situ_options, run_in_situ  # noqa: E402
 
 from moderato.redis import ClusterClient  # noqa: E402
 
@@ -61,10 +59,7 @@ def _per_slot(topology: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--algorithms", nargs="*", default=["fixed_window", "token_bucket"])
+    parser = in_situ_options(__doc__, ["fixed_window", "token_bucket"])
     parser.add_argument(
         "--per-slot",
         action="store_true",
@@ -75,19 +70,14 @@ def main() -> None:
         # What a cluster answering only CLUSTER SLOTS gets: runs cut where the slot changes.
         ClusterClient._topology = _per_slot(ClusterClient._topology)  # type: ignore[method-assign]
     cluster = RedisCluster(primaries=3, replicas=0).start()
-    try:
-        rows = asyncio.run(run(options, cluster.url, cluster_meter(cluster)))
-    finally:
-        cluster.close()
-    path = write_results(
+    run_in_situ(
         "cluster_batch_in_situ" + ("_per_slot" if options.per_slot else ""),
-        vars(options),
-        rows,
-        tasks=TASKS,
+        options,
+        cluster,
+        lambda: run(options, cluster.url, cluster_meter(cluster)),
         primaries=3,
         replicas=0,
     )
-    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

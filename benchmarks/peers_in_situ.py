@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
 import sys
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -51,7 +49,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import redis  # noqa: E402
-from batch_floor import redis_cpu_s, write_results  # noqa: E402
+from batch_floor import redis_cpu_s  # noqa: E402
+from in_situ import IDENTITIES, checks_window, in_situ_options, run_in_situ  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 from subjects import LIMITS_STRATEGIES, THROTTLED_PAIRS, bare_client  # noqa: E402
 
@@ -60,8 +59,6 @@ from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.policy import policy_for  # noqa: E402
 from moderato.scripts import load_script  # noqa: E402
 
-TASKS = 100
-IDENTITIES = 1000
 LIMIT = 1_000_000_000  # per hour: admits everything
 Check = Callable[[str], Awaitable[Any]]
 
@@ -169,27 +166,9 @@ async def trial(
     subject: Subject, admin: redis.Redis, hot: bool, seconds: float
 ) -> tuple[float, float]:
     """Redis µs per decision of ``subject`` over one window, and its checks a second."""
-    names = ["hot"] if hot else [f"id{i}" for i in range(IDENTITIES)]
-    stop = False
-    counts = [0] * TASKS
-
-    async def task(index: int) -> None:
-        pick = random.Random(index).choice
-        check = subject.check
-        while not stop:
-            await check(pick(names))
-            counts[index] += 1
-
-    tasks = [asyncio.ensure_future(task(i)) for i in range(TASKS)]
-    await asyncio.sleep(0.3)  # warmed up: every task under way, pools filled
-    cpu_before, checks_before = redis_cpu_s(admin), sum(counts)
-    started = time.perf_counter()
-    await asyncio.sleep(seconds)
-    checks = sum(counts) - checks_before
-    cpu_after = redis_cpu_s(admin)
-    elapsed = time.perf_counter() - started
-    stop = True
-    await asyncio.gather(*tasks)
+    checks, elapsed, cpu_before, cpu_after = await checks_window(
+        subject.check, hot, seconds, 0.3, lambda: redis_cpu_s(admin)
+    )
     return (cpu_after - cpu_before) / checks * 1e6, checks / elapsed
 
 
@@ -253,18 +232,9 @@ async def run(options: argparse.Namespace, url: str, port: int) -> list[dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS))
-    options = parser.parse_args()
+    options = in_situ_options(__doc__, ALGORITHMS).parse_args()
     server = RedisServer().start()
-    try:
-        rows = asyncio.run(run(options, server.url, server.port))
-    finally:
-        server.close()
-    path = write_results("peers_in_situ", vars(options), rows, tasks=TASKS)
-    print(f"wrote {path.relative_to(ROOT)}")
+    run_in_situ("peers_in_situ", options, server, lambda: run(options, server.url, server.port))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,13 @@ are validated as read.
 ]]
 
 local FIELDS_PER_POLICY = 2
+-- What the straight-line path's pieces hand on: the log's key and the cutoff (the key
+-- piece's); the stamp of an admission now, the expiry an admission sets (false: not due),
+-- the usage and the running total an admission adds to (the read's, then as the checks
+-- decided leave them; usage nil: the general path's); the first entry admitted and the
+-- rest (score, member, ...), for the write; the reply.
+local state_key, cutoff_ms, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
+  admitted_member, more_entries, reply
 --#include one_policy.lua
 
 -- The common case, straight-line: one policy, charging, short decimal arguments within
@@ -43,7 +50,25 @@ local FIELDS_PER_POLICY = 2
 -- Anything else (a denial included: its wait is a search) goes on to the general path
 -- below, nothing written yet. The one function built reads an entry the general path's
 -- way, but only one of the usual shape: 16-digit total, cost and score under 16 digits.
+--
+-- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the newest
+-- entry and the first in the window: the usage, the running total, the stamp); the
+-- decision (an admission: its entry's member, from the running total the checks before
+-- left); the write (the entries admitted, the trim and the expiry). Alone, each runs once,
+-- with the commands the unsplit path ran. In a batch's run of checks on one log, the
+-- entries admitted earlier in the run are all stamped alike (max(now, newest entry)) with
+-- rising totals, above every entry read: the newest entry and the first in the window are
+-- the read's or the run's own, so each check is decided on the locals as alone on the log
+-- the checks before it wrote. The write adds the first entry admitted, then (due once per
+-- second of the stamp, as alone: only a run's first admission can find it due) the trim
+-- and the expiry, then the rest in one ZADD: the log never holds more entries than it
+-- would alone, so its encoding (a listpack up to zset-max-listpack-entries) is the same.
 if cost_scaled and cost_scaled <= capacity_scaled then
+--#batch key
+  window_ms = window_s * 1000
+  state_key = KEYS[1] .. ':log'
+  cutoff_ms = now_ms - window_ms -- entries at or before it have left the window
+--#batch read
   local function usual_entry(found)
     local member, score = found[1], found[2]
     if member and #score < 16 and string.find(score, '^%d+$') then
@@ -57,45 +82,68 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       end
     end
   end
-  local window_ms = window_s * 1000
-  local key = KEYS[1] .. ':log'
-  local cutoff_ms = now_ms - window_ms -- entries at or before it have left the window
-  local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local newest_at_ms, newest_total, first_at_ms, first_total, first_cost
+  local newest = redis.pcall('ZRANGE', state_key, -1, -1, 'WITHSCORES')
+  local newest_at_ms, newest_total
   if not newest.err then
     newest_at_ms, newest_total = usual_entry(newest)
   end
-  -- usage: the costs in the window, from the newest total and the first in the window.
-  local usage_scaled, total_scaled = 0, cost_scaled
+  -- usage: the costs in the window, from the newest total and the first in the window; the
+  -- running total restarts from 0 in an empty window.
+  usage_scaled, last_total_scaled = 0, 0
   if newest_at_ms and newest_at_ms > cutoff_ms then
     -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
     -- a floating-point formatting several times as long (so would '..', with '%.14g').
-    first_at_ms, first_total, first_cost = usual_entry(redis.call('ZRANGE', key,
+    local first_at_ms, first_total, first_cost = usual_entry(redis.call('ZRANGE', state_key,
       string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
-    -- A running total that would pass 2^53 (compared by subtraction: the sum could
-    -- round) means renumbering: the general path's.
-    if first_at_ms and newest_total >= first_total
-        and cost_scaled <= 9007199254740992 - newest_total then -- MAX_SAFE_INTEGER
-      usage_scaled = newest_total - (first_total - first_cost)
-      total_scaled = newest_total + cost_scaled
+    if first_at_ms and newest_total >= first_total then
+      usage_scaled, last_total_scaled = newest_total - (first_total - first_cost), newest_total
     else
       usage_scaled = nil
     end
+  elseif not newest_at_ms and (newest.err or newest[1]) then
+    usage_scaled = nil -- an entry of another shape, or a key of another type
   end
-  if (newest_at_ms or not (newest.err or newest[1])) and usage_scaled
-      and cost_scaled <= capacity_scaled - usage_scaled then
-    -- Stamped max(now, newest entry): a clock that stepped back never reorders the log.
-    local stamp_ms = newest_at_ms and newest_at_ms > now_ms and newest_at_ms or now_ms
-    -- ZADD first: the write Redis refuses when out of memory (see write() below).
-    redis.call('ZADD', key, string.format('%d', stamp_ms),
-      string.format('%016d:%d', total_scaled, cost_scaled))
-    -- The second of the stamp: trim and expiry once per second (see above).
-    local stamp_second_ms = stamp_ms - math.fmod(stamp_ms, 1000)
-    if not newest_at_ms or newest_at_ms < stamp_second_ms then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff_ms))
-      redis.call('PEXPIREAT', key, string.format('%d', stamp_second_ms + 2000 + window_ms))
+  -- Stamped max(now, newest entry): a clock that stepped back never reorders the log.
+  stamp_ms = newest_at_ms and newest_at_ms > now_ms and newest_at_ms or now_ms
+  -- The second of the stamp: trim and expiry once per second (see above), so due only
+  -- when the log is empty or its newest entry is from an earlier second.
+  local stamp_second_ms = stamp_ms - math.fmod(stamp_ms, 1000)
+  expire_at_ms = (not newest_at_ms or newest_at_ms < stamp_second_ms)
+    and stamp_second_ms + 2000 + window_ms
+  admitted_member, more_entries = nil, nil
+--#batch decide
+  -- Admitted when the cost fits the usage the checks before left, and the running total
+  -- stays within 2^53 (compared by subtraction: the sum could round; past it, the general
+  -- path renumbers the log).
+  if usage_scaled and cost_scaled <= capacity_scaled - usage_scaled
+      and cost_scaled <= 9007199254740992 - last_total_scaled then -- MAX_SAFE_INTEGER
+    usage_scaled, last_total_scaled = usage_scaled + cost_scaled, last_total_scaled + cost_scaled
+    local member = string.format('%016d:%d', last_total_scaled, cost_scaled)
+    if not admitted_member then
+      admitted_member = member
+    elseif more_entries then
+      local count = #more_entries
+      more_entries[count + 1], more_entries[count + 2] = more_entries[1], member
+    else
+      more_entries = { string.format('%d', stamp_ms), member }
     end
-    return { 1, 0, capacity_scaled - usage_scaled - cost_scaled, 0, stamp_ms + window_ms }
+    reply = { 1, 0, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms }
+  end
+--#batch write
+  if admitted_member then
+    -- ZADD first: the write Redis refuses when out of memory (see write() below).
+    redis.call('ZADD', state_key, string.format('%d', stamp_ms), admitted_member)
+    if expire_at_ms then
+      redis.call('ZREMRANGEBYSCORE', state_key, '-inf', string.format('%d', cutoff_ms))
+      redis.call('PEXPIREAT', state_key, string.format('%d', expire_at_ms))
+    end
+    if more_entries then
+      redis.call('ZADD', state_key, unpack(more_entries))
+    end
+  end
+--#batch end
+  if reply then
+    return reply
   end
 end
 

@@ -276,6 +276,78 @@ ODD_TATS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
+def entry(total: int, cost: int = 1000) -> str:
+    """A log entry's member as the sliding log writes it."""
+    return f"{total:016d}:{cost}"
+
+
+# A sliding log (its sorted set's entries as score, member, ...; "{at...}" the instant's).
+ODD_LOGS: list[tuple[str, tuple[str, ...]]] = [
+    ("a member not an entry", ("{at_less_500}", "junk")),
+    ("a total not 16 digits", ("{at_less_500}", "12:5")),
+    ("a cost above its total", ("{at_less_500}", entry(5, 6))),
+    ("a total past 2^53", ("{at_less_500}", entry(2**53 + 1))),
+    ("a cost with a leading zero", ("{at_less_500}", "0000000000001000:01000")),
+    ("a score not an integer", ("{at_less_500}.5", entry(1000))),
+    ("a score before the epoch", ("-3", entry(5000, 5000))),
+    ("a score of 16 digits", ("1000000000000000", entry(1000))),
+    (
+        "the newest ahead of the clock",
+        ("{at_less_500}", entry(1000), "{at_plus_5000}", entry(3000, 2000)),
+    ),
+    (
+        "half full, no expiry",
+        ("{at_less_1500}", entry(2000, 2000), "{at_less_500}", entry(5000, 3000)),
+    ),
+    (
+        "only entries out of the window",
+        ("{at_less_2500}", entry(4000, 4000), "{at_less_2000}", entry(5000)),
+    ),
+    (
+        "out of the window and in",
+        ("{at_less_2500}", entry(4000, 4000), "{at_less_500}", entry(7000, 3000)),
+    ),
+    ("totals that fall", ("{at_less_500}", entry(9000), "{at_less_400}", entry(4000))),
+    # A middle entry's member is the one the next admission writes (or the one after, in
+    # the run's second ZADD): the ZADD moves it.
+    (
+        "a middle total ahead",
+        ("{at_less_900}", entry(1000), "{at_less_800}", entry(3000), "{at_less_700}", entry(2000)),
+    ),
+    (
+        "a middle total two ahead",
+        ("{at_less_900}", entry(1000), "{at_less_800}", entry(4000), "{at_less_700}", entry(2000)),
+    ),
+    (
+        "an old entry's member next",
+        (
+            "{at_less_2500}",
+            entry(1000),
+            "{at_less_2400}",
+            entry(2000),
+            "{at_less_2300}",
+            entry(9000, 9000),
+        ),
+    ),
+    # Due a trim, 125 entries out of the window: a run adding four or more before the trim would
+    # pass zset-max-listpack-entries (128), and the log would not be a listpack as alone.
+    (
+        "125 entries out of the window",
+        tuple(x for i in range(125) for x in ("{at_less_2500}", entry(10**6 + 1000 * i))),
+    ),
+    # Renumbering (the general path's) on the first admission, or after a few of a run.
+    (
+        "near 2^53",
+        ("{at_less_1500}", entry(2**53 - 2999, 3000), "{at_less_1000}", entry(2**53 - 1999)),
+    ),
+    ("a few admissions from 2^53", ("{at_less_1000}", entry(2**53 - 5500))),
+    (
+        "above a lowered limit",
+        tuple(x for i in range(12) for x in ("{at_less_1500}", entry(1000 * (i + 1)))),
+    ),
+]
+
+
 def odd_states() -> list[tuple[str, str, int, tuple[str, ...]]]:
     """(algorithm, what the state is, windows_back, the command writing it) for every split
     algorithm: its current counter or the previous one (windows_back 1), or its hash."""
@@ -294,6 +366,8 @@ def odd_states() -> list[tuple[str, str, int, tuple[str, ...]]]:
             states.append((algorithm, state, BUCKET, command))
     states.append(("gcra", "not a hash", BUCKET, ("SET", "{key}", "abc")))
     states += [("gcra", state, BUCKET, ("HSET", "{key}", *tat)) for state, tat in ODD_TATS]
+    states.append(("sliding_log", "not a sorted set", BUCKET, ("SET", "{key}", "abc")))
+    states += [("sliding_log", state, BUCKET, ("ZADD", "{key}", *log)) for state, log in ODD_LOGS]
     return states
 
 
@@ -316,7 +390,8 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
         key = policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, "hot").key + SUFFIXES[algorithm]
     else:
         key = counter_key(algorithm, at, windows_back)
-    values = {"at_less_500": at - 500, "at_less_2500": at - 2500, "at_plus_5000": at + 5000}
+    values = {f"at_less_{ms}": at - ms for ms in (400, 500, 700, 800, 900, 1000, 1500, 2000)}
+    values.update({f"at_less_{ms}": at - ms for ms in (2300, 2400, 2500)}, at_plus_5000=at + 5000)
     values.update(at_us=at * 1000, at_us_plus_1s=at * 1000 + 10**6)
     values.update(at_us_plus_5s=at * 1000 + 5 * 10**6, at_us_less_1s=at * 1000 - 10**6)
     commands = [[part.format(key=key, at=at, **values) for part in command]]
@@ -331,7 +406,7 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
 # batch of MAX_BATCH_PARTS checks on one new key (HOT_LIMIT admitted, the rest denied)
 # runs: the admissions' state read and written once; the sliding window's denials are its
 # general path's (a search), each alone as before (the read, the charge tried and undone,
-# then the general path's two GETs).
+# then the general path's two GETs), and so are the sliding log's (below).
 DENIALS = MAX_BATCH_PARTS - HOT_LIMIT
 SPLIT = {
     "fixed_window": ["INCRBY", "INCRBY", "PEXPIREAT"],
@@ -342,6 +417,15 @@ SPLIT = {
     "token_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
     "leaky_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
     "gcra": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
+    # The sliding log: the read's ZRANGE (a new log: no entry, so no second), the admissions'
+    # first entry, trim and expiry (a new log: due), then the other nine in one ZADD. Each
+    # denial is the general path's (its wait is a search): the newest and the first entry in
+    # the window, ZCOUNT and ZCARD, a bisection over the ten entries (4 ZRANGEs) and the entry
+    # found (1), after the next one's read (its two ZRANGEs) but the first.
+    "sliding_log": ["ZRANGE", "ZADD", "ZREMRANGEBYSCORE", "PEXPIREAT", "ZADD"]
+    + ["ZRANGE"] * 7 * DENIALS
+    + ["ZCOUNT", "ZCARD"] * DENIALS
+    + ["ZRANGE"] * 2 * (DENIALS - 1),
 }
 
 

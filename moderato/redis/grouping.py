@@ -50,10 +50,13 @@ __all__ = [
     "AloneScript",
     "BatchedReply",
     "NodeBatching",
+    "batch_layout",
+    "cluster_batch_layout",
     "cluster_batched_script",
     "group_checks",
     "group_node_checks",
     "not_run",
+    "split_reply",
 ]
 
 # A record of _scripts: (sequence, script, keys, args, resends).
@@ -102,14 +105,15 @@ class BatchedReply:
     def set_result(self, reply: Any) -> None:
         self._done = True
         parts = self._parts
-        if not isinstance(reply, list) or len(reply) != len(parts):
+        items = split_reply(reply, len(parts))
+        if items is None:
             self.set_exception(
                 RedisConnectionError(
                     f"a batched call of {len(parts)} checks was answered {reply!r:.200}"
                 )
             )
             return
-        for part, item in zip(parts, reply):
+        for part, item in zip(parts, items):
             if not part.done():
                 if isinstance(item, RedisReplyError):
                     part.set_exception(item)
@@ -123,6 +127,31 @@ class BatchedReply:
                 # A copy per check: one instance raised in many tasks would gather
                 # every task's traceback.
                 part.set_exception(copy.copy(error))
+
+
+def split_reply(reply: Any, count: int) -> Optional[list[Any]]:
+    """Each of a batched call's ``count`` parts' replies out of its one flat reply
+    (lua/batch.lua: per part its length then its entries, or its refusal, one error
+    entry), each as the part alone is answered (a list, or the RedisReplyError); None
+    when the reply does not add up to ``count`` parts."""
+    if type(reply) is not list:
+        return None
+    items: list[Any] = []
+    at, size = 0, len(reply)
+    while at < size and len(items) < count:
+        head = reply[at]
+        if type(head) is int:
+            end = at + 1 + head
+            if head < 0 or end > size:
+                return None
+            items.append(reply[at + 1 : end])
+            at = end
+        elif isinstance(head, RedisReplyError):
+            items.append(head)
+            at += 1
+        else:
+            return None
+    return items if at == size and len(items) == count else None
 
 
 def _retrieve(future: Any) -> None:
@@ -162,17 +191,67 @@ class _Calls:
         form = _batching()[0][parts[0][1].sha]
         keys: list[Arg] = []
         args: list[Arg] = [len(parts)]
-        for part in parts:
-            keys.extend(part[2])
-        _append_parts(args, parts)
+        _append_parts(args, keys, parts)
         return form, keys, args, BatchedReply(futures)
 
 
-def _append_parts(args: list[Arg], parts: list[Record]) -> None:
-    """Each part's key count, argument count and arguments (lua/batch.lua's layout)."""
+# lua/batch.lua's markers: a part as the part before it (REPEAT), or with its own keys
+# (OWN_KEYS), its own cost (OWN_COST) or both, the rest the part before's.
+REPEAT, OWN_KEYS, OWN_COST, OWN_KEYS_AND_COST = "=", "K", "C", "KC"
+
+
+def _append_parts(
+    args: list[Arg], keys: list[Arg], parts: Sequence[Record], before: Optional[Record] = None
+) -> None:
+    """Each part of ``parts`` in lua/batch.lua's layout, its arguments onto ``args`` and the
+    keys it sends onto ``keys``: as a marker against the part before it (``before`` for
+    the first) when they share what the marker says, else in full (its key count, its
+    argument count, its arguments). Equal values encode to the same bytes (the encoders
+    take bytes-like, str and int, and a str never equals an int or bytes), so a part sent
+    as a marker is the part as sent in full."""
     for part in parts:
-        args += (len(part[2]), len(part[3]))
-        args.extend(part[3])
+        part_keys, part_args = part[2], part[3]
+        if before is not None:
+            before_keys, before_args = before[2], before[3]
+            before = part
+            if part_args == before_args:
+                if part_keys == before_keys:
+                    args.append(REPEAT)
+                    continue
+                if len(part_keys) == len(before_keys):
+                    args.append(OWN_KEYS)
+                    keys.extend(part_keys)
+                    continue
+            elif (
+                part_args
+                and len(part_args) == len(before_args)
+                and len(part_keys) == len(before_keys)
+                and part_args[1:] == before_args[1:]
+            ):
+                if part_keys == before_keys:
+                    args += (OWN_COST, part_args[0])
+                else:
+                    args += (OWN_KEYS_AND_COST, part_args[0])
+                    keys.extend(part_keys)
+                continue
+        before = part
+        args += (len(part_keys), len(part_args))
+        args.extend(part_args)
+        keys.extend(part_keys)
+
+
+def batch_layout(
+    checks: Sequence[tuple[Sequence[Arg], Sequence[Arg]]],
+) -> tuple[list[Arg], list[Arg]]:
+    """The keys and arguments of one call of a batched script deciding ``checks`` (each
+    its keys and arguments as the script alone takes them), in lua/batch.lua's layout:
+    what the client sends (for tests and benchmarks)."""
+    keys: list[Arg] = []
+    args: list[Arg] = [len(checks)]
+    _append_parts(
+        args, keys, [(0, None, part_keys, part_args, 0) for part_keys, part_args in checks]
+    )
+    return keys, args
 
 
 def group_checks(connection: Any) -> None:
@@ -393,36 +472,61 @@ class _ClusterNode(_Calls):
         self, parts: list[Record], futures: list[Any], details: list[Any]
     ) -> tuple[Script, list[Arg], list[Arg], BatchedReply]:
         _, batched, cross_slot = _node_forms()[parts[0][1].sha]
-        groups: dict[int, list[int]] = {}
-        for index, slot in enumerate(details):
-            group = groups.get(slot)
-            if group is None:
-                groups[slot] = [index]
-            else:
-                group.append(index)
-        if len(groups) == 1:
-            keys: list[Arg] = []
-            for part in parts:
-                keys.extend(part[2])
-            args: list[Arg] = [len(parts)]
-            _append_parts(args, parts)
+        keys, args, order = _cluster_layout(parts, details)
+        if order is None:
             return batched, keys, args, NodeBatchedReply(futures)
-        members = list(groups.values())
-        order = [index for group in members for index in group]
-        ordered = [parts[index] for index in order]
-        keys = [key for index in members[0] for key in parts[index][2]]
-        args = [len(parts)]
-        _append_parts(args, ordered)
-        counts: list[Arg] = []
-        for group in members[1:]:
-            count = 0
-            for index in group:
-                args.extend(parts[index][2])
-                count += len(parts[index][2])
-            counts.append(count)
-        args.extend(counts)
-        args.append(len(members) - 1)
         return cross_slot, keys, args, NodeBatchedReply([futures[index] for index in order])
+
+
+def _cluster_layout(
+    parts: Sequence[Record], slots: Sequence[Any]
+) -> tuple[list[Arg], list[Arg], Optional[list[int]]]:
+    """The keys and arguments of the batched call of ``parts`` (each in slot ``slots[i]``)
+    on a cluster node, and the order its parts are decided in: None when they share one
+    slot (the batched script, every key declared); else the cluster form's (the parts by
+    slot group, the first group's keys declared, the others' after ARGV, each group's
+    key count, the group count; lua/cluster_batch.lua)."""
+    groups: dict[Any, list[int]] = {}
+    for index, slot in enumerate(slots):
+        group = groups.get(slot)
+        if group is None:
+            groups[slot] = [index]
+        else:
+            group.append(index)
+    keys: list[Arg] = []
+    args: list[Arg] = [len(parts)]
+    if len(groups) == 1:
+        _append_parts(args, keys, parts)
+        return keys, args, None
+    members = list(groups.values())
+    # A part in another group than the part before it has other keys (another slot), so
+    # each group's first part sends its keys, and a marker never reaches across groups.
+    before: Optional[Record] = None
+    group_keys: list[list[Arg]] = []
+    for group in members:
+        ordered = [parts[index] for index in group]
+        sent: list[Arg] = keys if before is None else []
+        _append_parts(args, sent, ordered, before)
+        if before is not None:
+            group_keys.append(sent)
+        before = ordered[-1]
+    for sent in group_keys:
+        args.extend(sent)
+    args.extend(len(sent) for sent in group_keys)
+    args.append(len(members) - 1)
+    return keys, args, [index for group in members for index in group]
+
+
+def cluster_batch_layout(
+    checks: Sequence[tuple[Sequence[Arg], Sequence[Arg]]], slots: Sequence[int]
+) -> tuple[list[Arg], list[Arg], Optional[list[int]]]:
+    """What a cluster node sends for ``checks`` (each its keys and arguments, in slot
+    ``slots[i]``): the call's keys and arguments, and the order its parts are decided in
+    (None: as given, one slot, the batched script; else the cluster form's). For tests
+    and benchmarks."""
+    return _cluster_layout(
+        [(0, None, part_keys, part_args, 0) for part_keys, part_args in checks], slots
+    )
 
 
 def group_node_checks(connection: Any, batching: NodeBatching) -> None:

@@ -4,15 +4,17 @@ Random sequences of checks (several identities, repeated ones, one or two polici
 costs past the capacity, bursts and custom rates where the algorithm takes them, bad
 arguments) are sent twice on one Redis at the same test-clock instants (tests/lua_harness.py
 gives both the clock key in place of TIME): once a call each, in order, and once as batches
-of up to MAX_BATCH_PARTS. Every reply (decision or refusal) and, after every batch, every
-key's DUMP and expiry must be equal.
+of up to MAX_BATCH_PARTS, in the layout the client sends (moderato.redis.grouping's
+batch_layout: a part as the part before it sent as a marker), or every part in full. Every
+reply (decision or refusal), each cut out of the batch's flat reply as the client does
+(split_reply), and, after every batch, every key's DUMP and expiry must be equal.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Optional, Union
 
 import pytest
@@ -23,6 +25,7 @@ from redis_servers import RedisServer
 
 from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisReplyError
+from moderato.redis.grouping import batch_layout, split_reply
 from moderato.scripts import (
     MAX_BATCH_PARTS,
     _with_includes,
@@ -51,12 +54,21 @@ def clocked_batch(name: str) -> ClockedScript:
     return ClockedScript(f"batch({name})", test_source, hashlib.sha1(test_source).hexdigest())
 
 
-def batch_call(parts: Sequence[Part]) -> tuple[list[str], list[str]]:
+def full_call(parts: Sequence[Part]) -> tuple[list[str], list[str]]:
+    """A batch with every part in full (its key count, argument count, arguments)."""
     keys = [key for part_keys, _ in parts for key in part_keys]
     args = [str(len(parts))]
     for part_keys, part_args in parts:
         args += [str(len(part_keys)), str(len(part_args)), *part_args]
     return keys, args
+
+
+def client_call(parts: Sequence[Part]) -> tuple[list[Any], list[Any]]:
+    """A batch as the client sends it (grouping's encoder: markers where they apply)."""
+    return batch_layout(parts)
+
+
+Layout = Callable[[Sequence[Part]], tuple[list[Any], list[Any]]]
 
 
 def random_part(rng: random.Random, algorithm: str) -> Part:
@@ -98,12 +110,14 @@ async def one_by_one(lua: LuaHarness, algorithm: str, parts: Sequence[Part]) -> 
     return outcomes
 
 
-async def batched(lua: LuaHarness, script: ClockedScript, parts: Sequence[Part]) -> list[Outcome]:
-    keys, args = batch_call(parts)
-    reply = await lua.client.evalsha(script, keys, args)
-    assert len(reply) == len(parts)
+async def batched(
+    lua: LuaHarness, script: ClockedScript, parts: Sequence[Part], layout: Layout = client_call
+) -> list[Outcome]:
+    keys, args = layout(parts)
+    items = split_reply(await lua.client.evalsha(script, keys, args), len(parts))
+    assert items is not None
     return [
-        ("error", str(item)) if isinstance(item, RedisReplyError) else list(item) for item in reply
+        ("error", str(item)) if isinstance(item, RedisReplyError) else list(item) for item in items
     ]
 
 
@@ -113,6 +127,7 @@ async def history(
     turns: Sequence[tuple[int, list[Part]]],
     script: Union[ClockedScript, None],
     setup: Sequence[Sequence[str]] = (),
+    layout: Layout = client_call,
 ) -> list[tuple[list[Outcome], dict[str, tuple[bytes, int]]]]:
     """Every turn's outcomes and the keys after it, a call each (script None) or batched,
     after the commands ``setup`` (run first, on an empty Redis)."""
@@ -127,16 +142,17 @@ async def history(
         if script is None:
             outcomes = await one_by_one(lua, algorithm, parts)
         else:
-            outcomes = await batched(lua, script, parts)
+            outcomes = await batched(lua, script, parts, layout)
         seen.append((outcomes, await lua.dump()))
     lua.now_ms = start
     return seen
 
 
+@pytest.mark.parametrize("layout", [client_call, full_call], ids=["client", "full"])
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 @pytest.mark.parametrize("seed", range(4))
 async def test_a_batch_decides_as_the_calls_one_by_one(
-    lua: LuaHarness, algorithm: str, seed: int
+    lua: LuaHarness, algorithm: str, seed: int, layout: Layout
 ) -> None:
     rng = random.Random(f"{algorithm}-{seed}")
     turns = []
@@ -147,7 +163,7 @@ async def test_a_batch_decides_as_the_calls_one_by_one(
             (at_ms, [random_part(rng, algorithm) for _ in range(rng.randint(1, MAX_BATCH_PARTS))])
         )
     alone = await history(lua, algorithm, turns, None)
-    together = await history(lua, algorithm, turns, clocked_batch(algorithm))
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm), layout=layout)
     assert any(outcomes for outcomes, _ in alone)
     for turn, (expected, got) in enumerate(zip(alone, together)):
         assert got[0] == expected[0], f"turn {turn}: replies differ"
@@ -502,3 +518,195 @@ def test_the_batched_scripts_are_made_of_the_scripts_own_text() -> None:
         at = 0
         for line in source.split(b"\n"):
             at = lines.index(line, at) + 1
+
+
+# -- the call's layout: markers (a part as the part before it) and the flat reply --------
+
+Step = tuple[Any, ...]
+"""A part of a hand-made layout: ("full", keys, args), ("=",), ("K", keys), ("C", cost) or
+("KC", keys, cost); expand() says which check each one is."""
+
+
+def expand(steps: Sequence[Step]) -> tuple[list[Part], list[str], list[str]]:
+    """The checks a hand-made layout stands for (lua/batch.lua's header, written out here
+    on its own), and the call's keys and arguments."""
+    parts: list[Part] = []
+    keys: list[str] = []
+    args = [str(len(steps))]
+    for step in steps:
+        kind = step[0]
+        if kind == "full":
+            part_keys, part_args = list(step[1]), list(step[2])
+            args += [str(len(part_keys)), str(len(part_args)), *part_args]
+        else:
+            part_keys, part_args = list(parts[-1][0]), list(parts[-1][1])
+            args.append(kind)
+            if kind in ("K", "KC"):
+                part_keys = list(step[1])
+            if kind in ("C", "KC"):
+                part_args[0] = str(step[-1])
+                args.append(str(step[-1]))
+        if kind in ("full", "K", "KC"):
+            keys += part_keys
+        parts.append((part_keys, part_args))
+    return parts, keys, args
+
+
+def hand_layouts(algorithm: str) -> dict[str, list[Step]]:
+    hot_keys, hot_args = hot_part(algorithm)
+    a_keys, _ = hot_part(algorithm, identity="a")
+    wide_keys, wide_args = hot_part(algorithm, wide=True)
+    other_wide = [hot_part(algorithm, identity="b")[0][0], wide_keys[1]]
+    lowered = hot_part(algorithm, limit=4)[1]
+    hot: Step = ("full", hot_keys, hot_args)
+    return {
+        "one hot identity": [hot, *[("=",)] * 15],
+        "many identities": [
+            ("full", [f"{hot_keys[0]}:0"], hot_args),
+            *[("K", [f"{hot_keys[0]}:{i}"]) for i in range(1, 16)],
+        ],
+        "costs": [
+            hot, ("C", 2000), ("=",), ("C", 500), ("C", 3000), ("C", 1000), ("=",),
+            ("C", "01000"), ("=",), ("C", "x"), ("=",), ("C", 11000), ("=",), ("C", 1000),
+            ("=",), ("=",),
+        ],
+        "keys and costs": [
+            hot, ("KC", a_keys, 2000), ("K", hot_keys), ("KC", hot_keys, 1000), ("K", hot_keys),
+            ("=",), ("KC", a_keys, 3000), ("=",), ("K", a_keys), ("C", 1000),
+            ("KC", hot_keys, 500), ("=",), ("=",), ("=",),
+        ],
+        "policies between": [
+            hot, ("=",), ("full", hot_keys, lowered), ("=",), ("=",),
+            ("full", wide_keys, wide_args), ("=",), ("K", other_wide), ("C", 2000),
+            ("KC", wide_keys, 1000), hot, ("=",), ("=",),
+            ("full", a_keys, ["x", *hot_args[1:]]), ("=",), ("C", 1000),
+        ],
+    }  # fmt: skip
+
+
+LAYOUT_NAMES = list(hand_layouts("fixed_window"))
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("name", LAYOUT_NAMES)
+async def test_markers_decide_as_the_parts_they_stand_for_one_by_one(
+    lua: LuaHarness, algorithm: str, name: str
+) -> None:
+    """Each marker ("=", "K", "C", "KC"), in runs and between other keys, costs and
+    policies, refusals among them: every reply and the state after each batch are those
+    of the checks it stands for, a call each; at several instants, across a window."""
+    parts, keys, args = expand(hand_layouts(algorithm)[name])
+    turns = [(0, parts), (1, parts), (HOT_WINDOW_S * 1000, parts)]
+    layout: Layout = lambda _parts: (keys, args)  # noqa: E731
+    alone = await history(lua, algorithm, turns, None)
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm), layout=layout)
+    for turn, (expected, got) in enumerate(zip(alone, together)):
+        assert got[0] == expected[0], f"turn {turn}: replies differ"
+        assert got[1] == expected[1], f"turn {turn}: state differs"
+    assert any(isinstance(o, list) and o[0] == 1 for o in alone[0][0])
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+async def test_the_client_sends_a_hot_identity_as_one_part_and_markers(
+    lua: LuaHarness, algorithm: str
+) -> None:
+    keys, args = hot_part(algorithm)
+    call_keys, call_args = batch_layout([(keys, args)] * MAX_BATCH_PARTS)
+    assert call_keys == keys
+    assert call_args == [MAX_BATCH_PARTS, 1, len(args), *args] + ["="] * (MAX_BATCH_PARTS - 1)
+    outcomes = await batched(lua, clocked_batch(algorithm), [(keys, args)] * MAX_BATCH_PARTS)
+    assert [o[0] for o in outcomes if isinstance(o, list)] == [1] * 10 + [0] * 6
+    assert [o[2] for o in outcomes[:10] if isinstance(o, list)] == [
+        9000 - 1000 * i for i in range(10)
+    ]
+
+
+def test_the_client_sends_only_what_differs_from_the_part_before() -> None:
+    fields = ["1", "10000", "60"]
+    one, two = ["1000", *fields], ["2000", *fields]
+    wide = ["1000", "1", "10000", "60", "30000", "120"]
+    parts: list[tuple[list[str], list[str]]] = [
+        (["a"], one),
+        (["a"], one),  # the part before again
+        (["b"], one),  # its own key
+        (["b"], two),  # its own cost
+        (["c"], one),  # its own key and cost
+        (["c"], ["1000", "0", "10000", "60"]),  # a peek: other policy fields, in full
+        (["c", "w"], wide),  # two policies, in full
+        (["d", "w"], wide),  # its own keys, as many
+        (["d"], one),  # fewer keys: in full
+    ]
+    keys, args = batch_layout(parts)
+    assert keys == ["a", "b", "c", "c", "c", "w", "d", "w", "d"]
+    assert args == [
+        9,
+        *[1, 4, *one],
+        "=",
+        "K",
+        "C",
+        "2000",
+        "KC",
+        "1000",
+        *[1, 4, "1000", "0", "10000", "60"],
+        *[2, 6, *wide],
+        "K",
+        *[1, 4, *one],
+    ]
+    # Values that are not equal (an int and its text) are not taken for the same.
+    assert batch_layout([(["a"], one), (["a"], ["1000", 1, "10000", "60"])])[1] == [
+        2,
+        *[1, 4, *one],
+        *[1, 4, "1000", 1, "10000", "60"],
+    ]
+
+
+def test_a_flat_reply_is_cut_into_each_parts_reply() -> None:
+    refusal = RedisReplyError("MODERATO_ARG ...")
+    reply = [5, 1, 0, 9000, 0, 7, refusal, 8, 0, 1, 2, 3, 4, 5, 6, 7, 0]
+    assert split_reply(reply, 4) == [[1, 0, 9000, 0, 7], refusal, [0, 1, 2, 3, 4, 5, 6, 7], []]
+    for bad in ([5, 1, 0], [1, 1, 1], [-1, 0], [b"5", 1, 0, 9000, 0, 7], RedisReplyError("x")):
+        assert split_reply(bad, 1) is None
+    assert split_reply([1, 1], 2) is None
+    assert split_reply([1, 1, 1, 1], 1) is None
+
+
+async def test_the_reply_is_one_flat_array_a_refusal_in_its_place(lua: LuaHarness) -> None:
+    await lua.flush()
+    keys, args = hot_part("fixed_window")
+    layout = [("full", keys, args), ("C", "x"), ("C", 1000), ("K", ["other"])]
+    _, call_keys, call_args = expand(layout)
+    now = lua.now_ms
+    reset = now - now % 2000 + 2000
+    reply = await lua.client.evalsha(clocked_batch("fixed_window"), call_keys, call_args)
+    assert len(reply) == 1 + 5 + 1 + 1 + 5 + 1 + 5
+    assert reply[:6] == [5, 1, 0, 9000, 0, reset]
+    assert isinstance(reply[6], RedisReplyError) and str(reply[6]).startswith("MODERATO_ARG ")
+    assert reply[7:] == [5, 1, 0, 8000, 0, reset, 5, 1, 0, 9000, 0, reset]
+
+
+FIELDS = ["1000", "1", "10000", "60"]
+
+
+@pytest.mark.parametrize(
+    "args, keys, message",
+    [
+        (["1", "="], [], r'ARGV\[2\] \("="\) marks a part as the part before it'),
+        (["1", "K"], ["k"], r'ARGV\[2\] \("K"\) marks a part'),
+        (["1", "C", "1000"], [], r'ARGV\[2\] \("C"\) marks a part'),
+        (["2", "KC", "1000", "1", "4", *FIELDS], ["k", "k"], r'ARGV\[2\] \("KC"\) marks'),
+        (["2", "1", "0", "C", "1000"], ["k"], r'ARGV\[4\] \("C"\) gives a cost to a part of no'),
+        (["2", "1", "4", *FIELDS, "C"], ["k"], r"the parts take 1 keys and 9 arguments"),
+        (["2", "1", "4", *FIELDS, "K"], ["k"], r"the parts take 2 keys and 8 arguments"),
+        (["2", "1", "4", *FIELDS, "="], ["k", "k"], r"take 1 keys and 8 arguments, the call has 2"),
+        (["2", "1", "4", *FIELDS, "KC", "1000"], ["k"], r"the parts take 2 keys"),
+        (["2", "1", "4", *FIELDS, "X"], ["k"], r"ARGV\[8\] and the next must be counts or ARGV"),
+        (["3", "1", "4", *FIELDS, "=", "=", "="], ["k"], r"9 arguments, the call has 1 and 10"),
+    ],
+)
+async def test_a_layout_of_markers_that_does_not_add_up_is_refused_whole(
+    lua: LuaHarness, args: list[str], keys: list[str], message: str
+) -> None:
+    await lua.flush()
+    with pytest.raises(RedisReplyError, match=r"^MODERATO_ARG batch: .*" + message):
+        await lua.client.evalsha(clocked_batch("fixed_window"), keys, args)
+    assert await lua.keys() == []

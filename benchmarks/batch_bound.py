@@ -19,6 +19,7 @@ import redis  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.redis.grouping import batch_layout  # noqa: E402
 from moderato.scripts import MAX_BATCH_POLICIES, batched_script  # noqa: E402
 
 
@@ -32,11 +33,8 @@ def run(name: str, policies: int, parts: int, calls: int = 300, limit: int = 100
         args: list[object] = [1000, 1]
         for i in range(policies):
             args += [limit * 1000, 60 * (i + 1)]
-        batch_keys: list[object] = []
-        batch_argv: list[object] = [parts]
-        for _ in range(parts):
-            batch_keys += keys
-            batch_argv += [len(keys), len(args), *args]
+        # As the client sends it (grouping's encoder): the checks after the first as markers.
+        batch_keys, batch_argv = batch_layout([(keys, args)] * parts)
         r.config_resetstat()
         for _ in range(calls):
             r.evalsha(sha, len(batch_keys), *batch_keys, *batch_argv)

@@ -38,12 +38,13 @@ from batch_scripts import fields  # noqa: E402
 from redis_servers import free_port  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.redis.grouping import batch_layout  # noqa: E402
 from moderato.scripts import batched_script, load_script  # noqa: E402
 
 BATCH_SIZES = (1, 8, 16)
 
 
-def counted(names: list[str], calls: list[list[str]]) -> int:
+def counted(names: list[str], calls: list[list[Any]]) -> int:
     """The instructions of luaCallFunction over ``calls`` to a fresh redis-server."""
     port = free_port()
     with tempfile.TemporaryDirectory() as directory:
@@ -91,7 +92,7 @@ def counted(names: list[str], calls: list[list[str]]) -> int:
     return int(match.group(1))
 
 
-def calls_for(algorithm: str, hot: bool, per_call: int, decisions: int) -> list[list[str]]:
+def calls_for(algorithm: str, hot: bool, per_call: int, decisions: int) -> list[list[Any]]:
     rng = random.Random(1)
     args = fields(algorithm)
     calls = []
@@ -100,9 +101,10 @@ def calls_for(algorithm: str, hot: bool, per_call: int, decisions: int) -> list[
         if per_call == 1:
             calls.append(["EVALSHA", load_script(algorithm).sha, "1", *keys, *args])
         else:
-            part = ["1", str(len(args)), *args]
+            # As the client sends it (grouping's encoder): a hot key's parts as markers.
+            call_keys, call_args = batch_layout([([key], args) for key in keys])
             sha = batched_script(algorithm).sha
-            calls.append(["EVALSHA", sha, str(per_call), *keys, str(per_call), *part * per_call])
+            calls.append(["EVALSHA", sha, len(call_keys), *call_keys, *call_args])
     return calls
 
 

@@ -33,6 +33,7 @@ from batch_floor import calls_for, trial, write_results  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.redis.grouping import batch_layout  # noqa: E402
 from moderato.scripts import batched_script, load_script  # noqa: E402
 
 COST_SCALED = "1000"
@@ -53,9 +54,14 @@ def rows_for(algorithm: str) -> list[tuple[str, int, list[str]]]:
     for where, key in (("1,000 identities", "id:__rand_int__"), ("hot", f"hot:{algorithm}")):
         rows.append((f"{where}, alone", 1, ["EVALSHA", alone, "1", key, *args]))
         for n in BATCH_SIZES:
-            part = ["1", str(len(args)), *args]
-            argv = ["EVALSHA", batch, str(n), *([key] * n), str(n), *(part * n)]
-            rows.append((f"{where}, batch of {n}", n, argv))
+            # As the client sends it (grouping's encoder): n checks of one key, or of n
+            # keys (stand-ins, each then the row's key, which redis-benchmark draws anew
+            # at each occurrence), under one policy.
+            same = where == "hot"
+            checks = [([key if same else f"{key}:{i}"], args) for i in range(n)]
+            call_keys, call_args = batch_layout(checks)
+            argv = ["EVALSHA", batch, str(len(call_keys)), *[key] * len(call_keys)]
+            rows.append((f"{where}, batch of {n}", n, argv + [str(arg) for arg in call_args]))
     return rows
 
 

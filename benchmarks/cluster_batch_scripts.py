@@ -31,7 +31,11 @@ from batch_floor import redis_cpu_s, write_results  # noqa: E402
 from cluster import RedisCluster, slot_of  # noqa: E402
 
 from moderato import _accel  # noqa: E402
-from moderato.redis.grouping import cluster_batched_script  # noqa: E402
+from moderato.redis.grouping import (  # noqa: E402
+    batch_layout,
+    cluster_batch_layout,
+    cluster_batched_script,
+)
 from moderato.scripts import batched_script, load_script  # noqa: E402
 
 PARTS = 8
@@ -72,10 +76,11 @@ def main() -> None:
         unchecked_sha = hashlib.sha1(unchecked).hexdigest()
         for source in (alone.source, batched.source, form.source, unchecked):
             admin.script_load(source)
-        parts: list[Any] = [PARTS]
-        for _ in range(PARTS):
-            parts += [1, len(ARGV), *ARGV]
-        tail = [*spread[1:], *([1] * (PARTS - 1)), PARTS - 1]
+        # As a node's client sends them (grouping's encoders).
+        one_slot_keys, one_slot_args = batch_layout([([key], ARGV) for key in one_slot])
+        spread_keys, spread_args, _ = cluster_batch_layout(
+            [([key], ARGV) for key in spread], [slot_of(key) for key in spread]
+        )
 
         def alone_calls(keys: list[bytes]) -> Callable[[Any], None]:
             return lambda pipe: [pipe.evalsha(alone.sha, 1, key, *ARGV) for key in keys]
@@ -84,15 +89,17 @@ def main() -> None:
             f"alone, {PARTS} slots": (alone_calls(spread), PARTS),
             "alone, one slot": (alone_calls(one_slot), PARTS),
             f"batched form, {PARTS} checks in one slot": (
-                lambda pipe: pipe.evalsha(batched.sha, PARTS, *one_slot, *parts),
+                lambda pipe: pipe.evalsha(
+                    batched.sha, len(one_slot_keys), *one_slot_keys, *one_slot_args
+                ),
                 PARTS,
             ),
             f"cluster form, {PARTS} checks in {PARTS} slots": (
-                lambda pipe: pipe.evalsha(form.sha, 1, spread[0], *parts, *tail),
+                lambda pipe: pipe.evalsha(form.sha, 1, *spread_keys, *spread_args),
                 PARTS,
             ),
             f"cluster form without its check, {PARTS} slots": (
-                lambda pipe: pipe.evalsha(unchecked_sha, 1, spread[0], *parts, *tail),
+                lambda pipe: pipe.evalsha(unchecked_sha, 1, *spread_keys, *spread_args),
                 PARTS,
             ),
         }

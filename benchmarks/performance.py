@@ -1514,7 +1514,15 @@ def main() -> None:
         help="event loop of the limiter-only, in-process and cluster sections (default asyncio;"
         " the end-to-end apps always run uvicorn's best available loop)",
     )
+    parser.add_argument(
+        "--batch-decisions",
+        action="store_true",
+        help="the end-to-end moderato apps with batched decisions on (?batch_decisions=true;"
+        " the library's default is off)",
+    )
     args = parser.parse_args()
+    if args.batch_decisions:
+        os.environ["MODERATO_BENCH_BATCH_DECISIONS"] = "1"  # read by benchmarks/apps
     global LOOP
     LOOP = args.loop
     config = QUICK if args.quick else FULL
@@ -1544,6 +1552,7 @@ def main() -> None:
             "wrk_connections": WRK_CONNECTIONS,
             "sections": list(sections),
             "loop": LOOP,
+            "batch_decisions": bool(args.batch_decisions),
         },
         "sections": {},
     }
@@ -1576,6 +1585,7 @@ def main() -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     stamp = started_at.replace("-", "").replace(":", "")
     suffix = ("-quick" if config.quick else "") + ("-uvloop" if LOOP == "uvloop" else "")
+    suffix += "-batched" if args.batch_decisions else ""
     path = args.output / f"run-{stamp}{suffix}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     print_summary(report)

@@ -40,6 +40,16 @@ def redis_url() -> str:
     return os.environ.get("MODERATO_BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 
 
+def moderato_url() -> str:
+    """The URL moderato's apps use: redis_url(), with batched decisions turned on when
+    MODERATO_BENCH_BATCH_DECISIONS=1 (performance.py --batch-decisions; off by default, as
+    in the library). The peers and the redis-py floor take redis_url() as it is."""
+    url = redis_url()
+    if os.environ.get("MODERATO_BENCH_BATCH_DECISIONS") != "1":
+        return url
+    return url + ("&" if "?" in url else "?") + "batch_decisions=true"
+
+
 def timeouts() -> dict[str, float]:
     """moderato's Redis timeouts: the library's defaults, unless MODERATO_BENCH_TIMEOUT_S is set
     (benchmarks/app_cpu.py sets it under callgrind, which runs the app 50 times slower)."""

@@ -10,13 +10,15 @@ from benchmarks.apps import (
     LIMITED_RATE,
     algorithm,
     denial_cache,
-    redis_url,
+    moderato_url,
     timeouts,
 )
 from benchmarks.apps._moderato import endpoint_app
 from moderato import RateLimiter
 
-limiter = RateLimiter(redis_url(), key_prefix="bench-e2e-decorator", **timeouts(), **denial_cache())
+limiter = RateLimiter(
+    moderato_url(), key_prefix="bench-e2e-decorator", **timeouts(), **denial_cache()
+)
 app = endpoint_app(limiter)
 
 

@@ -12,14 +12,14 @@ from benchmarks.apps import (
     LIMITED_RATE,
     algorithm,
     denial_cache,
-    redis_url,
+    moderato_url,
     timeouts,
 )
 from benchmarks.apps._moderato import endpoint_app
 from moderato import RateLimiter
 
 limiter = RateLimiter(
-    redis_url(), key_prefix="bench-e2e-dependency", **timeouts(), **denial_cache()
+    moderato_url(), key_prefix="bench-e2e-dependency", **timeouts(), **denial_cache()
 )
 app = endpoint_app(limiter)
 allowed_limit = limiter.dependency(ALLOWED_RATE, algorithm=algorithm())

@@ -15,14 +15,14 @@ from benchmarks.apps import (
     LIMITED_RATE,
     algorithm,
     denial_cache,
-    redis_url,
+    moderato_url,
     timeouts,
 )
 from moderato import RateLimiter
 from moderato.integrations import RateLimitMiddleware
 
 limiter = RateLimiter(
-    redis_url(), key_prefix="bench-e2e-middleware", **timeouts(), **denial_cache()
+    moderato_url(), key_prefix="bench-e2e-middleware", **timeouts(), **denial_cache()
 )
 
 

@@ -40,16 +40,20 @@ local FIELDS_PER_POLICY = 2
 -- piece's); the stamp of an admission now, the expiry an admission sets (false: not due),
 -- the usage and the running total an admission adds to (the read's, then as the checks
 -- decided leave them; usage nil: the general path's); the first entry admitted and the
--- rest (score, member, ...), for the write; the reply.
+-- rest (score, member, ...), for the write; the reply. For a denial's wait: the reader of
+-- an entry of the usual shape, the newest entry's score and the running total before the
+-- first entry in the window (the read's); the cost of the run's last denial searched and
+-- its reply (nil: none).
 local state_key, cutoff_ms, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
-  admitted_member, more_entries, reply
+  admitted_member, more_entries, reply, usual_entry, newest_read_ms, base_total_scaled,
+  denied_cost_scaled, denied_reply
 --#include one_policy.lua
 
 -- The common case, straight-line: one policy, charging, short decimal arguments within
--- range, and an admission with no renumbering, the entries read short and well-formed.
--- Anything else (a denial included: its wait is a search) goes on to the general path
--- below, nothing written yet. The one function built reads an entry the general path's
--- way, but only one of the usual shape: 16-digit total, cost and score under 16 digits.
+-- range, and an admission with no renumbering, or a denial on the log as read, the entries
+-- read short and well-formed. Anything else goes on to the general path below, nothing
+-- written yet. The one function built reads an entry the general path's way, but only one
+-- of the usual shape: 16-digit total, cost and score under 16 digits.
 --
 -- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the newest
 -- entry and the first in the window: the usage, the running total, the stamp); the
@@ -69,7 +73,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   state_key = KEYS[1] .. ':log'
   cutoff_ms = now_ms - window_ms -- entries at or before it have left the window
 --#batch read
-  local function usual_entry(found)
+  usual_entry = function(found)
     local member, score = found[1], found[2]
     if member and #score < 16 and string.find(score, '^%d+$') then
       local total_text, cost_text = string.match(member, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d):(%d+)$')
@@ -90,13 +94,15 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- usage: the costs in the window, from the newest total and the first in the window; the
   -- running total restarts from 0 in an empty window.
   usage_scaled, last_total_scaled = 0, 0
+  newest_read_ms = newest_at_ms
   if newest_at_ms and newest_at_ms > cutoff_ms then
     -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
     -- a floating-point formatting several times as long (so would '..', with '%.14g').
     local first_at_ms, first_total, first_cost = usual_entry(redis.call('ZRANGE', state_key,
       string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
     if first_at_ms and newest_total >= first_total then
-      usage_scaled, last_total_scaled = newest_total - (first_total - first_cost), newest_total
+      base_total_scaled = first_total - first_cost
+      usage_scaled, last_total_scaled = newest_total - base_total_scaled, newest_total
     else
       usage_scaled = nil
     end
@@ -110,7 +116,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local stamp_second_ms = stamp_ms - math.fmod(stamp_ms, 1000)
   expire_at_ms = (not newest_at_ms or newest_at_ms < stamp_second_ms)
     and stamp_second_ms + 2000 + window_ms
-  admitted_member, more_entries = nil, nil
+  admitted_member, more_entries, denied_cost_scaled = nil, nil, nil
 --#batch decide
   -- Admitted when the cost fits the usage the checks before left, and the running total
   -- stays within 2^53 (compared by subtraction: the sum could round; past it, the general
@@ -128,6 +134,40 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       more_entries = { string.format('%d', stamp_ms), member }
     end
     reply = { 1, 0, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms }
+  elseif usage_scaled and not admitted_member and cost_scaled > capacity_scaled - usage_scaled then
+    -- A denial with nothing admitted before it in the run, so the log holds what was read
+    -- (a denial writes nothing): its wait is the general path's search over the log's
+    -- ranks, with its commands (those reads the general path would repeat aside) and on
+    -- entries of the usual shape only (any other: the general path, which reads it
+    -- exactly or refuses it). The cost is at most the capacity (checked above), so the
+    -- denial is not permanent, and the whole usage (the newest entry's leaving) frees
+    -- need. A denial of the same cost again in the run has the same reply: searched once.
+    if cost_scaled ~= denied_cost_scaled then
+      local headroom_scaled = capacity_scaled - usage_scaled
+      local need_scaled = cost_scaled - headroom_scaled
+      local low = redis.call('ZCOUNT', state_key, '-inf', string.format('%d', cutoff_ms))
+      local high = redis.call('ZCARD', state_key) - 1
+      local leaving_at_ms = newest_read_ms -- the entry at rank high's
+      while low < high do
+        local middle = (low + high - (low + high) % 2) / 2
+        local at_ms, total = usual_entry(redis.call('ZRANGE', state_key, middle, middle, 'WITHSCORES'))
+        if not at_ms then
+          leaving_at_ms = nil
+          break
+        elseif total - base_total_scaled >= need_scaled then
+          high, leaving_at_ms = middle, at_ms
+        else
+          low = middle + 1
+        end
+      end
+      denied_cost_scaled, denied_reply = nil, nil
+      if leaving_at_ms then
+        denied_cost_scaled = cost_scaled
+        denied_reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0,
+          leaving_at_ms + window_ms - now_ms, leaving_at_ms + window_ms }
+      end
+    end
+    reply = denied_reply
   end
 --#batch write
   if admitted_member then

@@ -8,6 +8,7 @@ remaining, retry and reset, and leave the same state (values and expiry) behind.
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Union
 
@@ -149,3 +150,61 @@ async def test_one_policy_path_answers_as_the_general_path(
         general = [str(error).replace("beside", "alone")]
     assert single == general
     assert await _state(lua, alone.key) == await _state(lua, beside.key)
+
+
+def _random_log(rng: random.Random, t0: int) -> list[str]:
+    """A log (ZADD's score, member, ...) of 1..40 entries, some before the window: running
+    totals rising by each entry's cost, but now and then one that falls, an odd member or
+    a fractional score; every denial's search then meets it or not."""
+    entries: list[str] = []
+    total, at_ms = rng.randrange(0, 10**6), t0 - rng.randrange(55_000, 90_000)
+    for _ in range(rng.randrange(1, 41)):
+        at_ms += rng.choice((0, 0, 1, 700, 3000))
+        cost = rng.choice((1000, 1000, 500, 2500, 7000))
+        total += cost
+        member, score = f"{total:016d}:{cost}", str(at_ms)
+        odd = rng.random()
+        if odd < 0.03:
+            member = f"{max(cost, total - rng.randrange(1, 20_000)):016d}:{cost}"  # falls
+        elif odd < 0.05:
+            member = f"{total}:{cost}"  # not 16 digits
+        elif odd < 0.07:
+            score = f"{at_ms}.5"
+        entries += [score, member]
+    return entries
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_a_sliding_log_denial_answers_as_the_general_path(lua: LuaHarness, seed: int) -> None:
+    """A denial on the log as read is decided on the straight-line path (its wait the
+    general path's search): on random logs, odd entries and falling totals included, the
+    same reply (or refusal) and state as the general path's, for costs up to the capacity."""
+    rng = random.Random(seed)
+    t0 = lua.now_ms - lua.now_ms % MINUTE_MS + 2 * MINUTE_MS + 15_000
+    await lua.set_clock(t0)
+    for case in range(5):
+        alone, beside, generous = (
+            model.Policy(f"app:sliding_log:{{t:{identity}{case}}}:60", capacity, 60, None)
+            for identity, capacity in (
+                ("alone", 0),
+                ("beside", 0),
+                ("big", 10**12),
+            )
+        )
+        log = _random_log(rng, t0)
+        for p in (alone, beside):
+            await lua.execute("ZADD", p.key + ":log", *log)
+        capacity = rng.choice((1000, 3000, 10_000, 40_000, 100_000))
+        alone, beside = (model.Policy(p.key, capacity, 60, None) for p in (alone, beside))
+        cost = rng.randrange(1, capacity + 1)
+        try:
+            single = await decide(lua, "sliding_log", [alone], cost)
+        except Exception as error:
+            single = [str(error)]
+        try:
+            both = await decide(lua, "sliding_log", [beside, generous], cost)
+            general = [both[0], 0, *both[2:5]]
+        except Exception as error:
+            general = [str(error).replace("beside", "alone")]
+        assert single == general, (seed, case, log, capacity, cost)
+        assert await _state(lua, alone.key) == await _state(lua, beside.key)

@@ -27,7 +27,9 @@ would pass 2^53 renumbers the log from zero first (O(n), at most once per
 a denial trims nothing: it reads as if trimmed.
 
 Cost: O(log n) per decision, plus the trimmed entries once a second and
-O(log^2 n) for a denial's retry (n = entries in the log). Memory: one member
+O(log^2 n) for a denial's retry (n = entries in the log: ZCOUNT, ZCARD and about
+log2 n ZRANGEs by rank; a batched run's denials of one cost on the log as read, once).
+Memory: one member
 (about 30 bytes plus the sorted set's overhead) per admission in the window and in
 up to one second before it. The key's window is fixed (the key names it): an
 admission of another window within the second keeps the expiry it has. Entries

@@ -60,8 +60,9 @@ class Algorithm:
     refilled within this many seconds counted in whole windows."""
     batch_parts: int = 16
     """The most of its checks one batched call decides (moderato/redis/grouping.py):
-    about 100 µs of Redis for one-policy checks (BENCHMARKS.md, "The bound of a
-    batched call"); lua/batch.lua refuses more than ``scripts.MAX_BATCH_PARTS``."""
+    about 100 µs of Redis for one-policy checks on one key, admitted or denied
+    (BENCHMARKS.md, "The bound of a batched call", "A batched call's bound with
+    denials"); lua/batch.lua refuses more than ``scripts.MAX_BATCH_PARTS``."""
 
     def check_exact_range(self, policy: Policy) -> None:
         """Refuse a policy whose (limit, window) lies outside this algorithm's exact range."""

@@ -6,5 +6,8 @@ from __future__ import annotations
 from .base import Algorithm
 
 # A decision costs Redis about twice a counter's (a sorted set read and written): eight
-# one-policy checks a batched call keep it near 100 µs.
+# one-policy checks a batched call keep it near 100 µs, denials on one full log included
+# (searched once a run); a denial on a log of its own each (its wait a search of ~log2 n
+# reads) costs 5-8 admissions: no bound on checks reaches those (BENCHMARKS.md, "A batched
+# call's bound with denials").
 ALGORITHM = Algorithm(name="sliding_log", key_tag="sl", state_suffixes=(":log",), batch_parts=8)

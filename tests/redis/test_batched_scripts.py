@@ -715,3 +715,36 @@ async def test_a_layout_of_markers_that_does_not_add_up_is_refused_whole(
     with pytest.raises(RedisReplyError, match=r"^MODERATO_ARG batch: .*" + message):
         await lua.client.evalsha(clocked_batch("fixed_window"), keys, args)
     assert await lua.keys() == []
+
+
+async def test_a_run_of_sliding_log_denials_searches_once_a_cost(lua: LuaHarness) -> None:
+    """On a full log (the hot key's ten entries, five at 0 ms and five at 300), a batch of
+    16 denials, eight of one cost then eight of another, reads the log once and searches
+    once a cost: the two ZRANGEs, then per cost ZCOUNT, ZCARD and a bisection over the ten
+    ranks (4 ZRANGEs; the entry found the last one probed); every reply and the log as the
+    calls one by one leave them."""
+    algorithm = "sliding_log"
+    fill = [(0, [hot_part(algorithm)] * 5), (300, [hot_part(algorithm)] * 5)]
+    denials = [hot_part(algorithm, 1000)] * 8 + [hot_part(algorithm, 6000)] * 8
+    turns = [*fill, (500, denials)]
+    start = lua.now_ms
+    alone = await history(lua, algorithm, turns, None)
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm))
+    assert together == alone
+    # 1000 fits when the first entry (0 ms) leaves, 6000 when the sixth (300 ms) does: the
+    # window is 2 s, the clock at 500 ms.
+    leaving = start + HOT_WINDOW_S * 1000
+    assert alone[2][0] == [[0, 0, 0, 1500, leaving]] * 8 + [[0, 0, 0, 1800, leaving + 300]] * 8
+    await lua.flush()
+    script = clocked_batch(algorithm)
+    await lua.execute("SCRIPT", "LOAD", script.source)
+    for at_ms, parts in fill:
+        await lua.set_clock(start + at_ms)
+        await batched(lua, script, parts)
+    await lua.set_clock(start + 500)
+    await lua.execute("CONFIG", "RESETSTAT")
+    await batched(lua, script, denials)
+    lua.now_ms = start
+    assert await commands_run(lua) == sorted(
+        ["ZRANGE"] * 2 + (["ZCOUNT", "ZCARD"] + ["ZRANGE"] * 4) * 2
+    )

@@ -19,19 +19,21 @@
 
 -- The common case, straight-line (no function is built: Redis would build each one on
 -- every call): one policy, charging, the exact public rate, short decimal arguments
--- within range, a bucket of the usual shape (or none) within a window of its base (or two
--- or more windows past it: full), and an admission. Anything else (a denial included)
--- goes on to the general path, nothing written yet; the integers are the general path's
--- (the token bucket's refill(), the leaky bucket's drain(), accrued_at_ms()). In level
--- terms: deficit_scaled is what the accrual makes up (the level; capacity - tokens).
+-- within range, a cost within the capacity, a bucket of the usual shape (or none) within a
+-- window of its base (or two or more windows past it: full): admitted or denied here.
+-- Anything else goes on to the general path, nothing written yet; the integers are the
+-- general path's (the token bucket's refill(), the leaky bucket's drain(),
+-- accrued_at_ms()). In level terms: deficit_scaled is what the accrual makes up (the
+-- level; capacity - tokens).
 --
 -- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the hash,
 -- brought up to now: deficit_scaled, base_ms, accrued_scaled, or deficit_scaled nil for the
 -- general path); the decision (an admission within what the bucket holds: the new
--- deficit, the hash's amount and expiry to write, the reply; else the general path); the
--- write (the hash and its expiry, when a check was admitted). Brought up to now again at
--- the same instant, a bucket an admission wrote reads as written, so a run's checks are
--- decided on the locals as each alone on the hash the one before wrote.
+-- deficit, the hash's amount and expiry to write, the reply; a denial: its reply, the
+-- deficit as it was, as a denial charges nothing); the write (the hash and its expiry,
+-- when a check was admitted). Brought up to now again at the same instant, a bucket an
+-- admission wrote reads as written, so a run's checks are decided on the locals as each
+-- alone on the hash the one before wrote.
 if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch key
   window_ms = window_s * 1000
@@ -80,13 +82,21 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
   read_deficit_scaled = deficit_scaled
 --#batch decide
-  if deficit_scaled and cost_scaled <= capacity_scaled - deficit_scaled then
-    -- Reset: when the deficit, this cost included, has been made up (accrued_at_ms()).
+  if deficit_scaled then
+    -- Admitted when the deficit, this cost included, stays within the capacity: reset when
+    -- that has been made up (accrued_at_ms()). Else denied, nothing charged: reset when
+    -- what does not fit has been made up, the general path's wait (accrued_at_ms() of
+    -- deficit + cost - capacity, which is 1..cost). Either wait is 1..capacity units: the
+    -- same search.
     local need_scaled = deficit_scaled + cost_scaled
+    local wait_scaled = need_scaled
+    if need_scaled > capacity_scaled then
+      wait_scaled = need_scaled - capacity_scaled
+    end
     local left_in_window_scaled = capacity_scaled - accrued_scaled
-    local reset_ms, target_scaled = base_ms, accrued_scaled + need_scaled
-    if need_scaled > left_in_window_scaled then
-      reset_ms, target_scaled = base_ms + window_ms, need_scaled - left_in_window_scaled
+    local reset_ms, target_scaled = base_ms, accrued_scaled + wait_scaled
+    if wait_scaled > left_in_window_scaled then
+      reset_ms, target_scaled = base_ms + window_ms, wait_scaled - left_in_window_scaled
     end
     -- The smallest elapsed in [0, W] accruing target: ceil(target * W / C). The float
     -- estimate is within 1e-8 of it (below 2^27), so its ceiling is off by one at most,
@@ -110,16 +120,21 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       end
     end
     reset_ms = reset_ms + elapsed_ms
-    deficit_scaled = need_scaled
-    if AMOUNT_IS_LEVEL then
-      -- DRAINED_EXPIRY_MARGIN_MS past drained (leaky_bucket.lua)
-      written_amount_scaled, expire_at_ms = need_scaled, reset_ms + 1000
+    if need_scaled > capacity_scaled then
+      -- What the bucket holds now (the tokens, or the room above the level) and the wait.
+      reply = { 0, 0, capacity_scaled - deficit_scaled, reset_ms - now_ms, reset_ms }
     else
-      -- A full refill, twice: BUCKET_EXPIRY_MARGIN_MS (token_bucket.lua).
-      written_amount_scaled = capacity_scaled - need_scaled
-      expire_at_ms = now_ms + 2 * window_ms + 60000 -- BUCKET_EXPIRY_MARGIN_MS
+      deficit_scaled = need_scaled
+      if AMOUNT_IS_LEVEL then
+        -- DRAINED_EXPIRY_MARGIN_MS past drained (leaky_bucket.lua)
+        written_amount_scaled, expire_at_ms = need_scaled, reset_ms + 1000
+      else
+        -- A full refill, twice: BUCKET_EXPIRY_MARGIN_MS (token_bucket.lua).
+        written_amount_scaled = capacity_scaled - need_scaled
+        expire_at_ms = now_ms + 2 * window_ms + 60000 -- BUCKET_EXPIRY_MARGIN_MS
+      end
+      reply = { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
     end
-    reply = { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
   end
 --#batch write
   if deficit_scaled ~= read_deficit_scaled then

@@ -42,13 +42,14 @@ local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply
 -- The common case, straight-line (no function is built: Redis would build each one on
 -- every call): one policy, charging, short decimal arguments within range, a stored TAT of
 -- the usual shape (or none), every product below 2^53 (then one division is exact, and
--- so is %: see accrual.lua), and an admission. Anything else (a denial included) goes on
--- to the general path below, nothing written yet; the integers are the general path's
--- (start_of(), evaluate()).
+-- so is %: see accrual.lua), and a cost within the capacity: admitted or denied here.
+-- Anything else goes on to the general path below, nothing written yet; the integers are
+-- the general path's (start_of(), evaluate()).
 --
 -- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the TAT, as
--- the start); the decision (an admission: the new TAT becomes the start; else the general
--- path); the write (the TAT and its expiry, when a check was admitted). At one instant a
+-- the start); the decision (an admission: the new TAT becomes the start; a denial: its
+-- reply, the start as it was, as a denial charges nothing); the write (the TAT and its
+-- expiry, when a check was admitted). At one instant a
 -- TAT an admission wrote reads back as the start it left (it is at least now and at most
 -- now + W), so a run's checks decide on the locals as each alone on the hash.
 if cost_scaled and cost_scaled <= capacity_scaled then
@@ -88,19 +89,27 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local rounded_up = backlog_remainder + start_frac + window_us - 1
     local remaining_scaled = capacity_scaled - (backlog_product - backlog_remainder) / window_us
       - (rounded_up - rounded_up % window_us) / window_us
-    if cost_scaled <= remaining_scaled then
-      -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
-      local step_frac = step_product % capacity_scaled
-      local new_us = start_us + (step_product - step_frac) / capacity_scaled
-      local new_frac = start_frac + step_frac
-      if new_frac >= capacity_scaled then
-        new_us, new_frac = new_us + 1, new_frac - capacity_scaled
-      end
-      start_us, start_frac = new_us, new_frac
-      -- reset: ceil((new_us + new_frac / C) / 1000), the first whole ms at or after it.
-      local reset_us = new_us + (new_frac > 0 and 1 or 0) + 999
-      reset_ms = (reset_us - reset_us % 1000) / 1000
-      reply = { 1, 0, remaining_scaled - cost_scaled, 0, reset_ms }
+    -- new TAT = start + c * W / C, exactly: whole µs and a remainder below C.
+    local step_frac = step_product % capacity_scaled
+    local new_us = start_us + (step_product - step_frac) / capacity_scaled
+    local new_frac = start_frac + step_frac
+    if new_frac >= capacity_scaled then
+      new_us, new_frac = new_us + 1, new_frac - capacity_scaled
+    end
+    local admitted = cost_scaled <= remaining_scaled
+    if not admitted then
+      -- Denied, nothing charged: the cost fits once the new TAT is no more than the
+      -- tolerance (W, frac 0: no burst here) ahead, the general path's wait.
+      new_us = new_us - window_us
+    end
+    -- ceil((new_us + new_frac / C) / 1000), the first whole ms at or after it.
+    local at_us = new_us + (new_frac > 0 and 1 or 0) + 999
+    local at_ms = (at_us - at_us % 1000) / 1000
+    if admitted then
+      start_us, start_frac, reset_ms = new_us, new_frac, at_ms
+      reply = { 1, 0, remaining_scaled - cost_scaled, 0, at_ms }
+    else
+      reply = { 0, 0, remaining_scaled, at_ms - now_ms, at_ms }
     end
   end
 --#batch write

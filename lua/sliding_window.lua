@@ -18,19 +18,28 @@ The math, waits included: docs/algorithms.md ("Sliding window").
 local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on (lua/counter_run.lua says what most hold;
 -- window_index and elapsed_s: the instant's, room_scaled: the capacity less the weighted
--- previous counter).
+-- previous counter, previous_scaled: that counter).
 local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
-  charged_text, reply, window_index, elapsed_s, room_scaled
+  charged_text, reply, window_index, elapsed_s, room_scaled, previous_scaled
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
--- short decimal arguments within range, a previous counter that is a short decimal (or
--- missing), and an admission. The previous counter is read first: when even an empty
--- current window could not take the cost, the call is a denial (its wait is a search)
--- and goes on unwritten. Otherwise the current counter is charged first (INCRBY) and the
--- charge undone (DECRBY) if it does not fit, as in fixed_window.lua: a counter found at 0
--- always fits, so one that did not exist is never left behind. Anything else, and any
--- counter INCRBY or GET cannot take, goes on to the general path with nothing changed.
+-- short decimal arguments within range, a cost within the capacity, counters that are
+-- short decimals (or missing): admitted or denied here. The previous counter is read
+-- first: when even an empty current window could not take the cost, the current counter
+-- is only read (GET), for the denial. Otherwise the current counter is charged first
+-- (INCRBY) and the charge undone (DECRBY) if it does not fit, as in fixed_window.lua: a
+-- counter found at 0 always fits, so one that did not exist is never left behind.
+-- Anything else, and any counter INCRBY or GET cannot take, goes on to the general path
+-- with nothing changed. A denial's wait is the general path's search (retry_at_ms()): the
+-- first whole second at which the estimate admits the cost, in this window as the
+-- previous counter's weight falls, else in the next one (this window's counter then the
+-- previous), else the start of the one after. Each is the smallest second at which a
+-- count weighted by floor((window_s - s) * 1000 / window_s) permille stays within a
+-- budget; the weight only falls as s grows, so whether it fits is false, then true, and
+-- any search finding the first true finds the general path's second: here one bisection
+-- over [first, last + 1] (last + 1 standing for "none in this window"), run for each
+-- window in turn.
 --
 -- Split in pieces at its --#batch lines, as fixed_window.lua's: the key, the read (both
 -- counters), the decision, the write (the current counter).
@@ -57,7 +66,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- Up to 15 digits: below 2^53, so reading them is exact (by arithmetic: digits only, so
   -- it reads them as tonumber would, with no call).
   if not previous_text.err and #previous_text < 16 and string.find(previous_text, '^%d+$') then
-    local previous_scaled = previous_text + 0
+    previous_scaled = previous_text + 0
     -- weight = floor((window_s - elapsed_s) * 1000 / window_s) permille, and the previous
     -- count weighted, floor(previous * weight / 1000), split as 1000 * thousands + rest so
     -- that no product passes 2^53: the same integers as the general path's.
@@ -69,17 +78,63 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
     if cost_scaled <= room_scaled then
 --#include counter_run.lua
+    else
+      -- Denied whatever the current counter holds: read it (nothing charged, nothing to
+      -- undo) for the denial's remaining and wait.
+      local current_text = redis.pcall('GET', state_key) or '0'
+      if not current_text.err and #current_text < 16 and string.find(current_text, '^%d+$') then
+        stored_scaled = current_text + 0
+        found_scaled, used_scaled = stored_scaled, stored_scaled
+      end
     end
   end
 --#batch decide
-  -- Admitted when the current counter, as the checks before left it (valid when 0..2^53),
-  -- charged, stays within the room; anything else (a denial: its wait is a search) is the
-  -- general path's.
+  -- Decided on used_scaled, the current counter as the checks before left it (valid when
+  -- 0..2^53, charged too), and the previous counter as read.
   local charged_used_scaled = used_scaled + cost_scaled
-  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 -- MAX_SAFE_INTEGER
-      and charged_used_scaled <= room_scaled then
-    used_scaled = charged_used_scaled
-    reply = { 1, 0, room_scaled - charged_used_scaled, 0, window_end_ms }
+  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
+    if charged_used_scaled <= room_scaled then
+      used_scaled = charged_used_scaled
+      reply = { 1, 0, room_scaled - charged_used_scaled, 0, window_end_ms }
+    else
+      -- Denied: the first fitting second of this window for the previous counter (within
+      -- the budget less the current one), else of the next for the current counter, else
+      -- the start of the window after.
+      local budget_scaled = capacity_scaled - cost_scaled
+      local retry_at_ms = window_end_ms + window_ms
+      local window_at_ms, count_scaled, within_scaled, first_s =
+        window_end_ms - window_ms, previous_scaled, budget_scaled - used_scaled, elapsed_s + 1
+      for _ = 1, 2 do
+        local last_s = window_s - 1
+        if within_scaled >= 0 and first_s <= last_s then
+          local thousands_scaled = count_scaled - math.fmod(count_scaled, 1000)
+          local rest_scaled = count_scaled - thousands_scaled
+          local high_s = last_s + 1
+          while first_s < high_s do
+            local middle_s = first_s + high_s
+            middle_s = (middle_s - math.fmod(middle_s, 2)) / 2
+            local weight_numerator = (window_s - middle_s) * 1000
+            local weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
+            local rest_weighted = rest_scaled * weight_permille
+            if thousands_scaled / 1000 * weight_permille
+                + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000 <= within_scaled then
+              high_s = middle_s
+            else
+              first_s = middle_s + 1
+            end
+          end
+          if first_s <= last_s then
+            retry_at_ms = window_at_ms + first_s * 1000
+            break
+          end
+        end
+        window_at_ms, count_scaled, within_scaled, first_s =
+          window_end_ms, used_scaled, budget_scaled, 0
+      end
+      local headroom_scaled = room_scaled - used_scaled
+      reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, retry_at_ms - now_ms,
+        retry_at_ms }
+    end
   end
 --#batch write
 --#include counter_write.lua

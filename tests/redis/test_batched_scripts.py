@@ -420,20 +420,20 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
 
 # The algorithms whose straight-line path is split in pieces, and the Redis commands a
 # batch of MAX_BATCH_PARTS checks on one new key (HOT_LIMIT admitted, the rest denied)
-# runs: the admissions' state read and written once; the sliding window's denials are its
-# general path's (a search), each alone as before (the read, the charge tried and undone,
-# then the general path's two GETs); the sliding log's are its straight-line path's when
-# nothing was admitted before them in their run (below).
+# runs: the state read once, the admissions written once, the denials decided in the run
+# (issue 30: a denial charges nothing, so it neither ends the run nor adds a write); the
+# sliding log's denials are its straight-line path's when nothing was admitted before
+# them in their run (below).
 DENIALS = MAX_BATCH_PARTS - HOT_LIMIT
 SPLIT = {
+    # the read's charge (INCRBY), the difference, the new counter's expiry
     "fixed_window": ["INCRBY", "INCRBY", "PEXPIREAT"],
-    "sliding_window": ["GET", "INCRBY", "INCRBY", "PEXPIREAT", "GET", "GET"]
-    + ["GET", "INCRBY", "DECRBY", "GET", "GET"] * (DENIALS - 1),
-    # The buckets: HMGET, EXISTS (a new bucket), the admissions' HSET and PEXPIREAT, then
-    # each denial its general path's HMGET, after the next one's read (HMGET) but the first.
-    "token_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
-    "leaky_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
-    "gcra": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"] + ["HMGET"] * (2 * DENIALS - 1),
+    # the previous counter's GET, then as the fixed window's
+    "sliding_window": ["GET", "INCRBY", "INCRBY", "PEXPIREAT"],
+    # HMGET, EXISTS (a new bucket), the admissions' HSET and PEXPIREAT
+    "token_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"],
+    "leaky_bucket": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"],
+    "gcra": ["HMGET", "EXISTS", "HSET", "PEXPIREAT"],
     # The sliding log: the read's ZRANGE (a new log: no entry, so no second), the admissions'
     # first entry, trim and expiry (a new log: due), then the other nine in one ZADD. The
     # first denial, after admissions in its run, is the general path's (its wait is a
@@ -447,6 +447,15 @@ SPLIT = {
     + ["ZRANGE"] * 2
     + ["ZCOUNT", "ZCARD"] * 2
     + ["ZRANGE"] * 4,
+}
+# The same batch on the key once full: every check denied, the state read once and left
+# as it was (the windows' charge by the read undone by one DECRBY).
+FULL = {
+    "fixed_window": ["INCRBY", "DECRBY"],
+    "sliding_window": ["GET", "INCRBY", "DECRBY"],
+    "token_bucket": ["HMGET"],
+    "leaky_bucket": ["HMGET"],
+    "gcra": ["HMGET"],
 }
 
 
@@ -476,6 +485,145 @@ async def test_a_run_on_one_key_reads_and_writes_its_state_once(
         MAX_BATCH_PARTS - HOT_LIMIT
     )
     assert await commands_run(lua) == sorted(SPLIT[algorithm])
+    if algorithm not in FULL:
+        return
+    before = await lua.dump()
+    await lua.execute("CONFIG", "RESETSTAT")
+    outcomes = await batched(lua, script, [hot_part(algorithm)] * MAX_BATCH_PARTS)
+    assert [o[0] for o in outcomes if isinstance(o, list)] == [0] * MAX_BATCH_PARTS
+    assert all(o == outcomes[0] for o in outcomes)
+    assert await commands_run(lua) == sorted(FULL[algorithm])
+    assert await lua.dump() == before
+
+
+async def test_a_full_previous_window_denies_a_run_with_two_gets(lua: LuaHarness) -> None:
+    """The sliding window, its previous counter full at the current window's start: no
+    cost fits whatever the current counter holds, so each check only reads it (GET)."""
+    algorithm = "sliding_window"
+    await lua.flush()
+    window_ms = HOT_WINDOW_S * 1000
+    await lua.set_clock(lua.now_ms - lua.now_ms % window_ms + window_ms - 1)
+    script = clocked_batch(algorithm)
+    await lua.execute("SCRIPT", "LOAD", script.source)
+    await batched(lua, script, [hot_part(algorithm)] * MAX_BATCH_PARTS)
+    await lua.set_clock(lua.now_ms + 1)
+    expected = await one_by_one(lua, algorithm, [hot_part(algorithm)] * MAX_BATCH_PARTS)
+    before = await lua.dump()
+    await lua.execute("CONFIG", "RESETSTAT")
+    outcomes = await batched(lua, script, [hot_part(algorithm)] * MAX_BATCH_PARTS)
+    assert outcomes == expected and {o[0] for o in outcomes if isinstance(o, list)} == {0}
+    assert await commands_run(lua) == ["GET", "GET"]
+    assert await lua.dump() == before
+
+
+DENIED = ["sliding_window", "token_bucket", "leaky_bucket", "gcra", "fixed_window"]
+
+
+def denial_part(rng: random.Random, algorithm: str, capacity_scaled: int, window_s: int) -> Part:
+    """A check of a hot key whose limit is the bottleneck: mostly the common check, then
+    costs that do not fit (a little more, several requests, past the capacity: permanent),
+    fractions of a request, a peek, another key, two policies, a refusal."""
+    hot = policy(algorithm, 0, window_s, "hot", capacity_scaled=capacity_scaled)
+    kind = rng.random()
+    cost = 1000
+    if kind < 0.10:
+        cost = rng.choice([1001, 1999, 2000, 3000, capacity_scaled])
+    elif kind < 0.14:
+        cost = capacity_scaled + rng.choice([1, 1000])
+    elif kind < 0.20:
+        cost = rng.choice([1, 250, 333, 999])
+    policies = [hot]
+    if 0.20 <= kind < 0.24:
+        policies = [policy(algorithm, 0, window_s, "cold", capacity_scaled=capacity_scaled)]
+    elif 0.24 <= kind < 0.27:
+        policies.append(policy(algorithm, 50, window_s * 2, "wide"))
+    args = script_args(algorithm, cost, not 0.27 <= kind < 0.30, policies)
+    if 0.30 <= kind < 0.32:
+        args[0] = "x"
+    return [p.key for p in policies], args
+
+
+def retries(outcomes: Sequence[Outcome]) -> list[int]:
+    """The waits of a turn's one-policy temporary denials."""
+    return [o[3] for o in outcomes if isinstance(o, list) and o[0] == 0 and len(o) == 5 and o[3] > 0]
+
+
+GENEROUS = "generous"
+
+
+def beside_generous(algorithm: str, part: Part) -> Part:
+    """A one-policy charging check with a second policy that always admits beside it: the
+    script's general path decides it, the first policy deciding the reply."""
+    keys, args = part
+    if len(keys) != 1 or args[1] != "1":
+        return part
+    wide = policy(algorithm, 10**6, 60, GENEROUS)
+    return keys + [wide.key], args + script_args(algorithm, 0, True, [wide])[2:]
+
+
+def as_one_policy(outcome: Outcome) -> Outcome:
+    """A two-policy reply of beside_generous's check as the first policy's alone."""
+    if isinstance(outcome, list) and len(outcome) == 8:
+        assert outcome[1] == 0, outcome
+        return [outcome[0], 0, *outcome[2:5]]
+    return outcome
+
+
+# (capacity_scaled, window_s): whole requests, and fractional rates (a capacity no whole
+# number of requests, a window the capacity does not divide into whole milliseconds).
+DENIAL_RATES = [(3000, 2), (2500, 3), (7001, 7), (1000, 1), (10_000, 60)]
+
+
+@pytest.mark.parametrize("algorithm", DENIED)
+@pytest.mark.parametrize("rate", range(len(DENIAL_RATES)))
+async def test_runs_dominated_by_denials_decide_as_the_calls_one_by_one(
+    lua: LuaHarness, algorithm: str, rate: int
+) -> None:
+    """A hot key whose limit is the bottleneck: batches of mostly denials, the clock moved
+    between them to just before, exactly at and just after a denial's retry instant (so a
+    denial, then an admission), to window ends and expiries, or by a little; each turn's
+    replies and state equal to the same checks one by one. The instants are chosen from
+    the one-by-one replies, then the batches replay them."""
+    capacity_scaled, window_s = DENIAL_RATES[rate]
+    rng = random.Random(f"denials-{algorithm}-{rate}")
+    window_ms = window_s * 1000
+    turns: list[tuple[int, list[Part]]] = []
+    alone: list[tuple[list[Outcome], dict[str, tuple[bytes, int]]]] = []
+    await lua.execute("FLUSHALL")
+    start = lua.now_ms
+    at_ms = 0
+    for _ in range(36):
+        parts = [denial_part(rng, algorithm, capacity_scaled, window_s) for _ in range(16)]
+        turns.append((at_ms, parts))
+        await lua.set_clock(start + at_ms)
+        await lua.expire_due(start + at_ms)
+        outcomes = await one_by_one(lua, algorithm, parts)
+        alone.append((outcomes, await lua.dump()))
+        waits = retries(outcomes)
+        step = rng.random()
+        if waits and step < 0.6:
+            at_ms += rng.choice(waits) + rng.choice([-1, 0, 0, 1])
+        elif step < 0.75:
+            at_ms += window_ms - (start + at_ms) % window_ms + rng.choice([-1, 0, 1])
+        else:
+            at_ms += rng.choice([0, 1, 7, 333, 1000])
+    lua.now_ms = start
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm))
+    for turn, (expected, got) in enumerate(zip(alone, together)):
+        assert got[0] == expected[0], f"turn {turn}: replies differ"
+        assert got[1] == expected[1], f"turn {turn}: state differs"
+    # The script alone decides these denials on its straight-line path too: the same
+    # checks, each beside a generous policy (so on the general path), must agree.
+    general_turns = [(at, [beside_generous(algorithm, part) for part in parts]) for at, parts in turns]
+    general = await history(lua, algorithm, general_turns, None)
+    for turn, ((_, parts), (expected, got)) in enumerate(zip(turns, zip(alone, general))):
+        mapped = [as_one_policy(o) if len(k) == 1 else o for (k, _), o in zip(parts, got[0])]
+        assert mapped == expected[0], f"turn {turn}: general differs"
+        assert {k: v for k, v in got[1].items() if GENEROUS not in k} == expected[1]
+    decided = [o for outcomes, _ in alone for o in outcomes if isinstance(o, list)]
+    denied = [o for o in decided if o[0] == 0 and o[3] > 0]
+    assert len(denied) > len(decided) / 3, "denials dominate"
+    assert any(o[0] == 1 for o in decided)
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))

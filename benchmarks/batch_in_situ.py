@@ -11,6 +11,11 @@ per second of wall clock. The server's ``cmdstat_evalsha`` gives the calls made,
 checks per call. Medians of the trials; ratios after/before from the medians.
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/batch_in_situ.py [--trials N] [--seconds S]
+        [--rate RATE] [--hot-only]
+
+``--rate`` sets the limit checked (default: one that admits everything); a small one,
+say ``--rate 100/hour --hot-only``, makes the limit the bottleneck on the hot key (after
+the warm-up every check is denied: the abuse case).
 
 Writes ``benchmarks/results/batch-in-situ-<UTC time>.json``.
 """
@@ -54,10 +59,10 @@ def server_meter(admin: redis.Redis) -> Meter:
 
 
 async def trial(
-    limiter: RateLimiter, meter: Meter, algorithm: str, hot: bool, seconds: float
+    limiter: RateLimiter, meter: Meter, algorithm: str, hot: bool, seconds: float, rate: str
 ) -> dict[str, float]:
     checks, elapsed, (cpu_before, calls_before), (cpu_after, calls_after) = await checks_window(
-        limiter.check_with_info, hot, seconds, 0.2, meter, RATE, algorithm=algorithm
+        limiter.check_with_info, hot, seconds, 0.2, meter, rate, algorithm=algorithm
     )
     calls = calls_after - calls_before
     return {
@@ -74,16 +79,18 @@ async def run(options: argparse.Namespace, url: str, meter: Meter) -> list[dict[
         limiter = RateLimiter(url, key_prefix=mode, command_timeout_s=10.0)
         limiter._backend.client.batch_decisions = mode == "after"  # type: ignore[attr-defined]
         for algorithm in options.algorithms:
-            await limiter.check_with_info("warm-up", RATE, algorithm=algorithm)
+            await limiter.check_with_info("warm-up", options.rate, algorithm=algorithm)
         limiters[mode] = limiter
     rows: list[dict[str, Any]] = []
     for algorithm in options.algorithms:
-        for hot in (False, True):
+        for hot in (True,) if options.hot_only else (False, True):
             samples: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
             for _ in range(options.trials):
                 for mode in ("before", "after"):
                     samples[mode].append(
-                        await trial(limiters[mode], meter, algorithm, hot, options.seconds)
+                        await trial(
+                            limiters[mode], meter, algorithm, hot, options.seconds, options.rate
+                        )
                     )
             row: dict[str, Any] = {
                 "algorithm": algorithm,
@@ -116,7 +123,10 @@ async def run(options: argparse.Namespace, url: str, meter: Meter) -> list[dict[
 
 
 def main() -> None:
-    options = in_situ_options(__doc__, ALGORITHMS).parse_args()
+    parser = in_situ_options(__doc__, ALGORITHMS)
+    parser.add_argument("--rate", default=RATE, help="the limit checked (default: admits all)")
+    parser.add_argument("--hot-only", action="store_true", help="the hot identity's rows only")
+    options = parser.parse_args()
     server = RedisServer().start()
     admin = redis.Redis(port=server.port)
     run_in_situ(

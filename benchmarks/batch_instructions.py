@@ -8,7 +8,11 @@ into KEYS and ARGV, the script, its reply converted), is sent the row's calls (p
 the decisions. Rows as batch_scripts.py's: one key ("hot") or keys drawn from 1,000
 identities, one check a call ("alone") or batches of 8 and 16, every check admitted.
 
-    .venv/bin/python benchmarks/batch_instructions.py [--algorithms ...] [--decisions N]
+With ``--full``, the hot rows only, on a key whose limit is the bottleneck: one request a
+day (capacity 1000 scaled, a window of 86,400 s), the key filled by one admitted call
+first, so every counted check is denied; the run subtracted is that fill alone.
+
+    .venv/bin/python benchmarks/batch_instructions.py [--algorithms ...] [--decisions N] [--full]
 
 Run it in two trees (say main and a branch) to compare them. Writes
 ``benchmarks/results/batch-instructions-<UTC time>.json``.
@@ -42,6 +46,8 @@ from moderato.redis.grouping import batch_layout  # noqa: E402
 from moderato.scripts import batched_script, load_script  # noqa: E402
 
 BATCH_SIZES = (1, 8, 16)
+FULL_CAPACITY_SCALED, FULL_WINDOW_S = "1000", "86400"
+"""--full: one request a day, so a key filled once denies every check after it."""
 
 
 def counted(names: list[str], calls: list[list[Any]]) -> int:
@@ -92,9 +98,18 @@ def counted(names: list[str], calls: list[list[Any]]) -> int:
     return int(match.group(1))
 
 
-def calls_for(algorithm: str, hot: bool, per_call: int, decisions: int) -> list[list[Any]]:
-    rng = random.Random(1)
+def full_fields(algorithm: str) -> list[str]:
+    """fields(algorithm) at --full's rate."""
     args = fields(algorithm)
+    args[2:4] = [FULL_CAPACITY_SCALED, FULL_WINDOW_S]
+    return args
+
+
+def calls_for(
+    algorithm: str, hot: bool, per_call: int, decisions: int, full: bool = False
+) -> list[list[Any]]:
+    rng = random.Random(1)
+    args = full_fields(algorithm) if full else fields(algorithm)
     calls = []
     for _ in range(decisions // per_call):
         keys = ["hot" if hot else f"id:{rng.randrange(1000)}" for _ in range(per_call)]
@@ -112,16 +127,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=6400)
     parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS))
+    parser.add_argument(
+        "--full", action="store_true", help="the hot key full: every counted check denied"
+    )
     options = parser.parse_args()
     base = counted(options.algorithms, [])
+    places = (("hot", True),) if options.full else (("hot", True), ("1,000 identities", False))
     rows: list[dict[str, Any]] = []
     for algorithm in options.algorithms:
-        for where, hot in (("hot", True), ("1,000 identities", False)):
+        # --full: one admitted call fills the key first, and its own count is subtracted.
+        fill = calls_for(algorithm, True, 1, 1, True) if options.full else []
+        if options.full:
+            base = counted([algorithm], fill)
+        for where, hot in places:
             for per_call in BATCH_SIZES:
-                calls = calls_for(algorithm, hot, per_call, options.decisions)
-                total = counted([algorithm], calls)
+                calls = calls_for(algorithm, hot, per_call, options.decisions, options.full)
+                total = counted([algorithm], fill + calls)
                 per_decision = (total - base) / (len(calls) * per_call)
                 label = f"{where}, " + ("alone" if per_call == 1 else f"batch of {per_call}")
+                if options.full:
+                    label += ", full"
                 rows.append(
                     {
                         "algorithm": algorithm,

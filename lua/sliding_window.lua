@@ -18,9 +18,11 @@ The math, waits included: docs/algorithms.md ("Sliding window").
 local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on (lua/counter_run.lua says what most hold;
 -- window_index and elapsed_s: the instant's, room_scaled: the capacity less the weighted
--- previous counter, previous_scaled: that counter).
+-- previous counter, previous_scaled: that counter; denial: the run's last denial's reply,
+-- for denied_cost_scaled on the current counter at denied_used_scaled).
 local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
-  charged_text, reply, window_index, elapsed_s, room_scaled, previous_scaled
+  charged_text, reply, window_index, elapsed_s, room_scaled, previous_scaled, denial,
+  denied_cost_scaled, denied_used_scaled
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
@@ -63,6 +65,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     return previous_text -- an ACL without GET: a misconfiguration to report
   end
   stored_scaled, found_scaled, used_scaled = -1, -1, -1 -- nothing read: the general path's
+  denial = nil
   -- Up to 15 digits: below 2^53, so reading them is exact (by arithmetic: digits only, so
   -- it reads them as tonumber would, with no call).
   if not previous_text.err and #previous_text < 16 and string.find(previous_text, '^%d+$') then
@@ -96,10 +99,12 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     if charged_used_scaled <= room_scaled then
       used_scaled = charged_used_scaled
       reply = { 1, 0, room_scaled - charged_used_scaled, 0, window_end_ms }
+    elseif denial and cost_scaled == denied_cost_scaled and used_scaled == denied_used_scaled then
+      reply = denial -- the run's denial before, of this cost on the same counters: the same
     else
       -- Denied: the first fitting second of this window for the previous counter (within
       -- the budget less the current one), else of the next for the current counter, else
-      -- the start of the window after.
+      -- the start of the window after. (Integers below 2^53: % is exact, as fmod.)
       local budget_scaled = capacity_scaled - cost_scaled
       local retry_at_ms = window_end_ms + window_ms
       local window_at_ms, count_scaled, within_scaled, first_s =
@@ -107,17 +112,17 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       for _ = 1, 2 do
         local last_s = window_s - 1
         if within_scaled >= 0 and first_s <= last_s then
-          local thousands_scaled = count_scaled - math.fmod(count_scaled, 1000)
+          local thousands_scaled = count_scaled - count_scaled % 1000
           local rest_scaled = count_scaled - thousands_scaled
           local high_s = last_s + 1
           while first_s < high_s do
             local middle_s = first_s + high_s
-            middle_s = (middle_s - math.fmod(middle_s, 2)) / 2
+            middle_s = (middle_s - middle_s % 2) / 2
             local weight_numerator = (window_s - middle_s) * 1000
-            local weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
+            local weight_permille = (weight_numerator - weight_numerator % window_s) / window_s
             local rest_weighted = rest_scaled * weight_permille
             if thousands_scaled / 1000 * weight_permille
-                + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000 <= within_scaled then
+                + (rest_weighted - rest_weighted % 1000) / 1000 <= within_scaled then
               high_s = middle_s
             else
               first_s = middle_s + 1
@@ -134,6 +139,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       local headroom_scaled = room_scaled - used_scaled
       reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, retry_at_ms - now_ms,
         retry_at_ms }
+      denial, denied_cost_scaled, denied_used_scaled = reply, cost_scaled, used_scaled
     end
   end
 --#batch write

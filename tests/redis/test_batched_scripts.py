@@ -545,7 +545,9 @@ def denial_part(rng: random.Random, algorithm: str, capacity_scaled: int, window
 
 def retries(outcomes: Sequence[Outcome]) -> list[int]:
     """The waits of a turn's one-policy temporary denials."""
-    return [o[3] for o in outcomes if isinstance(o, list) and o[0] == 0 and len(o) == 5 and o[3] > 0]
+    return [
+        o[3] for o in outcomes if isinstance(o, list) and o[0] == 0 and len(o) == 5 and o[3] > 0
+    ]
 
 
 GENEROUS = "generous"
@@ -558,7 +560,7 @@ def beside_generous(algorithm: str, part: Part) -> Part:
     if len(keys) != 1 or args[1] != "1":
         return part
     wide = policy(algorithm, 10**6, 60, GENEROUS)
-    return keys + [wide.key], args + script_args(algorithm, 0, True, [wide])[2:]
+    return [*keys, wide.key], [*args, *script_args(algorithm, 0, True, [wide])[2:]]
 
 
 def as_one_policy(outcome: Outcome) -> Outcome:
@@ -614,7 +616,9 @@ async def test_runs_dominated_by_denials_decide_as_the_calls_one_by_one(
         assert got[1] == expected[1], f"turn {turn}: state differs"
     # The script alone decides these denials on its straight-line path too: the same
     # checks, each beside a generous policy (so on the general path), must agree.
-    general_turns = [(at, [beside_generous(algorithm, part) for part in parts]) for at, parts in turns]
+    general_turns = [
+        (at, [beside_generous(algorithm, part) for part in parts]) for at, parts in turns
+    ]
     general = await history(lua, algorithm, general_turns, None)
     for turn, ((_, parts), (expected, got)) in enumerate(zip(turns, zip(alone, general))):
         mapped = [as_one_policy(o) if len(k) == 1 else o for (k, _), o in zip(parts, got[0])]

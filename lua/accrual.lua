@@ -7,7 +7,9 @@
 -- The script sets first: BUCKET_SUFFIX (its state key's suffix), AMOUNT_FIELD and
 -- ACCRUED_FIELD (its hash's amount and accrued-since-base fields) and AMOUNT_IS_LEVEL (the
 -- leaky bucket stores the level, the token bucket the tokens = capacity - level), and
--- declares the locals the pieces below hand on (ACCRUAL_STATE in both scripts).
+-- declares the locals the pieces below hand on (ACCRUAL_STATE in both scripts; denial: the
+-- run's last denial's reply, for denied_cost_scaled at denied_deficit_scaled, answering
+-- the same check again without the search).
 --
 -- Accrual at exactly one capacity per window: accrued(elapsed_ms) = floor(elapsed_ms * C / W)
 -- for 0 <= elapsed_ms <= W. The product can pass 2^53, so C = per_ms_whole * W + per_ms_rest
@@ -80,9 +82,12 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       and redis.call('EXISTS', state_key) == 0 then
     deficit_scaled, base_ms, accrued_scaled = 0, now_ms, 0 -- a missing bucket is full (empty)
   end
-  read_deficit_scaled = deficit_scaled
+  read_deficit_scaled, denial = deficit_scaled, nil
 --#batch decide
-  if deficit_scaled then
+  if deficit_scaled and denial and cost_scaled == denied_cost_scaled
+      and deficit_scaled == denied_deficit_scaled then
+    reply = denial -- the run's denial before, of this cost on the same bucket: the same
+  elseif deficit_scaled then
     -- Admitted when the deficit, this cost included, stays within the capacity: reset when
     -- that has been made up (accrued_at_ms()). Else denied, nothing charged: reset when
     -- what does not fit has been made up, the general path's wait (accrued_at_ms() of
@@ -123,6 +128,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     if need_scaled > capacity_scaled then
       -- What the bucket holds now (the tokens, or the room above the level) and the wait.
       reply = { 0, 0, capacity_scaled - deficit_scaled, reset_ms - now_ms, reset_ms }
+      denial, denied_cost_scaled, denied_deficit_scaled = reply, cost_scaled, deficit_scaled
     else
       deficit_scaled = need_scaled
       if AMOUNT_IS_LEVEL then

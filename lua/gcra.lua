@@ -36,7 +36,10 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on: the state's key, the instant and window in
 -- µs, the start (max(TAT, now), nil for the general path), the last admission's reset.
-local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply
+-- denial: the run's last denial's reply, for denied_cost_scaled at denied_start_us and
+-- denied_start_frac (the same check again is answered without the arithmetic).
+local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply, denial,
+  denied_cost_scaled, denied_start_us, denied_start_frac
 --#include one_policy.lua
 
 -- The common case, straight-line (no function is built: Redis would build each one on
@@ -61,7 +64,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local fields = redis.pcall('HMGET', state_key, 'tat', 'frac')
   local tat_text, frac_text = fields[1], fields[2]
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
-  start_us, start_frac, reset_ms = nil, nil, nil
+  start_us, start_frac, reset_ms, denial = nil, nil, nil, nil
   if tat_text and frac_text and #frac_text < 16
       and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992')) -- MAX_SAFE_INTEGER
       and string.find(tat_text .. ' ' .. frac_text, '^%d+ %d+$') then
@@ -82,7 +85,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch decide
   local backlog_product = start_us and (start_us - now_us) * capacity_scaled
   local step_product = cost_scaled * window_us
-  if backlog_product and backlog_product < 9007199254740992 -- MAX_SAFE_INTEGER
+  if denial and cost_scaled == denied_cost_scaled and start_us == denied_start_us
+      and start_frac == denied_start_frac then
+    reply = denial -- the run's denial before, of this cost on the same TAT: the same
+  elseif backlog_product and backlog_product < 9007199254740992 -- MAX_SAFE_INTEGER
       and step_product < 9007199254740992 then -- MAX_SAFE_INTEGER
     -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
     local backlog_remainder = backlog_product % window_us
@@ -110,6 +116,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       reply = { 1, 0, remaining_scaled - cost_scaled, 0, at_ms }
     else
       reply = { 0, 0, remaining_scaled, at_ms - now_ms, at_ms }
+      denial, denied_cost_scaled, denied_start_us, denied_start_frac =
+        reply, cost_scaled, start_us, start_frac
     end
   end
 --#batch write

@@ -8,6 +8,7 @@
  */
 #include "compat.h"
 #include "connection_core.h"
+#include "grouping.h"
 #include "contract.h"
 #include "decode.h"
 #include "fast_aredis.h"
@@ -168,8 +169,12 @@ accel_exec(PyObject *module)
     if (fast_route_add_to_module(module) < 0) {
         return -1;
     }
-    /* The asyncio Redis connection's per-command path (connection_core.c). */
-    return connection_core_add_to_module(module);
+    /* The asyncio Redis connection's per-command path (connection_core.c), and
+     * a loop turn's checks joined into batched calls (grouping.c). */
+    if (connection_core_add_to_module(module) < 0) {
+        return -1;
+    }
+    return grouping_add_to_module(module);
 }
 
 /* Every reference the state holds, visited (visit given: the module's

@@ -37,6 +37,8 @@ typedef struct {
     PyObject *core_names[CORE_NAME_COUNT];
     PyObject *core_loop_keyword; /* ("loop",) */
     PyObject *core_sent_keyword; /* ("sent",) */
+    /* grouping.c's slot of a batched call (its Grouping makes them) */
+    PyTypeObject *batched_reply_type;
     /* fast_route.c's types (the headers middleware's send wrapper) and the names
      * it reads */
     PyTypeObject *header_senders_type;
@@ -52,6 +54,7 @@ typedef struct {
     X(check_result_type) X(policy_state_type) X(frozen_error) X(fast_method_type)      \
     X(fast_check_type) X(ready_type) X(redis_check_type) X(aredis_check_type)          \
     X(pending_check_type) X(core_type) X(core_loop_keyword) X(core_sent_keyword)      \
+    X(batched_reply_type)                                                              \
     X(header_senders_type) X(header_sender_type) X(route_arguments_type) X(empty_tuple)
 
 /* The state of the module object that made type (one of this module's):

@@ -3,7 +3,7 @@ import asyncio
 import inspect
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypedDict, Union
+from typing import Any, Callable, Optional, TypedDict, Union, final
 
 from typing_extensions import Unpack
 
@@ -242,6 +242,32 @@ class RouteArguments:
     def __call__(
         self, rule: Any, scope: Any, /
     ) -> Optional[tuple[Union[str, bytes], str, int, Optional[str], str]]: ...
+
+class Grouping:
+    """grouping.group_checks' steps in C (csrc/grouping.c): called with a single
+    server's connection, it joins that connection's turn."""
+
+    def __init__(
+        self,
+        forms: dict[str, Any],
+        parts: dict[str, int],
+        max_policies: int,
+        max_bytes: int,
+        retrieve: Callable[[Any], None],
+        copy: Callable[[Any], Any],
+        connection_error: type[BaseException],
+        reply_error: type[BaseException],
+    ) -> None: ...
+    def __call__(self, connection: Any, /) -> None: ...
+
+@final
+class BatchedReply:
+    """A batched call's slot in a connection's _pending (made by Grouping)."""
+
+    _parts: list[Any]
+    def done(self) -> bool: ...
+    def set_result(self, reply: Any, /) -> None: ...
+    def set_exception(self, error: BaseException, /) -> None: ...
 
 class ConnectionCore:
     """The per-command path of moderato's asyncio Redis connection

@@ -42,7 +42,6 @@ import ssl
 import threading
 from asyncio import get_running_loop
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from functools import partial
 from typing import Any, TypedDict
 
 from ._encoding import Arg, encode_command, encode_evalsha
@@ -55,7 +54,7 @@ from .connection import CommandNotSentError, RedisConnection, ScriptLike
 from .connector import Connector
 from .errors import RedisClientError, RedisReplyError
 from .forks import abandon_in_children
-from .grouping import group_checks
+from .grouping import joining
 from .url import RedisAddress, address_of, parse_url
 from .url_options import FromUrl
 
@@ -505,8 +504,9 @@ class RedisClient(FromUrl, Connector):
 
     def _grouping(self, connection: RedisConnection) -> Callable[[], None]:
         """What ``connection``'s flush calls first when batching (a cluster's node
-        clients join across slots instead, cluster.py)."""
-        return partial(group_checks, connection)
+        clients join across slots instead, cluster.py): grouping.group_checks,
+        in C."""
+        return joining(connection)
 
     def _open(self, slot: _Slot) -> RedisConnection:
         connection = self.loop_connection(slot.pool.loop, slot.connection_closed)

@@ -28,17 +28,23 @@ batch, as for any script call). A batch that fails as a whole (a timeout, a
 lost connection, an error reply for the call) fails each of its checks with
 that error: each decision is then unknown, as when one call's reply is lost,
 and nothing is retried.
+
+A single server's connections join in C (``joining``: ``moderato._accel.Grouping``
+and its ``BatchedReply``, csrc/grouping.c, the same steps); ``group_checks`` and
+this module's ``BatchedReply`` are the reference it is tested against
+(tests/redis/test_grouping_in_c.py), and what a cluster node's connections run
+(``group_node_checks``).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Callable, Sequence
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-from .._accel import key_slot
+from .._accel import Grouping, key_slot
 from ._encoding import Arg, encode_command, encode_evalsha
 from .cluster_map import key_text
 from .errors import RedisBatchRefusedError, RedisConnectionError, RedisReplyError
@@ -55,6 +61,7 @@ __all__ = [
     "cluster_batched_script",
     "group_checks",
     "group_node_checks",
+    "joining",
     "not_run",
     "split_reply",
 ]
@@ -261,6 +268,22 @@ def group_checks(connection: Any) -> None:
 
 
 _SINGLE_SERVER = _Calls()
+
+
+@cache
+def _grouping_in_c() -> Grouping:
+    """group_checks' steps in C (csrc/grouping.c), over the same tables."""
+    forms, parts, max_policies, max_bytes = _batching()
+    return Grouping(
+        forms, parts, max_policies, max_bytes, _retrieve, copy.copy,
+        RedisConnectionError, RedisReplyError,
+    )  # fmt: skip
+
+
+def joining(connection: Any) -> Callable[[], None]:
+    """What a single server's ``connection`` calls first in a flush of two or more new
+    commands when batching: group_checks(connection), in C."""
+    return partial(_grouping_in_c(), connection)
 
 
 def _join(connection: Any, calls: _Calls) -> None:

@@ -7,6 +7,7 @@ exact-N run.
 
 from __future__ import annotations
 
+from copy import copy
 from typing import Any
 
 from cluster import RedisCluster, call, script_calls
@@ -14,6 +15,7 @@ from redis_servers import RedisServer
 from shared_quota_worker import run_workers
 
 from moderato.algorithms import ALGORITHMS
+from moderato.redis.grouping import group_checks, joining
 
 # cost 1000 (one request), charge, capacity 100 requests, a day's window.
 ARGS = {name: ["1000", "1", "100000", "86400"] for name in ALGORITHMS}
@@ -67,3 +69,77 @@ def exact_n_admitted(
     limit = int(rate.split("/")[0])
     assert totals == dict.fromkeys(algorithms, limit), (reports, context)
     return totals
+
+
+# -- the joining in C against grouping.py's (tests/redis/test_grouping*.py) ----------------
+
+_STATE = ("_write_buffer", "_scripts", "_pending", "_loads", "_loaded_forms")
+
+
+def joined_state(connection: Any, originals: list[Any]) -> dict[str, Any]:
+    """What a joining leaves on ``connection``, comparable across the two: the write
+    buffer; each record with its script by identity and each argument with its type;
+    each slot of _pending as the check's own future (by identity), a batched call's
+    futures (by identity) or a load nobody awaits; the loads and the loaded forms."""
+
+    def slot(future: Any) -> Any:
+        parts = getattr(future, "_parts", None)
+        if parts is not None:
+            return ("batch", [id(part) for part in parts])
+        if any(future is original for original in originals):
+            return ("own", id(future))
+        return ("load", type(future), future.done())
+
+    return {
+        "buffer": list(connection._write_buffer),
+        "scripts": [
+            (number, id(script), list(keys), [(type(arg), arg) for arg in args], resends)
+            for number, script, keys, args, resends in connection._scripts
+        ],
+        "pending": [slot(future) for future in connection._pending],
+        "loads": dict(connection._loads),
+        "loaded": set(connection._loaded_forms),
+    }
+
+
+def _snapshot(connection: Any) -> list[Any]:
+    return [copy(getattr(connection, name)) for name in _STATE]
+
+
+def _restore(connection: Any, saved: list[Any]) -> None:
+    for name, value in zip(_STATE, saved):
+        held = getattr(connection, name)
+        if isinstance(held, list):
+            held[:] = value
+        else:
+            held.clear()
+            held.update(value) if isinstance(held, (dict, set)) else held.extend(value)
+
+
+def join_both(connection: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Join ``connection``'s turn with grouping.group_checks, put the turn back as it
+    was, join it in C (grouping.joining, what the client runs), and return what each
+    left; the C joining's result stays on the connection."""
+    originals = [*connection._pending]
+    saved = _snapshot(connection)
+    group_checks(connection)
+    python = joined_state(connection, originals)
+    _restore(connection, saved)
+    joining(connection)()
+    return python, joined_state(connection, originals)
+
+
+class Compared:
+    """A client's joining that runs both and asserts they leave the same (the C one
+    kept): RedisClient._grouping patched with its for_client. ``turns``: the turns joined."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def for_client(self, connection: Any) -> Any:
+        def compare() -> None:
+            python, in_c = join_both(connection)
+            assert in_c == python
+            self.turns += 1
+
+        return compare

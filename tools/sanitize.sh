@@ -86,3 +86,11 @@ LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
 echo "== running tests/unit/test_header_sender.py and test_route_facts.py under the sanitizers"
 LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
   tests/unit/test_header_sender.py tests/http/test_route_facts.py
+# A loop turn's checks joined in C (csrc/grouping.c) against grouping.py's steps: random
+# turns, the replies handed out, a real client's turns joined both ways; and the client's
+# batching tests, which join every turn both ways (the exact-N runs' worker processes
+# are left out: ASan's preload in 4 more interpreters is minutes of a shared machine).
+echo "== running tests/redis/test_grouping_in_c.py and test_grouping.py under the sanitizers"
+LD_PRELOAD="$libasan" "$python" -m pytest -q -p no:cacheprovider --capture=no \
+  -k "not no_leaks and not four_processes" tests/redis/test_grouping_in_c.py \
+  tests/redis/test_grouping.py

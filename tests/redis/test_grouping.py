@@ -2,7 +2,9 @@
 (moderato/redis/grouping.py): what goes on the wire, what each check gets, and the
 failures (a refused part, NOSCRIPT, a lost reply, a timeout), each with the
 connection's steps in C and in Python (tests/connection_reference.py); then the
-limiter's exact count with batching on: 4 processes x 125 tasks on one key.
+limiter's exact count with batching on: 4 processes x 125 tasks on one key. Every
+turn is joined by grouping.group_checks and by its steps in C (csrc/grouping.c),
+which must leave the same write buffer, records and slots; the C one's is sent.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from batching_helpers import ARGS, EXACT_N_CHECKS, calls, exact_n_admitted
+from batching_helpers import ARGS, EXACT_N_CHECKS, Compared, calls, exact_n_admitted
 from redis_servers import RedisServer
 from test_tls import tls_files, tls_only_server  # noqa: F401 (fixtures)
 
@@ -36,6 +38,14 @@ def connection_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         # Where the clients make their connections (redis/connector.py's Connector).
         monkeypatch.setattr(connector_module, "RedisConnection", ReferenceConnection)
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def compared(monkeypatch: pytest.MonkeyPatch) -> Compared:
+    """Each turn joined both ways and compared (the C joining's sent)."""
+    joinings = Compared()
+    monkeypatch.setattr(RedisClient, "_grouping", staticmethod(joinings.for_client))
+    return joinings
 
 
 @pytest.fixture

@@ -344,6 +344,15 @@ append_new(PyObject *list, PyObject *item)
 static int
 extend(PyObject *list, PyObject *items)
 {
+    if (PyList_CheckExact(items) || PyTuple_CheckExact(items)) {
+        /* A check's few keys or arguments: appended one by one, cheaper than a slice. */
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+            if (PyList_Append(list, PySequence_Fast_GET_ITEM(items, i)) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
     Py_ssize_t size = PyList_GET_SIZE(list);
     return PyList_SetSlice(list, size, size, items);
 }
@@ -632,9 +641,26 @@ typedef struct {
     Py_ssize_t parts;
 } command_info;
 
-/* The run key and parts of a record (grouping._Calls.run_keys). 0, or -1. */
+/* Whether a record's re-sends are 0 (record[4] == 0). 1, 0, or -1. */
 static int
-run_key(grouping_object *grouping, command_info *info)
+not_resent(PyObject *resends)
+{
+    if (PyLong_CheckExact(resends)) {
+        int overflow;
+        long value = PyLong_AsLongAndOverflow(resends, &overflow);
+        return value == -1 && PyErr_Occurred() ? -1 : (overflow == 0 && value == 0);
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    int fresh = zero == NULL ? -1 : PyObject_RichCompareBool(resends, zero, Py_EQ);
+    Py_XDECREF(zero);
+    return fresh;
+}
+
+/* The run key and parts of a record (grouping._Calls.run_keys); before: the
+ * command before it, whose script's are taken again when it is the same
+ * object. 0, or -1. */
+static int
+run_key(grouping_object *grouping, command_info *info, const command_info *before)
 {
     PyObject *record = info->record;
     info->form = NULL;
@@ -642,12 +668,15 @@ run_key(grouping_object *grouping, command_info *info)
     if (record == NULL) {
         return 0;
     }
-    PyObject *resends = PyTuple_GET_ITEM(record, 4);
-    PyObject *zero = PyLong_FromLong(0);
-    int fresh = zero == NULL ? -1 : PyObject_RichCompareBool(resends, zero, Py_EQ);
-    Py_XDECREF(zero);
+    int fresh = not_resent(PyTuple_GET_ITEM(record, 4));
     if (fresh <= 0) {
         return fresh;
+    }
+    if (before != NULL && before->form != NULL &&
+        PyTuple_GET_ITEM(before->record, 1) == PyTuple_GET_ITEM(record, 1)) {
+        info->form = before->form;
+        info->parts = before->parts;
+        return 0;
     }
     PyObject *sha = PyObject_GetAttr(PyTuple_GET_ITEM(record, 1), GNAME(grouping, SHA));
     if (sha == NULL) {
@@ -948,7 +977,7 @@ join(grouping_object *grouping, PyObject *connection)
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (run_key(grouping, &infos[i]) < 0) {
+        if (run_key(grouping, &infos[i], i > 0 ? &infos[i - 1] : NULL) < 0) {
             goto done;
         }
     }

@@ -95,8 +95,17 @@ def main() -> None:
                 for batch in (False, True):
                     totals = []
                     for turns in (options.turns, 3 * options.turns):
-                        argv = [sys.executable, __file__, "--child", options.tree, server.url,
-                                algorithm, "1" if batch else "0", "1" if hot else "0", str(turns)]
+                        argv = [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            options.tree,
+                            server.url,
+                            algorithm,
+                            "1" if batch else "0",
+                            "1" if hot else "0",
+                            str(turns),
+                        ]
                         totals.append(instructions(argv))
                     per_check = (totals[1] - totals[0]) / (2 * options.turns * TASKS)
                     row["on" if batch else "off"] = per_check
@@ -114,8 +123,17 @@ def main() -> None:
     suffix = f"-{options.label}" if options.label else ""
     out = ROOT / "benchmarks" / "results" / f"batch-client-instructions-{stamp}{suffix}.json"
     out.write_text(
-        json.dumps({"tree": options.tree, "turns": options.turns, "tasks": TASKS,
-                    "python": sys.version, "rows": rows}, indent=2) + "\n"
+        json.dumps(
+            {
+                "tree": options.tree,
+                "turns": options.turns,
+                "tasks": TASKS,
+                "python": sys.version,
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
     )
     print(f"wrote {out}")
 

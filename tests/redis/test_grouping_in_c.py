@@ -32,7 +32,7 @@ from moderato.redis import RedisClient, RedisReplyError
 from moderato.redis import connector as connector_module
 from moderato.redis._encoding import encode_command, encode_evalsha
 from moderato.redis.errors import RedisConnectionError
-from moderato.redis.grouping import AloneScript, BatchedReply, _grouping_in_c, group_checks
+from moderato.redis.grouping import AloneScript, BatchedReply, _grouping_in_c
 from moderato.scripts import MAX_BATCH_ARGUMENT_BYTES, batched_script, load_script
 
 SCRIPTS = [load_script(name) for name in ALGORITHMS]
@@ -298,9 +298,7 @@ async def test_turns_of_a_client(server: RedisServer, compared: Compared) -> Non
         remaining = [o[2] for i, o in enumerate(outcomes) if i not in (3, 6)]
         assert remaining == [78_000 - 1000 * i for i in range(36) if i != 3]
         # A batch failed whole: the server busy past the timeout.
-        slow = RedisClient.from_url(
-            server.url, batch_decisions=True, command_timeout_s=0.2
-        )
+        slow = RedisClient.from_url(server.url, batch_decisions=True, command_timeout_s=0.2)
         try:
             await slow.execute("PING")
             server.command("CLIENT", "PAUSE", "400", "WRITE")

@@ -44,33 +44,27 @@
 
 #include "heap_type.h"
 
-#define CORE_NAMES(X)                                                                    \
-    X(APPEND, "append")                                                                  \
-    X(POPLEFT, "popleft")                                                                \
-    X(FEED, "feed")                                                                      \
-    X(GETS, "gets")                                                                      \
-    X(DONE, "done")                                                                      \
-    X(SET_RESULT, "set_result")                                                          \
-    X(SET_EXCEPTION, "set_exception")                                                    \
-    X(WRITE, "write")                                                                    \
-    X(FLUSH, "_flush")                                                                   \
-    X(ON_TIMER, "_on_timer")                                                             \
-    X(RESEND, "_resend_after_noscript")                                                  \
-    X(READ_FAILED, "_read_failed")                                                       \
-    X(CLOSED_ERROR, "_closed_error")                                                     \
-    X(MESSAGE, "message")                                                                \
-    X(NOSCRIPT, "NOSCRIPT")                                                              \
-    X(LOOP, "loop")                                                                      \
-    X(SENT, "sent")                                                                      \
-    X(JOIN, "join")
+#define CORE_NAMES(X, P)                                                                 \
+    X(P, APPEND, "append")                                                               \
+    X(P, POPLEFT, "popleft")                                                             \
+    X(P, FEED, "feed")                                                                   \
+    X(P, GETS, "gets")                                                                   \
+    X(P, DONE, "done")                                                                   \
+    X(P, SET_RESULT, "set_result")                                                       \
+    X(P, SET_EXCEPTION, "set_exception")                                                 \
+    X(P, WRITE, "write")                                                                 \
+    X(P, FLUSH, "_flush")                                                                \
+    X(P, ON_TIMER, "_on_timer")                                                          \
+    X(P, RESEND, "_resend_after_noscript")                                               \
+    X(P, READ_FAILED, "_read_failed")                                                    \
+    X(P, CLOSED_ERROR, "_closed_error")                                                  \
+    X(P, MESSAGE, "message")                                                             \
+    X(P, NOSCRIPT, "NOSCRIPT")                                                           \
+    X(P, LOOP, "loop")                                                                   \
+    X(P, SENT, "sent")                                                                   \
+    X(P, JOIN, "join")
 
-#define CORE_NAME_ENUM(name, text) CNAME_##name,
-enum { CORE_NAMES(CORE_NAME_ENUM) CNAME_END };
-#undef CORE_NAME_ENUM
-
-#define CORE_NAME_TEXT(name, text) text,
-static const char *const core_name_texts[] = {CORE_NAMES(CORE_NAME_TEXT)};
-#undef CORE_NAME_TEXT
+ACCEL_NAME_TABLE(CORE_NAMES, CNAME_, CNAME_END, core_name_texts);
 
 #define CNAME(state, name) ((state)->core_names[CNAME_##name])
 

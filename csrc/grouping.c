@@ -33,39 +33,33 @@
 #include "heap_type.h"
 #include "resp.h"
 
-#define GROUPING_NAMES(X)                                                                \
-    X(SHA, "sha")                                                                        \
-    X(SOURCE, "source")                                                                  \
-    X(DONE, "done")                                                                      \
-    X(SET_RESULT, "set_result")                                                          \
-    X(SET_EXCEPTION, "set_exception")                                                    \
-    X(ADD_DONE_CALLBACK, "add_done_callback")                                            \
-    X(POP, "pop")                                                                        \
-    X(APPEND, "append")                                                                  \
-    X(WRITE_BUFFER, "_write_buffer")                                                     \
-    X(HELD, "_held")                                                                     \
-    X(BATCHED_TOTAL, "_batched_total")                                                   \
-    X(SCRIPTS, "_scripts")                                                               \
-    X(LOADS, "_loads")                                                                   \
-    X(LOADED_FORMS, "_loaded_forms")                                                     \
-    X(PENDING, "_pending")                                                               \
-    X(FUTURE_TYPE, "_future_type")                                                       \
-    X(LOOP_ATTRIBUTE, "_loop")                                                           \
-    X(LOOP, "loop")                                                                      \
-    X(SCRIPT, "SCRIPT")                                                                  \
-    X(LOAD, "LOAD")                                                                      \
-    X(REPEAT, "=")                                                                       \
-    X(OWN_KEYS, "K")                                                                     \
-    X(OWN_COST, "C")                                                                     \
-    X(OWN_KEYS_AND_COST, "KC")
+#define GROUPING_NAMES(X, P)                                                             \
+    X(P, SHA, "sha")                                                                     \
+    X(P, SOURCE, "source")                                                               \
+    X(P, DONE, "done")                                                                   \
+    X(P, SET_RESULT, "set_result")                                                       \
+    X(P, SET_EXCEPTION, "set_exception")                                                 \
+    X(P, ADD_DONE_CALLBACK, "add_done_callback")                                         \
+    X(P, POP, "pop")                                                                     \
+    X(P, APPEND, "append")                                                               \
+    X(P, WRITE_BUFFER, "_write_buffer")                                                  \
+    X(P, HELD, "_held")                                                                  \
+    X(P, BATCHED_TOTAL, "_batched_total")                                                \
+    X(P, SCRIPTS, "_scripts")                                                            \
+    X(P, LOADS, "_loads")                                                                \
+    X(P, LOADED_FORMS, "_loaded_forms")                                                  \
+    X(P, PENDING, "_pending")                                                            \
+    X(P, FUTURE_TYPE, "_future_type")                                                    \
+    X(P, LOOP_ATTRIBUTE, "_loop")                                                        \
+    X(P, LOOP, "loop")                                                                   \
+    X(P, SCRIPT, "SCRIPT")                                                               \
+    X(P, LOAD, "LOAD")                                                                   \
+    X(P, REPEAT, "=")                                                                    \
+    X(P, OWN_KEYS, "K")                                                                  \
+    X(P, OWN_COST, "C")                                                                  \
+    X(P, OWN_KEYS_AND_COST, "KC")
 
-#define GROUPING_NAME_ENUM(name, text) GNAME_##name,
-enum { GROUPING_NAMES(GROUPING_NAME_ENUM) GROUPING_NAME_COUNT };
-#undef GROUPING_NAME_ENUM
-
-#define GROUPING_NAME_TEXT(name, text) text,
-static const char *const grouping_name_texts[] = {GROUPING_NAMES(GROUPING_NAME_TEXT)};
-#undef GROUPING_NAME_TEXT
+ACCEL_NAME_TABLE(GROUPING_NAMES, GNAME_, GROUPING_NAME_COUNT, grouping_name_texts);
 
 #define GNAME(grouping, name) ((grouping)->names[GNAME_##name])
 
@@ -888,57 +882,68 @@ done:
     return result;
 }
 
+static int
+is_list(PyObject *value)
+{
+    return PyList_Check(value);
+}
+
+static int
+is_dict(PyObject *value)
+{
+    return PyDict_Check(value);
+}
+
+static int
+is_set(PyObject *value)
+{
+    return PySet_Check(value);
+}
+
+/* connection.<name> (a new reference), TypeError unless check(it) when check
+ * is given; NULL with an error set. */
+static PyObject *
+read_member(PyObject *connection, PyObject *name, int (*check)(PyObject *), const char *what)
+{
+    PyObject *value = PyObject_GetAttr(connection, name);
+    if (value != NULL && check != NULL && !check(value)) {
+        PyErr_Format(PyExc_TypeError, "a connection's %U is not %s", name, what);
+        Py_CLEAR(value);
+    }
+    return value;
+}
+
 /* Read what the joining reads of connection. 0, or -1. */
 static int
 turn_read(grouping_object *grouping, PyObject *connection, turn_state *turn)
 {
-    turn->buffer = PyObject_GetAttr(connection, GNAME(grouping, WRITE_BUFFER));
-    if (turn->buffer == NULL) {
-        return -1;
-    }
-    if (!PyList_Check(turn->buffer)) {
-        PyErr_SetString(PyExc_TypeError, "a connection's _write_buffer is not a list");
-        return -1;
-    }
-    if (read_size(connection, GNAME(grouping, HELD), &turn->first) < 0 ||
+    turn->buffer = read_member(connection, GNAME(grouping, WRITE_BUFFER), is_list, "a list");
+    if (turn->buffer == NULL || read_size(connection, GNAME(grouping, HELD), &turn->first) < 0 ||
         read_size(connection, GNAME(grouping, BATCHED_TOTAL), &turn->base) < 0) {
         return -1;
     }
-    turn->scripts = PyObject_GetAttr(connection, GNAME(grouping, SCRIPTS));
-    turn->loads = turn->scripts == NULL ? NULL
-                                        : PyObject_GetAttr(connection, GNAME(grouping, LOADS));
-    if (turn->loads == NULL) {
-        return -1;
-    }
-    if (!PyDict_Check(turn->loads)) {
-        PyErr_SetString(PyExc_TypeError, "a connection's _loads is not a dict");
-        return -1;
-    }
-    return 0;
+    turn->scripts = read_member(connection, GNAME(grouping, SCRIPTS), NULL, NULL);
+    turn->loads = turn->scripts == NULL
+                      ? NULL
+                      : read_member(connection, GNAME(grouping, LOADS), is_dict, "a dict");
+    return turn->loads == NULL ? -1 : 0;
 }
 
 /* The rest it reads once it joins something. 0, or -1. */
 static int
 turn_read_more(grouping_object *grouping, PyObject *connection, turn_state *turn)
 {
-    turn->pending = PyObject_GetAttr(connection, GNAME(grouping, PENDING));
-    turn->loaded = turn->pending == NULL
-                       ? NULL
-                       : PyObject_GetAttr(connection, GNAME(grouping, LOADED_FORMS));
+    turn->pending = read_member(connection, GNAME(grouping, PENDING), NULL, NULL);
+    turn->loaded = turn->pending == NULL ? NULL
+                                         : read_member(connection, GNAME(grouping, LOADED_FORMS),
+                                                       is_set, "a set");
     turn->future_type = turn->loaded == NULL
                             ? NULL
-                            : PyObject_GetAttr(connection, GNAME(grouping, FUTURE_TYPE));
+                            : read_member(connection, GNAME(grouping, FUTURE_TYPE), NULL, NULL);
     turn->loop = turn->future_type == NULL
                      ? NULL
-                     : PyObject_GetAttr(connection, GNAME(grouping, LOOP_ATTRIBUTE));
-    if (turn->loop == NULL) {
-        return -1;
-    }
-    if (!PySet_Check(turn->loaded)) {
-        PyErr_SetString(PyExc_TypeError, "a connection's _loaded_forms is not a set");
-        return -1;
-    }
-    return 0;
+                     : read_member(connection, GNAME(grouping, LOOP_ATTRIBUTE), NULL, NULL);
+    return turn->loop == NULL ? -1 : 0;
 }
 
 /* grouping._join(connection, _SINGLE_SERVER). 0, or -1 with an error set. */

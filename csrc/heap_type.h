@@ -122,4 +122,13 @@ accel_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObje
                   {Py_tp_call, PyVectorcall_Call}, {Py_tp_members, prefix##_members},   \
                   __VA_ARGS__)
 
+/* The names a file reads, listed once as LIST(X, prefix), each X(prefix, name,
+ * "text"): an enum of prefix##name for each, then count; and static texts[],
+ * their texts in that order (interned into the module state or an object). */
+#define ACCEL_NAME_ENUM(prefix, name, text) prefix##name,
+#define ACCEL_NAME_TEXT(prefix, name, text) text,
+#define ACCEL_NAME_TABLE(LIST, prefix, count, texts)                                   \
+    enum { LIST(ACCEL_NAME_ENUM, prefix) count };                                      \
+    static const char *const texts[] = {LIST(ACCEL_NAME_TEXT, prefix)}
+
 #endif /* MODERATO_HEAP_TYPE_H */

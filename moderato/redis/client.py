@@ -274,9 +274,10 @@ class RedisClient(FromUrl, Connector):
     connection, adjacent calls of one decision script, leave as one call of its
     batched form (moderato/redis/grouping.py, joined in C: csrc/grouping.c), each
     decided exactly as alone: less Redis CPU per check, a little more of this
-    process's (BENCHMARKS.md, "A loop turn's checks joined in C"). A ClusterClient takes the same option for its
-    nodes, which join a turn's checks across the slots they serve. A URL turns
-    it on with ``?batch_decisions=true`` (url_options.py; it wins over the keyword).
+    process's (BENCHMARKS.md, "A loop turn's checks joined in C"). A ClusterClient
+    takes the same option for its nodes, which join a turn's checks across the
+    slots they serve. A URL turns it on with ``?batch_decisions=true``
+    (url_options.py; it wins over the keyword).
     """
 
     parse_url = staticmethod(parse_url)

@@ -209,14 +209,17 @@ def test_four_processes_of_125_tasks_admit_exactly_the_limit_while_the_slot_migr
         mover.join()
     assert len(moves) >= 3, moves
     assert any(moved > 0 for _, _, moved in moves), moves
-    # Batched: fewer calls run than checks made (the checks a migration refused went
-    # alone, each retried until it could run: far from all of them).
+    # The calls that ran, reported, not asserted: every check of a batch a migration
+    # refused is re-sent alone, and on a loaded machine a turn holds few checks, so the
+    # count comes near the checks or passes them (2026-12-04: 2,876 for 3,000 on a quiet
+    # machine, 3,004 once under load). That checks are joined per node is
+    # test_one_call_per_node_joins_checks_of_several_slots's to show; this test's is
+    # exactness while the slot moves.
     ran = evalsha_calls(cluster)
     report(
         f"cluster batching, slot migrating: {ran} calls ran for {EXACT_N_CHECKS} checks; "
         f"moves {moves}"
     )
-    assert ran < EXACT_N_CHECKS
 
 
 @pytest.mark.parametrize("algorithm", ["fixed_window", "token_bucket"])

@@ -519,7 +519,7 @@ PyDoc_STRVAR(sender_doc,
 "(made by a HeaderSenders).");
 
 ACCEL_GC_TYPE(sender, "moderato._accel.HeaderSender", sender_object, sender_doc,
-              Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE,
+              Py_TPFLAGS_HAVE_VECTORCALL | ACCEL_TPFLAGS_IMMUTABLE, {Py_tp_new, accel_refuse_new},
               {Py_tp_call, PyVectorcall_Call}, {Py_tp_members, sender_members});
 
 /* senders(scope, send, style): a new HeaderSender. */

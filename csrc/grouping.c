@@ -314,7 +314,7 @@ PyDoc_STRVAR(reply_doc,
 "steps in C): the call's reply or failure handed to each check's future.");
 
 ACCEL_GC_TYPE(reply, "moderato._accel.BatchedReply", reply_object, reply_doc,
-              ACCEL_TPFLAGS_IMMUTABLE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+              ACCEL_TPFLAGS_IMMUTABLE, {Py_tp_new, accel_refuse_new},
               {Py_tp_methods, reply_methods}, {Py_tp_getset, reply_getset});
 
 /* -- joining a turn ------------------------------------------------------------- */

@@ -15,6 +15,20 @@
 #define ACCEL_TPFLAGS_IMMUTABLE 0
 #endif
 
+/* The tp_new of a type whose instances only moderato._accel's C makes: calling
+ * the type is a TypeError on every version (Py_TPFLAGS_DISALLOW_INSTANTIATION is
+ * 3.10's; before it a type without tp_new took object's, and an instance with
+ * its fields unset). Its slot: {Py_tp_new, accel_refuse_new}. */
+static inline PyObject *
+accel_refuse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyErr_Format(PyExc_TypeError, "cannot create '%s' instances: moderato makes them",
+                 type->tp_name);
+    return NULL;
+}
+
 /* static PyType_Spec spec: a type named qualname whose instances are
  * size_ bytes (Py_TPFLAGS_DEFAULT and flags_), with slots_. */
 #define ACCEL_TYPE_SPEC(spec, qualname, size_, flags_, slots_)                         \

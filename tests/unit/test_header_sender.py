@@ -266,3 +266,12 @@ def test_wrong_calls_are_refused_by_name() -> None:
         with pytest.raises(TypeError) as raised:
             function(*arguments, **keywords)
         assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("name", ["HeaderSender", "BatchedReply"])
+def test_the_types_only_c_makes_refuse_to_be_called(name: str) -> None:
+    """Made only by moderato's C (a HeaderSenders, a connection's joining): calling the
+    type is a TypeError on every version, never an instance with its fields unset
+    (Python 3.9 has no Py_TPFLAGS_DISALLOW_INSTANTIATION)."""
+    with pytest.raises(TypeError, match=f"cannot create 'moderato._accel.{name}' instances"):
+        getattr(_accel, name)()

@@ -28,19 +28,19 @@
 -- accrued_at_ms()). In level terms: deficit_scaled is what the accrual makes up (the
 -- level; capacity - tokens).
 --
--- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the hash,
--- brought up to now: deficit_scaled, base_ms, accrued_scaled, or deficit_scaled nil for the
--- general path); the decision (an admission within what the bucket holds: the new
+-- Split in pieces at its --#batch lines (lua/batch.lua): the policy's (the accrual's split,
+-- before the key); the key; the read (the hash, brought up to now: deficit_scaled, base_ms,
+-- accrued_scaled, or deficit_scaled nil for the general path); the decision (an admission within what the bucket holds: the new
 -- deficit, the hash's amount and expiry to write, the reply; a denial: its reply, the
 -- deficit as it was, as a denial charges nothing); the write (the hash and its expiry,
 -- when a check was admitted). Brought up to now again at the same instant, a bucket an
 -- admission wrote reads as written, so a run's checks are decided on the locals as each
 -- alone on the hash the one before wrote.
 if cost_scaled and cost_scaled <= capacity_scaled then
---#batch key
   window_ms = window_s * 1000
   per_ms_rest = capacity_scaled % window_ms
   per_ms_whole = (capacity_scaled - per_ms_rest) / window_ms
+--#batch key
   state_key = KEYS[1] .. BUCKET_SUFFIX
 --#batch read
   local fields = redis.pcall('HMGET', state_key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)

@@ -109,97 +109,111 @@ end
 -- A part's place in the call: its keys BATCH_KEYS[keys_from + 1 .. keys_from + key_count],
 -- its ARGV[1] (the cost) BATCH_ARGV[cost_at], its ARGV[i] for i >= 2 (the policy fields)
 -- BATCH_ARGV[fields_at + i], i up to arg_count. A marker keeps the part before's places
--- but for what it sends itself. filled_*: the places KEYS and ARGV hold now (-1: none).
+-- but for what it sends itself. KEYS holds the part before's keys, filled_key_count of
+-- them; ARGV its arguments, filled_arg_count of them (a part in full whose arguments are
+-- the same strings leaves ARGV as it is).
 local keys_from, cost_at, fields_at
-local filled_keys_from, filled_key_count, filled_cost_at = -1, 0, -1
-local filled_fields_at, filled_arg_count = -1, 0
--- The open run: its key, its policy fields' place and count (run_key nil: no run open;
--- one is open exactly when the part before was decided in it), and run_cost, the cost
--- text of the part before.
-local run_key, run_fields_at, run_arg_count, run_cost
+local filled_key_count, filled_arg_count = 0, 0
+-- parsed: the straight-line path's scalars (the argument check's and the policy's piece's)
+-- stand for KEYS and ARGV as they are: the last check parsed (open_check() or
+-- parse_check()) took that path, with one key, and the arguments have not changed since,
+-- nor has the general path (which sets the scalars its own way) run. A check of other keys
+-- then only needs the key piece, the read and the decision (keyed_check()): the same text
+-- at the same instant gives the same scalars. (A check sent exactly as the one before it in
+-- a run is decided on them alone.)
+-- The open run: its key (nil: no run open; one is open exactly when the part before was
+-- decided in it). Its policy fields, and the cost of the part before, are ARGV's.
+local parsed, run_key
 local replies, replies_at = {}, 0
 KEYS, ARGV = {}, {}
 keys_at, argv_at = 0, 2
 key_count_text, arg_count_text = nil, nil
 for _ = 1, part_count do
   local head = BATCH_ARGV[argv_at]
-  local continues
+  -- Its keys, its policy fields, its cost: other than the part before's (what KEYS and ARGV
+  -- hold)?
+  local own_keys, own_fields, own_cost = false, false, false
   if head == REPEAT then
     argv_at = argv_at + 1
-    continues = run_key -- the part before again: it continues the run the part before did
-  else
-    if head == OWN_KEYS then
-      keys_from, keys_at, argv_at = keys_at, keys_at + key_count, argv_at + 1
-    elseif head == OWN_COST then
-      cost_at, argv_at = argv_at + 1, argv_at + 2
-    elseif head == OWN_KEYS_AND_COST then
+  elseif head == OWN_KEYS then
+    keys_from, keys_at, argv_at = keys_at, keys_at + key_count, argv_at + 1
+    own_keys = true
+  elseif head == OWN_COST or head == OWN_KEYS_AND_COST then
+    if head == OWN_KEYS_AND_COST then
       keys_from, keys_at = keys_at, keys_at + key_count
-      cost_at, argv_at = argv_at + 1, argv_at + 2
-    else
-      if head ~= key_count_text or BATCH_ARGV[argv_at + 1] ~= arg_count_text then
-        key_count_text, arg_count_text = head, BATCH_ARGV[argv_at + 1]
-        key_count, arg_count = key_count_text + 0, arg_count_text + 0
-      end
-      keys_from, keys_at = keys_at, keys_at + key_count
-      fields_at = argv_at + 1
-      cost_at, argv_at = fields_at + 1, fields_at + 1 + arg_count
+      own_keys = true
     end
-    -- Does it continue the run: one key, that key, the same policy fields?
-    continues = run_key and key_count == 1 and arg_count == run_arg_count
-      and BATCH_KEYS[keys_from + 1] == run_key
-    if continues and fields_at ~= run_fields_at then
+    cost_at, argv_at = argv_at + 1, argv_at + 2
+    own_cost = BATCH_ARGV[cost_at] ~= ARGV[1]
+  else
+    if head ~= key_count_text or BATCH_ARGV[argv_at + 1] ~= arg_count_text then
+      key_count_text, arg_count_text = head, BATCH_ARGV[argv_at + 1]
+      key_count, arg_count = key_count_text + 0, arg_count_text + 0
+    end
+    keys_from, keys_at = keys_at, keys_at + key_count
+    fields_at = argv_at + 1
+    cost_at, argv_at = fields_at + 1, fields_at + 1 + arg_count
+    own_keys = true
+    -- The same strings as ARGV's (the same policy, sent in full after another check) leave
+    -- ARGV, and the scalars parsed from it, as they are.
+    own_fields = arg_count ~= filled_arg_count
+    if not own_fields then
       for i = 2, arg_count do
-        if BATCH_ARGV[fields_at + i] ~= BATCH_ARGV[run_fields_at + i] then
-          continues = false
+        if BATCH_ARGV[fields_at + i] ~= ARGV[i] then
+          own_fields = true
           break
         end
       end
+      own_cost = arg_count > 0 and BATCH_ARGV[cost_at] ~= ARGV[1]
+    end
+    if key_count ~= 1 then
+      parsed = false
     end
   end
+  -- Does it continue the run: one key, that key, the same policy fields?
+  local continues = run_key and not own_fields
+    and (not own_keys or key_count == 1 and BATCH_KEYS[keys_from + 1] == run_key)
   if run_key and not continues then
     write_state()
     run_key = nil
   end
+  if own_keys then
+    refill(KEYS, BATCH_KEYS, keys_from, key_count, filled_key_count)
+    filled_key_count = key_count
+  end
+  if own_fields then
+    refill(ARGV, BATCH_ARGV, fields_at, arg_count, filled_arg_count)
+    filled_arg_count, parsed = arg_count, false
+  elseif own_cost then
+    ARGV[1], parsed = BATCH_ARGV[cost_at], false
+  end
   local decided
   reply = nil
-  if continues and BATCH_ARGV[cost_at] == run_cost then
-    decide_check() -- the same check as the one before: its scalars and key stand
-    decided = reply
+  if continues then
+    if own_cost then
+      parsed = parse_check() -- another cost: its own scalars (the same key)
+    end
+    if parsed then
+      decide_check() -- the same check as the one before: its scalars and key stand
+      decided = reply
+    end
   else
-    if keys_from ~= filled_keys_from or key_count ~= filled_key_count then
-      refill(KEYS, BATCH_KEYS, keys_from, key_count, filled_key_count)
-      filled_keys_from, filled_key_count = keys_from, key_count
-    end
-    if fields_at ~= filled_fields_at then
-      refill(ARGV, BATCH_ARGV, fields_at, arg_count, filled_arg_count)
-      filled_fields_at, filled_arg_count, filled_cost_at = fields_at, arg_count, fields_at + 1
-    end
-    if cost_at ~= filled_cost_at then
-      ARGV[1] = BATCH_ARGV[cost_at]
-      filled_cost_at = cost_at
-    end
-    if continues then
-      if parse_check() then -- another cost: its own scalars (the same key)
-        decide_check()
-        decided = reply
-      end
+    if parsed then
+      decided = keyed_check()
     else
       decided = open_check()
-      if decided == true then
-        run_key, run_fields_at, run_arg_count = BATCH_KEYS[keys_from + 1], fields_at, arg_count
-        decided = reply
-      end
+      parsed = decided == true
+    end
+    if decided == true then
+      run_key, decided = KEYS[1], reply
     end
   end
-  if decided then
-    if run_key then
-      run_cost = BATCH_ARGV[cost_at]
-    end
-  else
+  if not decided then
     if run_key then
       write_state() -- what the run admitted, before the general path reads the state
       run_key = nil
     end
+    parsed = false
     decided = general_path()
   end
   -- The reply, flat: per part its length then its entries, or its refusal (an error entry).

@@ -16,9 +16,10 @@ reset at the window's end, and a denial's wait until then.
 ]]
 
 local FIELDS_PER_POLICY = 2
--- What the straight-line path's pieces hand on (lua/counter_run.lua says what each holds).
+-- What the straight-line path's pieces hand on (lua/counter_run.lua says what each holds;
+-- window_suffix: ':<window index>', the counter's key after the base key).
 local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
-  charged_text, reply
+  charged_text, reply, window_suffix
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
@@ -28,17 +29,19 @@ local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_
 -- one command fewer. Anything else, and any counter INCRBY cannot take (another type, not
 -- an integer, beyond 2^53), goes on to the general path below with nothing changed.
 --
--- Split in pieces at its --#batch lines: the key, the read, the decision, the write. Alone,
--- each runs once; a batched script (lua/batch.lua) runs the key and the decision per check,
--- the read and the write once per run of checks on one counter.
+-- Split in pieces at its --#batch lines: what the policy and the instant give (before the
+-- key), the key, the read, the decision, the write. Alone, each runs once; a batched script
+-- (lua/batch.lua) runs the policy's piece once per policy sent, the key and the read once
+-- per run of checks on one counter, the decision per check, the write once per run.
 if cost_scaled and cost_scaled <= capacity_scaled then
---#batch key
   window_ms = window_s * 1000
   -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).
   window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
   -- '%d' writes the window index in full, and faster than '..' would (with '%.14g').
-  state_key = KEYS[1] .. string.format(':%d', window_end_ms / window_ms - 1)
+  window_suffix = string.format(':%d', window_end_ms / window_ms - 1)
   expire_at_ms = window_end_ms -- a counter created now lives to the window's end
+--#batch key
+  state_key = KEYS[1] .. window_suffix
 --#batch read
 --#include counter_run.lua
 --#batch decide

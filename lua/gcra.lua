@@ -49,17 +49,18 @@ local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply, denia
 -- Anything else goes on to the general path below, nothing written yet; the integers are
 -- the general path's (start_of(), evaluate()).
 --
--- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the TAT, as
--- the start); the decision (an admission: the new TAT becomes the start; a denial: its
--- reply, the start as it was, as a denial charges nothing); the write (the TAT and its
--- expiry, when a check was admitted). At one instant a
--- TAT an admission wrote reads back as the start it left (it is at least now and at most
--- now + W), so a run's checks decide on the locals as each alone on the hash.
+-- Split in pieces at its --#batch lines (lua/batch.lua): the policy's (the instant and the
+-- window in µs, before the key); the key; the read (the TAT, as the start); the decision
+-- (an admission: the new TAT becomes the start; a denial: its reply, the start as it was,
+-- as a denial charges nothing); the write (the TAT and its expiry, when a check was
+-- admitted). At one instant a TAT an admission wrote reads back as the start it left (it
+-- is at least now and at most now + W), so a run's checks decide on the locals as each
+-- alone on the hash.
 if cost_scaled and cost_scaled <= capacity_scaled then
---#batch key
-  state_key = KEYS[1] .. ':gcra'
   window_us = window_s * 1000000
   now_us = now_ms * 1000
+--#batch key
+  state_key = KEYS[1] .. ':gcra'
 --#batch read
   local fields = redis.pcall('HMGET', state_key, 'tat', 'frac')
   local tat_text, frac_text = fields[1], fields[2]

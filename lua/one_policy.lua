@@ -13,7 +13,7 @@ local now_ms = time[1] * 1000 + (time_us - time_us % 1000) / 1000
 -- evaluate() sets for its helpers (one scalar per field, not a table per policy).
 local cost_scaled, capacity_scaled, window_s, window_ms
 
---#batch each (a batched script runs the argument check below once per check: lua/batch.lua)
+--#batch each (a batched script checks the arguments below again when they change: lua/batch.lua)
 -- One policy, charging: cost_scaled, capacity_scaled and window_s are set when ARGV[1],
 -- ARGV[3] and ARGV[4] are short decimals within prelude.lua's limits (or tighter ones:
 -- then the general path decides), and left nil otherwise. An algorithm's third field

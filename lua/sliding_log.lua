@@ -38,15 +38,15 @@ are validated as read.
 ]]
 
 local FIELDS_PER_POLICY = 2
--- What the straight-line path's pieces hand on: the log's key and the cutoff (the key
--- piece's); the stamp of an admission now, the expiry an admission sets (false: not due),
--- the usage and the running total an admission adds to (the read's, then as the checks
--- decided leave them; usage nil: the general path's); the first entry admitted and the
--- rest (score, member, ...), for the write; the reply. For a denial's wait: the reader of
--- an entry of the usual shape, the newest entry's score and the running total before the
--- first entry in the window (the read's); the cost of the run's last denial searched and
--- its reply (nil: none).
-local state_key, cutoff_ms, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
+-- What the straight-line path's pieces hand on: the log's key (the key piece's), the cutoff
+-- and its '%d' text (the policy's piece's); the stamp of an admission now, the expiry an
+-- admission sets (false: not due), the usage and the running total an admission adds to
+-- (the read's, then as the checks decided leave them; usage nil: the general path's); the
+-- first entry admitted and the rest (score, member, ...), for the write; the reply. The
+-- reader of an entry of the usual shape (the policy's piece's). For a denial's wait: the
+-- newest entry's score and the running total before the first entry in the window (the
+-- read's); the cost of the run's last denial searched and its reply (nil: none).
+local state_key, cutoff_ms, cutoff_text, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
   admitted_member, more_entries, reply, usual_entry, newest_read_ms, base_total_scaled,
   denied_cost_scaled, denied_reply
 --#include one_policy.lua
@@ -57,7 +57,8 @@ local state_key, cutoff_ms, stamp_ms, expire_at_ms, usage_scaled, last_total_sca
 -- written yet. The one function built reads an entry the general path's way, but only one
 -- of the usual shape: 16-digit total, cost and score under 16 digits.
 --
--- Split in pieces at its --#batch lines (lua/batch.lua): the key; the read (the newest
+-- Split in pieces at its --#batch lines (lua/batch.lua): the policy's (the cutoff, the
+-- reader of an entry), the key; the read (the newest
 -- entry and the first in the window: the usage, the running total, the stamp); the
 -- decision (an admission: its entry's member, from the running total the checks before
 -- left); the write (the entries admitted, the trim and the expiry). Alone, each runs once,
@@ -70,11 +71,11 @@ local state_key, cutoff_ms, stamp_ms, expire_at_ms, usage_scaled, last_total_sca
 -- and the expiry, then the rest in one ZADD: the log never holds more entries than it
 -- would alone, so its encoding (a listpack up to zset-max-listpack-entries) is the same.
 if cost_scaled and cost_scaled <= capacity_scaled then
---#batch key
   window_ms = window_s * 1000
-  state_key = KEYS[1] .. ':log'
   cutoff_ms = now_ms - window_ms -- entries at or before it have left the window
---#batch read
+  -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
+  -- a floating-point formatting several times as long (so would '..', with '%.14g').
+  cutoff_text = string.format('%d', cutoff_ms)
   usual_entry = function(found)
     local member, score = found[1], found[2]
     if member and #score < 16 and string.find(score, '^%d+$') then
@@ -88,6 +89,9 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       end
     end
   end
+--#batch key
+  state_key = KEYS[1] .. ':log'
+--#batch read
   local newest = redis.pcall('ZRANGE', state_key, -1, -1, 'WITHSCORES')
   local newest_at_ms, newest_total
   if not newest.err then
@@ -98,10 +102,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   usage_scaled, last_total_scaled = 0, 0
   newest_read_ms = newest_at_ms
   if newest_at_ms and newest_at_ms > cutoff_ms then
-    -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
-    -- a floating-point formatting several times as long (so would '..', with '%.14g').
     local first_at_ms, first_total, first_cost = usual_entry(redis.call('ZRANGE', state_key,
-      string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
+      '(' .. cutoff_text, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
     if first_at_ms and newest_total >= first_total then
       base_total_scaled = first_total - first_cost
       usage_scaled, last_total_scaled = newest_total - base_total_scaled, newest_total
@@ -147,7 +149,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     if cost_scaled ~= denied_cost_scaled then
       local headroom_scaled = capacity_scaled - usage_scaled
       local need_scaled = cost_scaled - headroom_scaled
-      local low = redis.call('ZCOUNT', state_key, '-inf', string.format('%d', cutoff_ms))
+      local low = redis.call('ZCOUNT', state_key, '-inf', cutoff_text)
       local high = redis.call('ZCARD', state_key) - 1
       local leaving_at_ms = newest_read_ms -- the entry at rank high's
       while low < high do
@@ -176,7 +178,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- ZADD first: the write Redis refuses when out of memory (see write() below).
     redis.call('ZADD', state_key, string.format('%d', stamp_ms), admitted_member)
     if expire_at_ms then
-      redis.call('ZREMRANGEBYSCORE', state_key, '-inf', string.format('%d', cutoff_ms))
+      redis.call('ZREMRANGEBYSCORE', state_key, '-inf', cutoff_text)
       redis.call('PEXPIREAT', state_key, string.format('%d', expire_at_ms))
     end
     if more_entries then

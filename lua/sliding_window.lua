@@ -17,12 +17,15 @@ The math, waits included: docs/algorithms.md ("Sliding window").
 
 local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on (lua/counter_run.lua says what most hold;
--- window_index and elapsed_s: the instant's, room_scaled: the capacity less the weighted
+-- elapsed_s: the instant's whole seconds into its window, room_scaled: the capacity less the weighted
 -- previous counter, previous_scaled: that counter; denial: the run's last denial's reply,
--- for denied_cost_scaled on the current counter at denied_used_scaled).
+-- for denied_cost_scaled on the current counter at denied_used_scaled; the policy's piece's
+-- window_suffix and previous_suffix, ':<window index>' of the current and the previous
+-- window, the counters' keys after the base key, and weight_permille, the previous
+-- counter's weight now).
 local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
-  charged_text, reply, window_index, elapsed_s, room_scaled, previous_scaled, denial,
-  denied_cost_scaled, denied_used_scaled
+  charged_text, reply, elapsed_s, room_scaled, previous_scaled, denial,
+  denied_cost_scaled, denied_used_scaled, window_suffix, previous_suffix, weight_permille
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
@@ -43,24 +46,29 @@ local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_
 -- over [first, last + 1] (last + 1 standing for "none in this window"), run for each
 -- window in turn.
 --
--- Split in pieces at its --#batch lines, as fixed_window.lua's: the key, the read (both
--- counters), the decision, the write (the current counter).
+-- Split in pieces at its --#batch lines, as fixed_window.lua's: the policy's (the instant's
+-- window, the previous counter's weight), the key, the read (both counters), the decision,
+-- the write (the current counter).
 if cost_scaled and cost_scaled <= capacity_scaled then
---#batch key
   window_ms = window_s * 1000
   -- fmod is exact, so these are exact (see floor_div in prelude.lua).
   local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
-  window_index = window_start_ms / window_ms
+  local window_index = window_start_ms / window_ms
   local elapsed_ms = now_ms - window_start_ms
   elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
   window_end_ms = window_start_ms + window_ms
   -- '%d' writes a window index in full, and faster than '..' would (with '%.14g').
-  state_key = KEYS[1] .. string.format(':%d', window_index)
+  window_suffix = string.format(':%d', window_index)
+  previous_suffix = string.format(':%d', window_index - 1)
   expire_at_ms = window_end_ms + window_ms -- it lives on as the next window's previous counter
+  -- weight = floor((window_s - elapsed_s) * 1000 / window_s) permille.
+  local weight_numerator = (window_s - elapsed_s) * 1000
+  weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
+--#batch key
+  state_key = KEYS[1] .. window_suffix
 --#batch read
   -- GET answers a key of another type with an error, so a nil is a missing counter.
-  local previous_text = redis.pcall('GET', KEYS[1] .. string.format(':%d', window_index - 1))
-    or '0'
+  local previous_text = redis.pcall('GET', KEYS[1] .. previous_suffix) or '0'
   if previous_text.err and string.find(previous_text.err, "can't run this command", 1, true) then
     return previous_text -- an ACL without GET: a misconfiguration to report
   end
@@ -70,11 +78,9 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- it reads them as tonumber would, with no call).
   if not previous_text.err and #previous_text < 16 and string.find(previous_text, '^%d+$') then
     previous_scaled = previous_text + 0
-    -- weight = floor((window_s - elapsed_s) * 1000 / window_s) permille, and the previous
-    -- count weighted, floor(previous * weight / 1000), split as 1000 * thousands + rest so
-    -- that no product passes 2^53: the same integers as the general path's.
-    local weight_numerator = (window_s - elapsed_s) * 1000
-    local weight_permille = (weight_numerator - math.fmod(weight_numerator, window_s)) / window_s
+    -- The previous count weighted, floor(previous * weight / 1000), split as 1000 *
+    -- thousands + rest so that no product passes 2^53: the same integers as the general
+    -- path's.
     local rest_scaled = math.fmod(previous_scaled, 1000)
     local rest_weighted = rest_scaled * weight_permille
     room_scaled = capacity_scaled - ((previous_scaled - rest_scaled) / 1000 * weight_permille

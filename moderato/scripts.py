@@ -218,10 +218,13 @@ def batched_script(name: str) -> Script:
     home: its head (up to ``--#batch each``: the clock, read once) stays at the top; its
     one-policy straight-line path (to ``--#batch shared``), split in turn at ``--#batch
     key``, ``read``, ``decide``, ``write`` and ``end``, becomes ``parse_check()`` (its
-    argument check and key piece), ``open_check()`` (those, the read and the decision: a
-    run's first check), ``decide_check()`` and ``write_state()``, which the driver runs per
-    check or once per run of checks on one key (what follows ``--#batch end``, the
-    reply's return, is the script's alone); the general path (the rest, to its closing
+    argument check, the policy's piece before ``key`` and the key piece),
+    ``open_check()`` (those, the read and the decision: a run's first check),
+    ``keyed_check()`` (the key piece, the read and the decision: a run's first check
+    whose arguments are those of the last check parsed, so the policy's scalars stand),
+    ``decide_check()`` and ``write_state()``, which the driver runs per check or once per
+    run of checks on one key (what follows ``--#batch end``, the reply's return, is the
+    script's alone); the general path (the rest, to its closing
     ``return decide(...)``) becomes ``general_path()``, run for a check the straight-line
     path leaves to it. A straight-line path without the pieces' markers becomes
     ``open_check()`` whole, answering its reply or nil, each check on its own. ``KEYS``
@@ -280,7 +283,7 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
             *straight_line,
             b"end",
             b"local function parse_check() end",
-            b"local decide_check, write_state = parse_check, parse_check",
+            b"local decide_check, write_state, keyed_check = parse_check, parse_check, open_check",
         ]
     at = [found[0] for found in markers if len(found) == 1]
     if len(at) != len(markers) or at != sorted(at):
@@ -291,7 +294,8 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
     key, read, decide, write, end = at
     parse, key_piece = straight_line[:key], straight_line[key + 1 : read]
     read_piece, decide_piece = straight_line[read + 1 : decide], straight_line[decide + 1 : write]
-    # parse ends in the straight-line path's 'if <it applies> then', which key_piece is in.
+    # parse ends in the straight-line path's 'if <it applies> then', then the policy's piece
+    # (what the policy's fields and the instant give), which key_piece follows in that block.
     return [
         b"local function parse_check()",
         reset,
@@ -308,6 +312,12 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
         *decide_piece,
         b"return true",
         b"end",
+        b"end",
+        b"local function keyed_check()",
+        *key_piece,
+        *read_piece,
+        *decide_piece,
+        b"return true",
         b"end",
         b"local function decide_check()",
         *decide_piece,

@@ -246,10 +246,11 @@ async def test_runs_on_one_key_decide_as_the_calls_one_by_one(
     assert any(isinstance(o, tuple) for o in outcomes)
 
 
-def counter_key(algorithm: str, at_ms: int, windows_back: int) -> str:
-    """The hot key's counter ``windows_back`` windows before the one of ``at_ms``."""
+def counter_key(algorithm: str, at_ms: int, windows_back: int, identity: str = "hot") -> str:
+    """The hot key's (or ``identity``'s) counter ``windows_back`` windows before the one of
+    ``at_ms``."""
     window_index = at_ms // (HOT_WINDOW_S * 1000) - windows_back
-    return f"{policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, 'hot').key}:{window_index}"
+    return f"{policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, identity).key}:{window_index}"
 
 
 NEAR_2_53, PAST_2_53 = str(2**53 - 1500), str(2**53 + 10)
@@ -390,6 +391,22 @@ def odd_states() -> list[tuple[str, str, int, tuple[str, ...]]]:
 ODD_STATES = odd_states()
 
 
+def odd_state_command(
+    algorithm: str, at: int, windows_back: int, command: tuple[str, ...], identity: str = "hot"
+) -> list[str]:
+    """``command`` writing an odd state (ODD_STATES) of the hot key's (or ``identity``'s)
+    counter or hash, at the instant ``at``."""
+    if windows_back == BUCKET:
+        key = policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, identity).key + SUFFIXES[algorithm]
+    else:
+        key = counter_key(algorithm, at, windows_back, identity)
+    values = {f"at_less_{ms}": at - ms for ms in (400, 500, 700, 800, 900, 1000, 1500, 2000)}
+    values.update({f"at_less_{ms}": at - ms for ms in (2300, 2400, 2500)}, at_plus_5000=at + 5000)
+    values.update(at_us=at * 1000, at_us_plus_1s=at * 1000 + 10**6)
+    values.update(at_us_plus_5s=at * 1000 + 5 * 10**6, at_us_less_1s=at * 1000 - 10**6)
+    return [part.format(key=key, at=at, **values) for part in command]
+
+
 @pytest.mark.parametrize(
     "algorithm, state, windows_back, command",
     ODD_STATES,
@@ -401,21 +418,68 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
     rng = random.Random(f"odd-{algorithm}-{state}")
     parts = [hot_part(algorithm)] * 4 + [run_part(rng, algorithm) for _ in range(12)]
     turns = [(0, parts), (0, [hot_part(algorithm, c) for c in (500, 1000, 1500, 2000)] * 4)]
-    at = lua.now_ms
-    if windows_back == BUCKET:
-        key = policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, "hot").key + SUFFIXES[algorithm]
-    else:
-        key = counter_key(algorithm, at, windows_back)
-    values = {f"at_less_{ms}": at - ms for ms in (400, 500, 700, 800, 900, 1000, 1500, 2000)}
-    values.update({f"at_less_{ms}": at - ms for ms in (2300, 2400, 2500)}, at_plus_5000=at + 5000)
-    values.update(at_us=at * 1000, at_us_plus_1s=at * 1000 + 10**6)
-    values.update(at_us_plus_5s=at * 1000 + 5 * 10**6, at_us_less_1s=at * 1000 - 10**6)
-    commands = [[part.format(key=key, at=at, **values) for part in command]]
+    commands = [odd_state_command(algorithm, lua.now_ms, windows_back, command)]
     alone = await history(lua, algorithm, turns, None, commands)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), commands)
     for turn, (expected, got) in enumerate(zip(alone, together)):
         assert got[0] == expected[0], f"turn {turn}: replies differ"
         assert got[1] == expected[1], f"turn {turn}: state differs"
+
+
+def many_identities_part(rng: random.Random, algorithm: str, identities: Sequence[str]) -> Part:
+    """Mostly the hot key's check on one of ``identities`` (the client sends it as "K" after
+    another identity's), now and then one whose arguments differ: another cost, a lowered
+    limit, a peek, two policies, a cost past the capacity, a refusal, a cost INCRBY
+    refuses."""
+    identity = rng.choice(identities)
+    kind = rng.random()
+    if kind < 0.72:
+        return hot_part(algorithm, identity=identity)
+    if kind < 0.78:
+        return hot_part(algorithm, rng.choice([500, 2000]), identity=identity)
+    if kind < 0.82:
+        return hot_part(algorithm, limit=4, identity=identity)
+    if kind < 0.86:
+        return hot_part(algorithm, rng.choice([0, 1000]), apply=False, identity=identity)
+    if kind < 0.90:
+        return hot_part(algorithm, wide=True, identity=identity)
+    if kind < 0.93:
+        return hot_part(algorithm, HOT_LIMIT * 1000 + 1000, identity=identity)
+    if kind < 0.96:
+        return hot_part(algorithm, "x", identity=identity)
+    return hot_part(algorithm, "01000", identity=identity)
+
+
+@pytest.mark.parametrize("layout", [client_call, full_call], ids=["client", "full"])
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+async def test_many_identities_decide_as_the_calls_one_by_one(
+    lua: LuaHarness, algorithm: str, layout: Layout
+) -> None:
+    """Checks of many identities under one policy, each its own run (after the first,
+    only the key piece, the read and the decision run: the policy's scalars stand), with
+    every odd state on an identity of its own (a detour to the general path, which sets the
+    scalars its own way), and other costs, policies and refusals between them; sent as the
+    client sends them ("K" after a check of the same arguments) and every part in full."""
+    rng = random.Random(f"many-{algorithm}")
+    odd = [(back, command) for name, _, back, command in ODD_STATES if name == algorithm]
+    identities = [f"id{i}" for i in range(12)] + [f"odd{i}" for i in range(len(odd))]
+    setup = [
+        odd_state_command(algorithm, lua.now_ms, back, command, f"odd{i}")
+        for i, (back, command) in enumerate(odd)
+    ]
+    turns = []
+    at_ms = 0
+    for _ in range(12):
+        at_ms += rng.choice([0, 0, 1, 250, 999, 1000, 2001])
+        turns.append((at_ms, [many_identities_part(rng, algorithm, identities) for _ in range(16)]))
+    alone = await history(lua, algorithm, turns, None, setup)
+    together = await history(lua, algorithm, turns, clocked_batch(algorithm), setup, layout)
+    for turn, (expected, got) in enumerate(zip(alone, together)):
+        assert got[0] == expected[0], f"turn {turn}: replies differ"
+        assert got[1] == expected[1], f"turn {turn}: state differs"
+    outcomes = [o for replies, _ in alone for o in replies]
+    assert {o[0] for o in outcomes if isinstance(o, list)} == {0, 1}
+    assert any(isinstance(o, tuple) for o in outcomes)
 
 
 # The algorithms whose straight-line path is split in pieces, and the Redis commands a

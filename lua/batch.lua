@@ -2,10 +2,12 @@
 -- moderato/scripts.py). Before it, the algorithm's own script, split at its markers:
 -- its head (the clock, read once: every decision sees the same instant, and the locals
 -- its straight-line path's pieces hand on); its one-policy straight-line path as
--- parse_check() (the argument check and the key piece: true when the check takes that
--- path), open_check() (those, then the read and the decision: true when the check took
--- the path, its reply in reply or nil for the general path; or the read's refusal),
--- decide_check() and write_state() (the decision and the write pieces); and
+-- parse_check() (the argument check, the policy's piece and the key piece: true when the
+-- check takes that path), open_check() (those, then the read and the decision: true when
+-- the check took the path, its reply in reply or nil for the general path; or the read's
+-- refusal), keyed_check() (open_check() but for the argument check and the policy's
+-- piece, whose scalars stand), decide_check() and write_state() (the decision and the
+-- write pieces); and
 -- general_path() (the general path, its functions built afresh per call, as the script
 -- alone builds them). A script whose straight-line path is not split yet has it whole as
 -- open_check(), which then answers the check's reply or nil.
@@ -20,7 +22,9 @@
 -- and the state written, are the script's alone, at this instant, after the checks
 -- before it. A check sent exactly as the one before it in the run (the common case: one
 -- identity's checks) is decided without its arguments checked again: the same text,
--- checked at the same instant, gives the same scalars and key.
+-- checked at the same instant, gives the same scalars and key. So is the first check of a
+-- run whose arguments are those of the last check parsed (many identities under one
+-- policy): only its key is its own.
 --
 -- The call's layout (moderato.redis.grouping's encoder writes it). BATCH_ARGV[1]: the part
 -- count. Then per part, in order, one of:

@@ -37,6 +37,8 @@ from moderato.scripts import (
 
 Part = tuple[list[str], list[str]]
 Outcome = Union[list[Any], tuple[str, str]]
+History = list[tuple[list[Outcome], dict[str, tuple[bytes, int]]]]
+"""Each turn's outcomes and every key's DUMP and expiry after it."""
 
 BURSTS = {"token_bucket", "leaky_bucket", "gcra"}
 
@@ -128,7 +130,7 @@ async def history(
     script: Union[ClockedScript, None],
     setup: Sequence[Sequence[str]] = (),
     layout: Layout = client_call,
-) -> list[tuple[list[Outcome], dict[str, tuple[bytes, int]]]]:
+) -> History:
     """Every turn's outcomes and the keys after it, a call each (script None) or batched,
     after the commands ``setup`` (run first, on an empty Redis)."""
     await lua.execute("FLUSHALL")
@@ -148,6 +150,18 @@ async def history(
     return seen
 
 
+def assert_alike(alone: History, together: History, every_kind: bool = False) -> None:
+    """Every turn's replies and the state after it, batched, as a call each; with
+    ``every_kind``, the turns alone hold admissions, denials and refusals."""
+    for turn, (expected, got) in enumerate(zip(alone, together)):
+        assert got[0] == expected[0], f"turn {turn}: replies differ"
+        assert got[1] == expected[1], f"turn {turn}: state differs"
+    if every_kind:
+        outcomes = [o for replies, _ in alone for o in replies]
+        assert {o[0] for o in outcomes if isinstance(o, list)} == {0, 1}
+        assert any(isinstance(o, tuple) for o in outcomes)
+
+
 @pytest.mark.parametrize("layout", [client_call, full_call], ids=["client", "full"])
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 @pytest.mark.parametrize("seed", range(4))
@@ -165,9 +179,7 @@ async def test_a_batch_decides_as_the_calls_one_by_one(
     alone = await history(lua, algorithm, turns, None)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), layout=layout)
     assert any(outcomes for outcomes, _ in alone)
-    for turn, (expected, got) in enumerate(zip(alone, together)):
-        assert got[0] == expected[0], f"turn {turn}: replies differ"
-        assert got[1] == expected[1], f"turn {turn}: state differs"
+    assert_alike(alone, together)
     allowed = [o for outcomes, _ in alone for o in outcomes if isinstance(o, list) and o[0] == 1]
     denied = [o for outcomes, _ in alone for o in outcomes if isinstance(o, list) and o[0] == 0]
     refused = [o for outcomes, _ in alone for o in outcomes if isinstance(o, tuple)]
@@ -238,12 +250,7 @@ async def test_runs_on_one_key_decide_as_the_calls_one_by_one(
         turns.append((at_ms, [run_part(rng, algorithm) for _ in range(size)]))
     alone = await history(lua, algorithm, turns, None)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm))
-    for turn, (expected, got) in enumerate(zip(alone, together)):
-        assert got[0] == expected[0], f"turn {turn}: replies differ"
-        assert got[1] == expected[1], f"turn {turn}: state differs"
-    outcomes = [o for replies, _ in alone for o in replies]
-    assert {o[0] for o in outcomes if isinstance(o, list)} == {0, 1}
-    assert any(isinstance(o, tuple) for o in outcomes)
+    assert_alike(alone, together, every_kind=True)
 
 
 def counter_key(algorithm: str, at_ms: int, windows_back: int, identity: str = "hot") -> str:
@@ -421,9 +428,7 @@ async def test_runs_on_odd_state_decide_as_the_calls_one_by_one(
     commands = [odd_state_command(algorithm, lua.now_ms, windows_back, command)]
     alone = await history(lua, algorithm, turns, None, commands)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), commands)
-    for turn, (expected, got) in enumerate(zip(alone, together)):
-        assert got[0] == expected[0], f"turn {turn}: replies differ"
-        assert got[1] == expected[1], f"turn {turn}: state differs"
+    assert_alike(alone, together)
 
 
 def many_identities_part(rng: random.Random, algorithm: str, identities: Sequence[str]) -> Part:
@@ -474,12 +479,7 @@ async def test_many_identities_decide_as_the_calls_one_by_one(
         turns.append((at_ms, [many_identities_part(rng, algorithm, identities) for _ in range(16)]))
     alone = await history(lua, algorithm, turns, None, setup)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), setup, layout)
-    for turn, (expected, got) in enumerate(zip(alone, together)):
-        assert got[0] == expected[0], f"turn {turn}: replies differ"
-        assert got[1] == expected[1], f"turn {turn}: state differs"
-    outcomes = [o for replies, _ in alone for o in replies]
-    assert {o[0] for o in outcomes if isinstance(o, list)} == {0, 1}
-    assert any(isinstance(o, tuple) for o in outcomes)
+    assert_alike(alone, together, every_kind=True)
 
 
 # The algorithms whose straight-line path is split in pieces, and the Redis commands a
@@ -675,9 +675,7 @@ async def test_runs_dominated_by_denials_decide_as_the_calls_one_by_one(
             at_ms += rng.choice([0, 1, 7, 333, 1000])
     lua.now_ms = start
     together = await history(lua, algorithm, turns, clocked_batch(algorithm))
-    for turn, (expected, got) in enumerate(zip(alone, together)):
-        assert got[0] == expected[0], f"turn {turn}: replies differ"
-        assert got[1] == expected[1], f"turn {turn}: state differs"
+    assert_alike(alone, together)
     # The script alone decides these denials on its straight-line path too: the same
     # checks, each beside a generous policy (so on the general path), must agree.
     general_turns = [
@@ -821,9 +819,7 @@ async def test_markers_decide_as_the_parts_they_stand_for_one_by_one(
     layout: Layout = lambda _parts: (keys, args)  # noqa: E731
     alone = await history(lua, algorithm, turns, None)
     together = await history(lua, algorithm, turns, clocked_batch(algorithm), layout=layout)
-    for turn, (expected, got) in enumerate(zip(alone, together)):
-        assert got[0] == expected[0], f"turn {turn}: replies differ"
-        assert got[1] == expected[1], f"turn {turn}: state differs"
+    assert_alike(alone, together)
     assert any(isinstance(o, list) and o[0] == 1 for o in alone[0][0])
 
 

@@ -77,38 +77,11 @@ typedef struct {
     PyObject *names[GROUPING_NAME_COUNT];
 } grouping_object;
 
-static int
-grouping_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    grouping_object *grouping = (grouping_object *)self;
-    Py_VISIT(grouping->forms);
-    Py_VISIT(grouping->parts);
-    Py_VISIT(grouping->retrieve);
-    Py_VISIT(grouping->copy);
-    Py_VISIT(grouping->connection_error);
-    Py_VISIT(grouping->reply_error);
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-static int
-grouping_clear(PyObject *self)
-{
-    grouping_object *grouping = (grouping_object *)self;
-    Py_CLEAR(grouping->forms);
-    Py_CLEAR(grouping->parts);
-    Py_CLEAR(grouping->retrieve);
-    Py_CLEAR(grouping->copy);
-    Py_CLEAR(grouping->connection_error);
-    Py_CLEAR(grouping->reply_error);
-    Py_CLEAR(grouping->loop_keyword);
-    for (int i = 0; i < GROUPING_NAME_COUNT; i++) {
-        Py_CLEAR(grouping->names[i]);
-    }
-    return 0;
-}
-
-ACCEL_GC_DEALLOC(grouping)
+/* Its references, listed once: traverse and clear are both made from these. */
+#define GROUPING_MEMBERS(X)                                                              \
+    X(forms) X(parts) X(retrieve) X(copy) X(connection_error) X(reply_error) X(loop_keyword)
+#define GROUPING_ARRAYS(X) X(names, GROUPING_NAME_COUNT)
+ACCEL_GC_FUNCTIONS_WITH_ARRAYS(grouping, grouping_object, GROUPING_MEMBERS, GROUPING_ARRAYS)
 
 /* -- a batched call's slot ------------------------------------------------------ */
 

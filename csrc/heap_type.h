@@ -66,10 +66,27 @@ accel_refuse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 #define ACCEL_VISIT_MEMBER(member) Py_VISIT(object->member);
 #define ACCEL_CLEAR_MEMBER(member) Py_CLEAR(object->member);
 #define ACCEL_GC_FUNCTIONS(prefix, object_type, MEMBERS)                               \
+    ACCEL_GC_FUNCTIONS_WITH_ARRAYS(prefix, object_type, MEMBERS, ACCEL_NO_ARRAYS)
+
+/* ACCEL_GC_FUNCTIONS of a type that also holds arrays of references:
+ * ARRAYS(X) is X(member, count) for each array (an object_type member
+ * PyObject *member[count], entries NULL allowed). Traverse and clear are
+ * both made from the one pair of lists, so neither can leave a member out. */
+#define ACCEL_NO_ARRAYS(X)
+#define ACCEL_VISIT_ARRAY(member, count)                                               \
+    for (size_t at_ = 0; at_ < (size_t)(count); at_++) {                               \
+        Py_VISIT(object->member[at_]);                                                 \
+    }
+#define ACCEL_CLEAR_ARRAY(member, count)                                               \
+    for (size_t at_ = 0; at_ < (size_t)(count); at_++) {                               \
+        Py_CLEAR(object->member[at_]);                                                 \
+    }
+#define ACCEL_GC_FUNCTIONS_WITH_ARRAYS(prefix, object_type, MEMBERS, ARRAYS)           \
     static int prefix##_traverse(PyObject *self, visitproc visit, void *arg)           \
     {                                                                                  \
         object_type *object = (object_type *)self;                                     \
         MEMBERS(ACCEL_VISIT_MEMBER)                                                    \
+        ARRAYS(ACCEL_VISIT_ARRAY)                                                      \
         Py_VISIT(Py_TYPE(self));                                                       \
         return 0;                                                                      \
     }                                                                                  \
@@ -77,6 +94,7 @@ accel_refuse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     {                                                                                  \
         object_type *object = (object_type *)self;                                     \
         MEMBERS(ACCEL_CLEAR_MEMBER)                                                    \
+        ARRAYS(ACCEL_CLEAR_ARRAY)                                                      \
         return 0;                                                                      \
     }                                                                                  \
     ACCEL_GC_DEALLOC(prefix)

@@ -19,6 +19,7 @@ import gc
 import os
 import random
 import sys
+import weakref
 from collections import deque
 from typing import Any
 
@@ -316,6 +317,34 @@ async def test_turns_of_a_client(server: RedisServer, compared: Compared) -> Non
 
 
 # -- leaks -----------------------------------------------------------------------------
+
+
+def test_the_collector_sees_every_reference() -> None:
+    """Grouping's traverse and clear come from one member list: the collector sees
+    each reference it holds (its tables, callables, error types, the ("loop",) keyword
+    tuple, its names), and a cycle through it is freed."""
+    forms: dict[str, Any] = {}
+    parts: dict[str, Any] = {}
+    callables = [lambda future: None, lambda value: value]
+    grouping = _accel.Grouping(
+        forms, parts, 10, 1000, *callables, RedisConnectionError, RedisReplyError
+    )
+    referents = gc.get_referents(grouping)
+    for held in (forms, parts, *callables, RedisConnectionError, RedisReplyError):
+        assert any(referent is held for referent in referents)
+    assert ("loop",) in referents
+    assert {"sha", "_write_buffer", "KC"} <= {name for name in referents if type(name) is str}
+    assert type(grouping) in referents
+    marker = Marker()
+    freed = weakref.ref(marker)
+    forms["self"], forms["marker"] = grouping, marker  # a cycle only the collector frees
+    del forms, grouping, referents, marker
+    gc.collect()
+    assert freed() is None
+
+
+class Marker:
+    """An object whose weak reference tells when the cycle holding it is freed."""
 
 
 def rss_bytes() -> int:

@@ -82,7 +82,9 @@ coroutine_thrown(PyObject *const *args, Py_ssize_t nargs)
  * value: what was sent (None when iterated); thrown: what throw() raises
  * into it, an exception instance given over, or NULL. It returns STEP_*.
  * close() marks it done and lets go of all it holds (<prefix>_clear); the
- * extra slots given (each followed by a comma) come before the shared ones. */
+ * extra slots given (each followed by a comma) come before the shared ones.
+ * Only the C makes its instances: calling the type is refused
+ * (accel_refuse_new), never a coroutine with its fields unset. */
 #define ACCEL_COROUTINE_SLOTS(prefix, object_type, doc, ...)                             \
     static PyObject *prefix##_iternext(PyObject *self)                                   \
     {                                                                                    \
@@ -126,6 +128,7 @@ coroutine_thrown(PyObject *const *args, Py_ssize_t nargs)
     };                                                                                   \
     static PyType_Slot prefix##_slots[] = {                                              \
         __VA_ARGS__ ACCEL_GC_SLOTS(prefix, doc),                                         \
+        {Py_tp_new, accel_refuse_new},                                                   \
         {Py_tp_iternext, prefix##_iternext},                                             \
         {Py_tp_methods, prefix##_methods},                                               \
         {Py_am_await, prefix##_await},                                                   \

@@ -268,10 +268,33 @@ def test_wrong_calls_are_refused_by_name() -> None:
         assert str(raised.value) == message
 
 
-@pytest.mark.parametrize("name", ["HeaderSender", "BatchedReply"])
+# Made only by moderato's C: a HeaderSenders' sender, a connection's batched call, a
+# check decided when called (ReadyCheck) or sent over Redis (PendingCheck).
+ONLY_C_MAKES = ["HeaderSender", "BatchedReply", "ReadyCheck", "PendingCheck"]
+# A base class whose Python subclass's __init__ sets it up (its methods refuse until then).
+SUBCLASSED = ["ConnectionCore"]
+
+
+@pytest.mark.parametrize("name", ONLY_C_MAKES)
 def test_the_types_only_c_makes_refuse_to_be_called(name: str) -> None:
-    """Made only by moderato's C (a HeaderSenders, a connection's joining): calling the
-    type is a TypeError on every version, never an instance with its fields unset
-    (Python 3.9 has no Py_TPFLAGS_DISALLOW_INSTANTIATION)."""
+    """Calling the type (or its __new__) is a TypeError on every version, never an
+    instance with its fields unset (Python 3.9 has no
+    Py_TPFLAGS_DISALLOW_INSTANTIATION; a PendingCheck made so crashed when stepped)."""
+    made = getattr(_accel, name)
     with pytest.raises(TypeError, match=f"cannot create 'moderato._accel.{name}' instances"):
-        getattr(_accel, name)()
+        made()
+    with pytest.raises(TypeError, match=f"cannot create 'moderato._accel.{name}' instances"):
+        made.__new__(made)
+
+
+def test_no_type_is_made_with_its_fields_unset() -> None:
+    """Every type of moderato._accel called bare is refused: its own tp_new wants its
+    arguments, or it is one only the C makes; a type added without either shows here."""
+    types = {name for name, value in vars(_accel).items() if isinstance(value, type)}
+    assert set(ONLY_C_MAKES) | set(SUBCLASSED) <= types
+    for name in sorted(types - set(SUBCLASSED)):
+        with pytest.raises(TypeError):
+            getattr(_accel, name)()
+    core = _accel.ConnectionCore()
+    with pytest.raises(RuntimeError, match="used before its __init__"):
+        core._flush()

@@ -13,6 +13,7 @@ day (capacity 1000 scaled, a window of 86,400 s), the key filled by one admitted
 first, so every counted check is denied; the run subtracted is that fill alone.
 
     .venv/bin/python benchmarks/batch_instructions.py [--algorithms ...] [--decisions N] [--full]
+        [--hot-only] [--sizes 1 8 16]
 
 Run it in two trees (say main and a branch) to compare them. Writes
 ``benchmarks/results/batch-instructions-<UTC time>.json``.
@@ -130,9 +131,14 @@ def main() -> None:
     parser.add_argument(
         "--full", action="store_true", help="the hot key full: every counted check denied"
     )
+    parser.add_argument("--hot-only", action="store_true", help="the hot rows alone")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=list(BATCH_SIZES), help="checks a call"
+    )
     options = parser.parse_args()
     base = counted(options.algorithms, [])
-    places = (("hot", True),) if options.full else (("hot", True), ("1,000 identities", False))
+    hot_only = options.full or options.hot_only
+    places = (("hot", True),) if hot_only else (("hot", True), ("1,000 identities", False))
     rows: list[dict[str, Any]] = []
     for algorithm in options.algorithms:
         # --full: one admitted call fills the key first, and its own count is subtracted.
@@ -140,7 +146,7 @@ def main() -> None:
         if options.full:
             base = counted([algorithm], fill)
         for where, hot in places:
-            for per_call in BATCH_SIZES:
+            for per_call in options.sizes:
                 calls = calls_for(algorithm, hot, per_call, options.decisions, options.full)
                 total = counted([algorithm], fill + calls)
                 per_decision = (total - base) / (len(calls) * per_call)

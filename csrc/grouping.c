@@ -177,8 +177,29 @@ reply_set_exception(PyObject *self, PyObject *error)
     Py_RETURN_NONE;
 }
 
+/* The count of entries a head sending what changed (-1 - mask) takes after it, when
+ * before_length entries (-1: no decision before) take mask's bits; else -1. */
+static Py_ssize_t
+changed_count(long long head, Py_ssize_t before_length)
+{
+    /* mask below 2^62 and 2^before_length (split_reply's bound too) */
+    if (head < -(1LL << 62) || before_length < 0) {
+        return -1;
+    }
+    unsigned long long mask = (unsigned long long)(-1 - head);
+    if (mask >> (before_length < 62 ? before_length : 62)) {
+        return -1;
+    }
+    Py_ssize_t count = 0;
+    for (; mask; mask >>= 1) {
+        count += (Py_ssize_t)(mask & 1);
+    }
+    return count;
+}
+
 /* Whether reply is count checks' flat reply (lua/batch.lua: per check its
- * length then its entries, or one error entry): grouping.split_reply's test.
+ * length then its entries, or one error entry, or what changed since the decision
+ * before: -1 - mask, then mask's entries): grouping.split_reply's test.
  * 1, 0, or -1 with an error set. */
 static int
 adds_up(grouping_object *grouping, PyObject *reply, Py_ssize_t count)
@@ -187,6 +208,7 @@ adds_up(grouping_object *grouping, PyObject *reply, Py_ssize_t count)
         return 0;
     }
     Py_ssize_t at = 0, size = PyList_GET_SIZE(reply), items = 0;
+    Py_ssize_t before_length = -1; /* the decision before's entries; -1: none */
     while (at < size && items < count) {
         PyObject *head = PyList_GET_ITEM(reply, at);
         if (PyLong_CheckExact(head)) {
@@ -195,21 +217,57 @@ adds_up(grouping_object *grouping, PyObject *reply, Py_ssize_t count)
             if (length == -1 && PyErr_Occurred()) {
                 return -1;
             }
-            if (overflow != 0 || length < 0 || length > size - at - 1) {
+            if (overflow != 0) {
                 return 0;
             }
-            at += 1 + (Py_ssize_t)length;
+            if (length >= 0) {
+                if (length > size - at - 1) {
+                    return 0;
+                }
+                before_length = (Py_ssize_t)length;
+                at += 1 + (Py_ssize_t)length;
+            }
+            else {
+                Py_ssize_t changed = changed_count(length, before_length);
+                if (changed < 0 || changed > size - at - 1) {
+                    return 0;
+                }
+                at += 1 + changed;
+            }
         }
         else {
             int refusal = PyObject_IsInstance(head, grouping->reply_error);
             if (refusal <= 0) {
                 return refusal;
             }
+            before_length = -1;
             at += 1;
         }
         items++;
     }
     return at == size && items == count;
+}
+
+/* The decision reply[at] (-1 - mask, adds_up checked) sends: a copy of before with
+ * mask's entries those after it. A new reference, *at moved past them; NULL on error. */
+static PyObject *
+changed_decision(PyObject *reply, Py_ssize_t *at, PyObject *before)
+{
+    unsigned long long mask =
+        (unsigned long long)(-1 - PyLong_AsLongLong(PyList_GET_ITEM(reply, *at)));
+    PyObject *item = PyList_GetSlice(before, 0, PyList_GET_SIZE(before));
+    if (item == NULL) {
+        return NULL;
+    }
+    Py_ssize_t from = *at + 1;
+    for (Py_ssize_t index = 0; mask; mask >>= 1, index++) {
+        if (mask & 1) {
+            PyList_SetItem(item, index, Py_NewRef(PyList_GET_ITEM(reply, from)));
+            from++;
+        }
+    }
+    *at = from;
+    return item;
 }
 
 static PyObject *
@@ -236,28 +294,40 @@ reply_set_result(PyObject *self, PyObject *value)
         Py_RETURN_NONE;
     }
     Py_ssize_t at = 0;
+    PyObject *before = NULL; /* the decision before (a new reference), NULL: none */
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *part = PyList_GET_ITEM(reply->parts, i);
         PyObject *head = PyList_GET_ITEM(value, at);
         int settled;
         if (PyLong_CheckExact(head)) {
-            Py_ssize_t end = at + 1 + (Py_ssize_t)PyLong_AsLongLong(head);
-            PyObject *item = PyList_GetSlice(value, at + 1, end);
+            long long length = PyLong_AsLongLong(head);
+            PyObject *item;
+            if (length >= 0) {
+                Py_ssize_t end = at + 1 + (Py_ssize_t)length;
+                item = PyList_GetSlice(value, at + 1, end);
+                at = end;
+            }
+            else {
+                item = changed_decision(value, &at, before);
+            }
             if (item == NULL) {
+                Py_XDECREF(before);
                 return NULL;
             }
             settled = settle(grouping, part, GNAME(grouping, SET_RESULT), item);
-            Py_DECREF(item);
-            at = end;
+            Py_XSETREF(before, item);
         }
         else {
             settled = settle(grouping, part, GNAME(grouping, SET_EXCEPTION), head);
+            Py_CLEAR(before);
             at += 1;
         }
         if (settled < 0) {
+            Py_XDECREF(before);
             return NULL;
         }
     }
+    Py_XDECREF(before);
     Py_RETURN_NONE;
 }
 

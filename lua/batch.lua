@@ -44,7 +44,12 @@
 -- part as it would be sent in full, so each is decided exactly as that part alone.
 -- The reply: one flat array, per part, in order, its reply's length then its entries (a
 -- decision: allowed, deciding, then remaining, retry and reset per policy), or its refusal
--- as one error entry (the other parts are decided all the same). A layout that does not
+-- as one error entry (the other parts are decided all the same). A one-policy decision
+-- after one (5 entries each) that differs from it only in remaining or reset (a run's
+-- admissions, its denials of one cost) is sent as what changed: -1 - mask, mask's bit
+-- i - 1 set for each entry i sent, 4 for remaining, 16 for reset, then those entries (the
+-- same decision again: -1 alone). Each integer of the reply costs Redis its conversion,
+-- the most of a repeated check's price (BENCHMARKS.md, "A run's replies as changes"). A layout that does not
 -- add up (counts that are not counts, more or fewer keys or arguments than the parts take,
 -- a marker first, a cost for a part of no arguments) is refused whole, before any part
 -- runs: "MODERATO_ARG batch: ...".
@@ -129,6 +134,8 @@ local filled_key_count, filled_arg_count = 0, 0
 -- decided in it). Its policy fields, and the cost of the part before, are ARGV's.
 local parsed, run_key
 local replies, replies_at = {}, 0
+-- The part before's decision when it had one policy's 5 entries (nil: none, or other).
+local before
 KEYS, ARGV = {}, {}
 keys_at, argv_at = 0, 2
 key_count_text, arg_count_text = nil, nil
@@ -220,17 +227,41 @@ for _ = 1, part_count do
     parsed = false
     decided = general_path()
   end
-  -- The reply, flat: per part its length then its entries, or its refusal (an error entry).
+  -- The reply, flat: per part its length then its entries, or its refusal (an error entry),
+  -- or a one-policy decision as what changed since the part before's (see the top).
   if decided.err then
     replies_at = replies_at + 1
     replies[replies_at] = decided
+    before = nil
   else
     local length = #decided
-    replies[replies_at + 1] = length
-    for i = 1, length do
-      replies[replies_at + 1 + i] = decided[i]
+    if length == 5 and before and decided[1] == before[1] and decided[2] == before[2]
+        and decided[4] == before[4] then
+      local remaining, reset = decided[3], decided[5]
+      if remaining == before[3] then
+        if reset == before[5] then
+          replies[replies_at + 1] = -1
+          replies_at = replies_at + 1
+        else
+          replies[replies_at + 1], replies[replies_at + 2] = -17, reset
+          replies_at = replies_at + 2
+        end
+      elseif reset == before[5] then
+        replies[replies_at + 1], replies[replies_at + 2] = -5, remaining
+        replies_at = replies_at + 2
+      else
+        replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
+          remaining, reset
+        replies_at = replies_at + 3
+      end
+    else
+      replies[replies_at + 1] = length
+      for i = 1, length do
+        replies[replies_at + 1 + i] = decided[i]
+      end
+      replies_at = replies_at + 1 + length
     end
-    replies_at = replies_at + 1 + length
+    before = length == 5 and decided or nil
   end
 end
 if run_key then

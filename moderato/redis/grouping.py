@@ -139,26 +139,57 @@ class BatchedReply:
 def split_reply(reply: Any, count: int) -> Optional[list[Any]]:
     """Each of a batched call's ``count`` parts' replies out of its one flat reply
     (lua/batch.lua: per part its length then its entries, or its refusal, one error
-    entry), each as the part alone is answered (a list, or the RedisReplyError); None
-    when the reply does not add up to ``count`` parts."""
+    entry, or what changed since the part before's decision: ``-1 - mask``, then the
+    entries whose bit ``i`` is set in ``mask``, i from 0), each as the part alone is
+    answered (a list, or the RedisReplyError); None when the reply does not add up to
+    ``count`` parts."""
     if type(reply) is not list:
         return None
     items: list[Any] = []
+    before: Optional[list[Any]] = None  # the part before's decision (None: a refusal, none)
     at, size = 0, len(reply)
     while at < size and len(items) < count:
         head = reply[at]
         if type(head) is int:
-            end = at + 1 + head
-            if head < 0 or end > size:
-                return None
-            items.append(reply[at + 1 : end])
-            at = end
+            if head >= 0:
+                end = at + 1 + head
+                if end > size:
+                    return None
+                before = reply[at + 1 : end]
+                at = end
+            else:
+                before = _changed(reply, at, before)
+                if before is None:
+                    return None
+                at += 1 + bin(-1 - head).count("1")
+            items.append(before)
         elif isinstance(head, RedisReplyError):
             items.append(head)
+            before = None
             at += 1
         else:
             return None
     return items if at == size and len(items) == count else None
+
+
+def _changed(reply: list[Any], at: int, before: Optional[list[Any]]) -> Optional[list[Any]]:
+    """The decision ``reply[at]`` (``-1 - mask``) sends as ``before`` with the entries
+    of mask's bits replaced by those after it; None when that does not add up."""
+    mask = -1 - reply[at]
+    if before is None or mask >> min(len(before), 62):  # grouping.c's bound too
+        return None
+    changed = before.copy()
+    at += 1
+    index = 0
+    while mask:
+        if mask & 1:
+            if at >= len(reply):
+                return None
+            changed[index] = reply[at]
+            at += 1
+        mask >>= 1
+        index += 1
+    return changed
 
 
 def _retrieve(future: Any) -> None:

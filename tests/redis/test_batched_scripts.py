@@ -885,6 +885,17 @@ def test_a_flat_reply_is_cut_into_each_parts_reply() -> None:
         assert split_reply(bad, 1) is None
     assert split_reply([1, 1], 2) is None
     assert split_reply([1, 1, 1, 1], 1) is None
+    # A decision as what changed since the decision before: -1 - mask, then mask's entries.
+    changed = [5, 1, 0, 9000, 0, 7, -5, 8000, -1, -21, 7000, 9, -17, 10]
+    assert split_reply(changed, 5) == [
+        [1, 0, 9000, 0, 7],
+        [1, 0, 8000, 0, 7],
+        [1, 0, 8000, 0, 7],
+        [1, 0, 7000, 0, 9],
+        [1, 0, 7000, 0, 10],
+    ]
+    for bad in ([-1], [refusal, -1], [2, 1, 0, -5, 7], [5, 1, 0, 9000, 0, 7, -21, 1]):
+        assert split_reply(bad, 2) is None
 
 
 async def test_the_reply_is_one_flat_array_a_refusal_in_its_place(lua: LuaHarness) -> None:
@@ -895,10 +906,12 @@ async def test_the_reply_is_one_flat_array_a_refusal_in_its_place(lua: LuaHarnes
     now = lua.now_ms
     reset = now - now % 2000 + 2000
     reply = await lua.client.evalsha(clocked_batch("fixed_window"), call_keys, call_args)
-    assert len(reply) == 1 + 5 + 1 + 1 + 5 + 1 + 5
+    assert len(reply) == 1 + 5 + 1 + 1 + 5 + 2
     assert reply[:6] == [5, 1, 0, 9000, 0, reset]
     assert isinstance(reply[6], RedisReplyError) and str(reply[6]).startswith("MODERATO_ARG ")
-    assert reply[7:] == [5, 1, 0, 8000, 0, reset, 5, 1, 0, 9000, 0, reset]
+    # After a refusal, a decision in full; the next, as what changed (remaining: -1 - 4).
+    assert reply[7:] == [5, 1, 0, 8000, 0, reset, -5, 9000]
+    assert split_reply(reply, 4)[2:] == [[1, 0, 8000, 0, reset], [1, 0, 9000, 0, reset]]
 
 
 FIELDS = ["1000", "1", "10000", "60"]

@@ -191,6 +191,16 @@ REPLIES: list[Any] = [
     None,
     (0, 0, 0),
     list(range(400)),
+    # A decision as what changed since the decision before (-1 - mask, mask's entries).
+    [5, 1, 0, 99000, 0, 7, -5, 98000, -21, 97000, 8],
+    [5, 1, 0, 99000, 0, 7, -1, -17, 9],
+    [2, 1, 0, -1, -3, 5],
+    [-1, -1, -1],  # none before
+    [5, 1, 0, 99000, 0, 7, REFUSAL, -1],  # a refusal before
+    [2, 1, 0, -5, 7, -1],  # an entry past the decision before's
+    [5, 1, 0, 99000, 0, 7, -1, -21, 9],  # an entry short
+    [0, 0, -(2**62) - 1],
+    [0, 0, -(2**70)],
 ]
 
 
@@ -369,10 +379,12 @@ async def test_no_leaks() -> None:
             for slot in connection._pending:
                 if type(slot) is _accel.BatchedReply:
                     count = len(slot._parts)
-                    if seed % 3 == 0:
+                    if seed % 4 == 0:
                         slot.set_exception(RedisConnectionError("lost"))
-                    elif seed % 3 == 1:
+                    elif seed % 4 == 1:
                         slot.set_result([REFUSAL] + [2, 1, 0] * (count - 1))
+                    elif seed % 4 == 2:
+                        slot.set_result([2, 1, 0] + [-3, 5] * (count - 1))
                     else:
                         slot.set_result([0])  # malformed
                     assert slot.done()

@@ -13,7 +13,8 @@
  *       (a ConnectionCore, or tests/connection_reference.py's Python one),
  *       it joins that connection's turn: each run of adjacent calls of one
  *       decision script (not a re-send) becomes one call of its batched form,
- *       cut at the algorithm's parts, max_policies policies and max_bytes,
+ *       cut at the algorithm's units (a check PART_UNITS, a repeat of the one
+ *       before it its algorithm's), max_policies policy units and max_bytes,
  *       in grouping._append_parts' layout (the markers), a SCRIPT LOAD
  *       queued before a form's first call on the connection, the records in
  *       _scripts and the slots in _pending as the Python steps leave them;
@@ -66,7 +67,7 @@ ACCEL_NAME_TABLE(GROUPING_NAMES, GNAME_, GROUPING_NAME_COUNT, grouping_name_text
 typedef struct {
     PyObject_HEAD
     PyObject *forms;            /* dict: a decision script's SHA1 -> its batched form */
-    PyObject *parts;            /* dict: a decision script's SHA1 -> checks a call takes */
+    PyObject *parts; /* dict: a decision script's SHA1 -> (units a call takes, a repeat's) */
     PyObject *retrieve;         /* grouping._retrieve: a load's done callback */
     PyObject *copy;             /* copy.copy */
     PyObject *connection_error; /* RedisConnectionError */
@@ -669,13 +670,18 @@ put_alone(grouping_object *grouping, turn_state *turn, PyObject *payload, PyObje
                        renumbered(record, SEQUENCE(turn)));
 }
 
+/* A check's weight in a batched call unless sent as the check before it again
+ * (moderato.scripts.BATCH_PART_UNITS, grouping._PART_UNITS). */
+#define PART_UNITS 4
+
 /* Per new command: its record (or NULL), its run key (its script's batched
- * form, borrowed from forms, or NULL: it stays alone), its algorithm's
- * parts. */
+ * form, borrowed from forms, or NULL: it stays alone), the units its
+ * algorithm's checks may weigh in a call and a repeat's units. */
 typedef struct {
     PyObject *record;
     PyObject *form;
-    Py_ssize_t parts;
+    Py_ssize_t units;
+    Py_ssize_t repeat_units;
 } command_info;
 
 /* Whether a record's re-sends are 0 (record[4] == 0). 1, 0, or -1. */
@@ -701,7 +707,8 @@ run_key(grouping_object *grouping, command_info *info, const command_info *befor
 {
     PyObject *record = info->record;
     info->form = NULL;
-    info->parts = 1;
+    info->units = 0;
+    info->repeat_units = 0;
     if (record == NULL) {
         return 0;
     }
@@ -712,7 +719,8 @@ run_key(grouping_object *grouping, command_info *info, const command_info *befor
     if (before != NULL && before->form != NULL &&
         PyTuple_GET_ITEM(before->record, 1) == PyTuple_GET_ITEM(record, 1)) {
         info->form = before->form;
-        info->parts = before->parts;
+        info->units = before->units;
+        info->repeat_units = before->repeat_units;
         return 0;
     }
     PyObject *sha = PyObject_GetAttr(PyTuple_GET_ITEM(record, 1), GNAME(grouping, SHA));
@@ -723,12 +731,117 @@ run_key(grouping_object *grouping, command_info *info, const command_info *befor
     PyObject *parts = info->form == NULL ? NULL : PyDict_GetItemWithError(grouping->parts, sha);
     Py_DECREF(sha);
     if (parts != NULL) {
-        info->parts = PyLong_AsSsize_t(parts);
-        if (info->parts == -1 && PyErr_Occurred()) {
+        if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 2) {
+            PyErr_SetString(PyExc_TypeError, "Grouping's parts: (units, repeat units) tuples");
+            return -1;
+        }
+        info->units = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 0));
+        info->repeat_units = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 1));
+        if ((info->units == -1 || info->repeat_units == -1) && PyErr_Occurred()) {
             return -1;
         }
     }
     return PyErr_Occurred() ? -1 : 0;
+}
+
+/* grouping._decimal: an argument's number when sent as 1 to digits - 1 ASCII
+ * digits (a str, bytes, or an int, sent as its decimal). 1 with *number set,
+ * 0, or -1 with an error set. */
+static int
+short_decimal(PyObject *value, int digits, long long *number)
+{
+    long long bound = 1;
+    for (int i = 1; i < digits; i++) {
+        bound *= 10;
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        long long got = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (got == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        *number = got;
+        return overflow == 0 && got >= 0 && got < bound;
+    }
+    const char *text;
+    Py_ssize_t length;
+    if (PyUnicode_CheckExact(value)) {
+        if (!PyUnicode_IS_ASCII(value)) {
+            return 0;
+        }
+        text = (const char *)PyUnicode_1BYTE_DATA(value);
+        length = PyUnicode_GET_LENGTH(value);
+    }
+    else if (PyBytes_CheckExact(value)) {
+        text = PyBytes_AS_STRING(value);
+        length = PyBytes_GET_SIZE(value);
+    }
+    else {
+        return 0;
+    }
+    if (length < 1 || length >= digits) {
+        return 0;
+    }
+    long long got = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (text[i] < '0' || text[i] > '9') {
+            return 0;
+        }
+        got = got * 10 + (text[i] - '0');
+    }
+    *number = got;
+    return 1;
+}
+
+/* grouping._straight_line: whether a check's arguments take its script's
+ * one-policy straight-line path (so a repeat of it weighs its algorithm's
+ * repeat units). 1, 0, or -1 with an error set. */
+static int
+straight_line(PyObject *record)
+{
+    PyObject *args = PyTuple_GET_ITEM(record, 3);
+    Py_ssize_t key_count = LENGTH(PyTuple_GET_ITEM(record, 2)), arg_count = LENGTH(args);
+    if (key_count < 0 || arg_count < 0) {
+        return -1;
+    }
+    if (key_count != 1 || (arg_count != 4 && arg_count != 5)) {
+        return 0;
+    }
+    PyObject *values[5] = {NULL, NULL, NULL, NULL, NULL};
+    int taken = -1;
+    for (Py_ssize_t i = 0; i < arg_count; i++) {
+        values[i] = PySequence_GetItem(args, i);
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    taken = 0;
+    if (arg_count == 5) {
+        PyObject *refill = values[4];
+        int empty = (PyUnicode_CheckExact(refill) && PyUnicode_GET_LENGTH(refill) == 0) ||
+                    (PyBytes_CheckExact(refill) && PyBytes_GET_SIZE(refill) == 0);
+        if (!empty) {
+            goto done;
+        }
+    }
+    long long apply = 0, cost = 0, capacity = 0, window = 0;
+    static const int digits[4] = {16, 2, 14, 6};
+    long long *numbers[4] = {&cost, &apply, &capacity, &window};
+    for (int i = 0; i < 4; i++) {
+        int got = short_decimal(values[i], digits[i], numbers[i]);
+        if (got <= 0) {
+            taken = got;
+            goto done;
+        }
+    }
+    taken = apply == 1 && 1 <= cost && cost <= capacity &&
+            capacity <= 9007199254000LL /* MAX_CAPACITY_SCALED */ && 1 <= window &&
+            window <= 86400 /* MAX_WINDOW_S */;
+done:
+    for (int i = 0; i < 5; i++) {
+        Py_XDECREF(values[i]);
+    }
+    return taken;
 }
 
 /* Cut the new commands into runs; *runs set to how many, stops[r] each run's
@@ -748,16 +861,34 @@ find_runs(grouping_object *grouping, turn_state *turn, command_info *infos, Py_s
             if (size < 0 || policies < 0) {
                 return -1;
             }
-            while (stop < count && stop - start < infos[start].parts &&
-                   infos[stop].form == form) {
+            /* Weighed as append_parts sends them: a repeat ("=") its algorithm's units. */
+            Py_ssize_t units = PART_UNITS;
+            policies *= PART_UNITS;
+            while (stop < count && infos[stop].form == form) {
+                PyObject *after = infos[stop].record, *before = infos[stop - 1].record;
                 Py_ssize_t more = LENGTH(PyList_GET_ITEM(turn->buffer, turn->first + stop));
-                Py_ssize_t more_policies = LENGTH(PyTuple_GET_ITEM(infos[stop].record, 2));
+                Py_ssize_t more_policies = LENGTH(PyTuple_GET_ITEM(after, 2));
                 if (more < 0 || more_policies < 0) {
                     return -1;
                 }
+                int repeat = PyObject_RichCompareBool(PyTuple_GET_ITEM(after, 3),
+                                                      PyTuple_GET_ITEM(before, 3), Py_EQ);
+                if (repeat > 0) {
+                    repeat = PyObject_RichCompareBool(PyTuple_GET_ITEM(after, 2),
+                                                      PyTuple_GET_ITEM(before, 2), Py_EQ);
+                }
+                if (repeat > 0) {
+                    repeat = straight_line(after);
+                }
+                if (repeat < 0) {
+                    return -1;
+                }
+                Py_ssize_t weight = repeat ? infos[start].repeat_units : PART_UNITS;
                 size += more;
-                policies += more_policies;
-                if (size > grouping->max_bytes || policies > grouping->max_policies) {
+                units += weight;
+                policies += more_policies * weight;
+                if (units > infos[start].units || size > grouping->max_bytes ||
+                    policies > grouping->max_policies) {
                     break;
                 }
                 stop++;

@@ -54,7 +54,10 @@
 -- a marker first, a cost for a part of no arguments) is refused whole, before any part
 -- runs: "MODERATO_ARG batch: ...".
 
-local MAX_BATCH_PARTS = 16 -- moderato.scripts.MAX_BATCH_PARTS
+-- A call's bound, in units (moderato.scripts.MAX_BATCH_UNITS): a part sent in full or with
+-- its own keys or cost weighs PART_UNITS (so 16 such parts at most), a part marked "=" (the
+-- part before again, decided on the run's locals: a hot identity's checks) 1.
+local MAX_BATCH_UNITS, PART_UNITS = 64, 4 -- moderato.scripts.MAX_BATCH_UNITS, BATCH_PART_UNITS
 -- The markers (moderato.redis.grouping's encoder writes them): a part as the part before
 -- (REPEAT), with its own keys (OWN_KEYS), its own cost (OWN_COST), or both.
 local REPEAT, OWN_KEYS, OWN_COST, OWN_KEYS_AND_COST = '=', 'K', 'C', 'KC'
@@ -62,10 +65,10 @@ local function layout_refused(message)
   return redis.error_reply('MODERATO_ARG batch: ' .. message)
 end
 local part_count = tonumber(BATCH_ARGV[1])
-if not part_count or part_count < 1 or part_count > MAX_BATCH_PARTS or part_count % 1 ~= 0 then
-  return layout_refused('ARGV[1] must be a part count 1..' .. MAX_BATCH_PARTS)
+if not part_count or part_count < 1 or part_count > MAX_BATCH_UNITS or part_count % 1 ~= 0 then
+  return layout_refused('ARGV[1] must be a part count 1..' .. MAX_BATCH_UNITS)
 end
-local keys_at, argv_at = 0, 2
+local keys_at, argv_at, units = 0, 2, 0
 local key_count, arg_count, key_count_text, arg_count_text
 for _ = 1, part_count do
   local head = BATCH_ARGV[argv_at]
@@ -73,6 +76,9 @@ for _ = 1, part_count do
     if not key_count then
       return layout_refused('ARGV[' .. argv_at .. '] ("' .. head
         .. '") marks a part as the part before it, and the first part has none')
+    end
+    if head ~= REPEAT then
+      units = units + PART_UNITS - 1
     end
     if head == OWN_KEYS or head == OWN_KEYS_AND_COST then
       keys_at = keys_at + key_count
@@ -98,7 +104,13 @@ for _ = 1, part_count do
       end
     end
     keys_at, argv_at = keys_at + key_count, argv_at + 2 + arg_count
+    units = units + PART_UNITS - 1
   end
+end
+units = units + part_count
+if units > MAX_BATCH_UNITS then
+  return layout_refused('the parts weigh ' .. units .. ' units, more than ' .. MAX_BATCH_UNITS
+    .. ' (a part ' .. PART_UNITS .. ', one marked "=" 1)')
 end
 if keys_at ~= #BATCH_KEYS or argv_at ~= #BATCH_ARGV + 1 then
   return layout_refused('the parts take ' .. keys_at .. ' keys and ' .. (argv_at - 1)

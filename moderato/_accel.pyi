@@ -250,7 +250,7 @@ class Grouping:
     def __init__(
         self,
         forms: dict[str, Any],
-        parts: dict[str, int],
+        parts: dict[str, tuple[int, int]],
         max_policies: int,
         max_bytes: int,
         retrieve: Callable[[Any], None],

@@ -24,8 +24,15 @@ TOGETHER_SCRIPT = "together"
 BATCH_DRIVER = "batch"
 """A batched script's driver (lua/batch.lua): several checks of one algorithm in one call."""
 MAX_BATCH_PARTS = 16
-"""The most checks one batched call decides (lua/batch.lua refuses more); an algorithm's
-own bound (``Algorithm.batch_parts``) may be lower."""
+"""The most checks sent in full (or with their own keys or cost) one batched call decides;
+an algorithm's own bound (``Algorithm.batch_parts``) may be lower."""
+BATCH_PART_UNITS = 4
+"""A check's weight in a batched call: one sent in full (or with its own keys or cost)
+weighs this many units, one sent as the check before it again (the ``=`` marker: a hot
+identity's checks, decided on the run's Lua locals) ``Algorithm.batch_repeat_units``."""
+MAX_BATCH_UNITS = MAX_BATCH_PARTS * BATCH_PART_UNITS
+"""The most units one batched call's checks weigh (lua/batch.lua refuses more): 16 checks
+in full, or one and 60 repeats of it (BENCHMARKS.md, "A hot run's repeats weigh less")."""
 MAX_BATCH_POLICIES = 16
 """The most policies (keys) one batched call decides, over all its checks: a check of
 several policies costs Redis about as much as as many checks of one, so a call of checks

@@ -16,10 +16,20 @@ from shared_quota_worker import run_workers
 
 from moderato.algorithms import ALGORITHMS
 from moderato.redis.grouping import group_checks, joining
+from moderato.scripts import BATCH_PART_UNITS, MAX_BATCH_PARTS
 
 # cost 1000 (one request), charge, capacity 100 requests, a day's window.
 ARGS = {name: ["1000", "1", "100000", "86400"] for name in ALGORITHMS}
 ARGS["token_bucket"] = [*ARGS["token_bucket"], ""]
+
+
+def repeats_per_call(algorithm: str) -> int:
+    """The checks one batched call takes when each repeats the one before (one hot
+    identity's checks, as ARGS sends them): the first weighs BATCH_PART_UNITS, each repeat
+    its algorithm's batch_repeat_units, within its batch_parts checks' units."""
+    entry = ALGORITHMS[algorithm]
+    units = min(entry.batch_parts, MAX_BATCH_PARTS) * BATCH_PART_UNITS
+    return 1 + (units - BATCH_PART_UNITS) // entry.batch_repeat_units
 
 
 def calls(server: RedisServer, command: str) -> int:

@@ -59,10 +59,16 @@ class Algorithm:
     (a bucket holding more, or less, than the limit it refills per window),
     refilled within this many seconds counted in whole windows."""
     batch_parts: int = 16
-    """The most of its checks one batched call decides (moderato/redis/grouping.py):
+    """The most of its checks one batched call decides (moderato/redis/grouping.py),
+    each weighing ``scripts.BATCH_PART_UNITS`` (a repeat less: ``batch_repeat_units``):
     about 100 µs of Redis for one-policy checks on one key, admitted or denied
     (BENCHMARKS.md, "The bound of a batched call", "A batched call's bound with
-    denials"); lua/batch.lua refuses more than ``scripts.MAX_BATCH_PARTS``."""
+    denials"); lua/batch.lua refuses more than ``scripts.MAX_BATCH_UNITS`` units."""
+    batch_repeat_units: int = 1
+    """A check's weight in a batched call when sent as the check before it again (the
+    ``=`` marker), in units of which a check sent otherwise weighs
+    ``scripts.BATCH_PART_UNITS``: a run's repeat costs Redis a fraction of a check in full
+    (BENCHMARKS.md, "A hot run's repeats weigh less")."""
 
     def check_exact_range(self, policy: Policy) -> None:
         """Refuse a policy whose (limit, window) lies outside this algorithm's exact range."""

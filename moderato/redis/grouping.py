@@ -8,7 +8,8 @@ one call of its batched form (``moderato.scripts.batched_script``): one EVALSHA,
 one ``TIME``, one reply, the checks decided in the order they were sent, each
 exactly as alone. Nothing waits for a batch to fill: a turn's commands leave
 in the same write as they would have, only fewer of them. A run is cut at
-the algorithm's ``batch_parts`` checks (``MAX_BATCH_PARTS`` at most),
+the algorithm's ``batch_parts`` checks (``MAX_BATCH_PARTS`` at most; a check sent as
+the one before it again weighs ``batch_repeat_units / BATCH_PART_UNITS`` of one),
 ``MAX_BATCH_POLICIES`` policies and ``MAX_BATCH_ARGUMENT_BYTES``; any other command
 (or a call already re-sent after NOSCRIPT) stays where it is, so the order of
 everything on the connection is kept.
@@ -70,14 +71,56 @@ __all__ = [
 Record = tuple[int, Any, Sequence[Arg], Sequence[Arg], int]
 
 
+_PART_UNITS = 4
+"""moderato.scripts.BATCH_PART_UNITS (csrc/grouping.c's PART_UNITS): a check's weight in a
+batched call unless sent as the check before it again."""
+
+
+def _decimal(value: Any, digits: int) -> Optional[int]:
+    """An argument's number when it is sent as 1 to ``digits`` - 1 ASCII digits (a str,
+    bytes, or an int, sent as its decimal), else None."""
+    if type(value) is int:
+        return value if 0 <= value < 10 ** (digits - 1) else None
+    if type(value) in (str, bytes) and 0 < len(value) < digits and value.isascii():
+        return int(value) if value.isdigit() else None
+    return None
+
+
+def _straight_line(record: Record) -> bool:
+    """Whether a check's arguments take its script's one-policy straight-line path (the
+    test of lua/one_policy.lua: one key; ARGV[2] "1"; cost, capacity and window short
+    decimals, the window at most a day; the token bucket's empty refill field; and a cost
+    within the capacity), so a repeat of it is decided on a batched run's Lua locals and
+    weighs its algorithm's ``batch_repeat_units``. (Any other check is decided on its own
+    in full, repeat or not.)"""
+    args = record[3]
+    if len(record[2]) != 1 or not (
+        len(args) == 4 or (len(args) == 5 and type(args[4]) in (str, bytes) and not args[4])
+    ):
+        return False
+    if _decimal(args[1], 2) != 1:  # "1", b"1" or 1
+        return False
+    cost, capacity, window = _decimal(args[0], 16), _decimal(args[2], 14), _decimal(args[3], 6)
+    return (
+        cost is not None
+        and capacity is not None
+        and window is not None
+        and 1 <= cost <= capacity <= 9007199254000  # MAX_CAPACITY_SCALED
+        and 1 <= window <= 86400  # MAX_WINDOW_S
+    )
+
+
 @cache
-def _batching() -> tuple[dict[str, Script], dict[str, int], int, int]:
-    """The decision scripts' SHA1s, each to its batched form and to the most of its
-    checks one batched call takes; the most policies (keys) and bytes one batched call
-    takes. (Imported here: moderato.scripts imports the algorithms, which import
-    moderato.errors, which imports this package.)"""
+def _batching() -> tuple[dict[str, Script], dict[str, tuple[int, int]], int, int]:
+    """The decision scripts' SHA1s, each to its batched form and to the units its checks
+    may weigh in one batched call and a repeat's units (a check sent otherwise weighs
+    ``BATCH_PART_UNITS``); the most policies (keys) and bytes one batched call takes, the
+    policies in units too (each check's count times its weight). (Imported here:
+    moderato.scripts imports the algorithms, which import moderato.errors, which imports
+    this package.)"""
     from ..algorithms import ALGORITHMS
     from ..scripts import (
+        BATCH_PART_UNITS,
         MAX_BATCH_ARGUMENT_BYTES,
         MAX_BATCH_PARTS,
         MAX_BATCH_POLICIES,
@@ -85,12 +128,16 @@ def _batching() -> tuple[dict[str, Script], dict[str, int], int, int]:
         load_script,
     )
 
+    assert BATCH_PART_UNITS == _PART_UNITS
     forms = {load_script(name).sha: batched_script(name) for name in ALGORITHMS}
     parts = {
-        load_script(name).sha: min(entry.batch_parts, MAX_BATCH_PARTS)
+        load_script(name).sha: (
+            min(entry.batch_parts, MAX_BATCH_PARTS) * BATCH_PART_UNITS,
+            entry.batch_repeat_units,
+        )
         for name, entry in ALGORITHMS.items()
     }
-    return forms, parts, MAX_BATCH_POLICIES, MAX_BATCH_ARGUMENT_BYTES
+    return forms, parts, MAX_BATCH_POLICIES * BATCH_PART_UNITS, MAX_BATCH_ARGUMENT_BYTES
 
 
 class BatchedReply:
@@ -345,15 +392,22 @@ def _join(connection: Any, calls: _Calls) -> None:
         record = records[start]
         if key is not None and record is not None:
             size = len(buffer[first + start])
-            policies = len(record[2])
-            max_parts = algorithm_parts.get(record[1].sha, 1)
-            while stop < new and stop - start < max_parts:
+            # Weighed as _append_parts sends them: a repeat ("=") its algorithm's units.
+            max_units, repeat_units = algorithm_parts.get(record[1].sha, (0, 0))
+            units = _PART_UNITS
+            policies = len(record[2]) * _PART_UNITS
+            while stop < new:
                 after = records[stop]
                 if run_keys[stop] != key or after is None:
                     break
+                before = records[stop - 1]
+                assert before is not None
+                repeat = after[3] == before[3] and after[2] == before[2]
+                weight = repeat_units if repeat and _straight_line(after) else _PART_UNITS
                 size += len(buffer[first + stop])
-                policies += len(after[2])
-                if size > max_bytes or policies > max_policies:
+                units += weight
+                policies += len(after[2]) * weight
+                if units > max_units or size > max_bytes or policies > max_policies:
                     break
                 stop += 1
         runs.append((start, stop))

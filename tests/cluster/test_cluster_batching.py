@@ -19,6 +19,7 @@ from batching_helpers import (
     errors,
     evalsha_calls,
     exact_n_admitted,
+    repeats_per_call,
     reset_stats,
 )
 from cluster import (
@@ -119,7 +120,9 @@ async def test_one_slot_batch_is_the_plain_batched_script(cluster: RedisCluster)
         assert sorted(reply[2] for reply in replies) == [
             expected_remaining("fixed_window", used) for used in range(40, 0, -1)
         ]
-        assert script_calls(owner)["evalsha"][0] == 3  # 16 + 16 + 8
+        # One call: a check and its 39 repeats (61 at most).
+        assert script_calls(owner)["evalsha"][0] == math.ceil(40 / repeats_per_call("fixed_window"))
+        assert script_calls(owner)["evalsha"][0] == 1
         assert call(owner, "SCRIPT", "EXISTS", batched_script("fixed_window").sha) == [1]
         assert call(owner, "SCRIPT", "EXISTS", cluster_batched_script("fixed_window").sha) == [0]
     finally:
@@ -308,7 +311,8 @@ async def test_a_limiter_from_a_cluster_url_with_batch_decisions_batches(
     cluster: RedisCluster,
 ) -> None:
     """``?batch_decisions=true`` in the cluster URL: 40 concurrent checks of one identity
-    go as calls of 16 at most and admit exactly 25; without it, a call a check."""
+    go as one call (a check and its repeats) and admit exactly 25; without it, a call a
+    check."""
 
     async def burst(url: str, prefix: str) -> tuple[int, int]:
         limiter = RateLimiter(url, key_prefix=prefix, command_timeout_s=5)
@@ -324,7 +328,7 @@ async def test_a_limiter_from_a_cluster_url_with_batch_decisions_batches(
         finally:
             await limiter.close()
 
-    parts = ALGORITHMS["fixed_window"].batch_parts
+    parts = repeats_per_call("fixed_window")  # one identity: a check, then its repeats
     assert await burst(f"{cluster.url}?batch_decisions=true", "urlbatch-on") == (
         25,
         math.ceil(40 / parts),

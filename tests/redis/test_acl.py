@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batching_helpers import repeats_per_call
 from cluster import RedisCluster, call, identity_slot, script_calls
 from prometheus_client import CollectorRegistry
 from redis_servers import RedisServer
 
 from moderato import BackendError, BackendUnavailableError, CheckResult, RateLimiter
-from moderato.algorithms import ALGORITHMS
-from moderato.scripts import MAX_BATCH_PARTS
+from moderato.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA_DIR = ROOT / "lua"
@@ -230,7 +230,8 @@ async def test_without_script_load_a_flushed_cache_is_repaired_by_one_eval(
         assert (await limiter.get_usage("frank", f"{limit}/day"))["current"] == limit
         # Sent, answered NOSCRIPT; re-sent behind the refused load, NOSCRIPT again;
         # then one EVAL and the rest by SHA1 behind it.
-        calls = math.ceil(burst / MAX_BATCH_PARTS) if batched else burst
+        # One identity's checks: each after the first repeats the one before.
+        calls = math.ceil(burst / repeats_per_call(DEFAULT_ALGORITHM)) if batched else burst
         assert stats["evalsha"] == (3 * calls - 1, 2 * calls)
         assert stats["eval"] == (1, 0)
         assert stats["script|load"] == (0, 0)

@@ -27,7 +27,9 @@ from moderato.algorithms import ALGORITHMS
 from moderato.redis import RedisReplyError
 from moderato.redis.grouping import batch_layout, split_reply
 from moderato.scripts import (
+    BATCH_PART_UNITS,
     MAX_BATCH_PARTS,
+    MAX_BATCH_UNITS,
     _with_includes,
     batched_script,
     load_script,
@@ -560,6 +562,23 @@ async def test_a_run_on_one_key_reads_and_writes_its_state_once(
     assert await lua.dump() == before
 
 
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+async def test_a_check_and_its_60_repeats_are_each_decided_as_alone(
+    lua: LuaHarness, algorithm: str
+) -> None:
+    """The most checks a call takes (MAX_BATCH_UNITS: one in full, 60 repeats of a unit
+    each): admitted up to the limit, then denied, each as alone, the state left the same."""
+    parts = [hot_part(algorithm)] * (1 + MAX_BATCH_UNITS - BATCH_PART_UNITS)
+    await lua.flush()
+    expected = await one_by_one(lua, algorithm, parts)
+    state = await lua.dump()
+    await lua.flush()
+    outcomes = await batched(lua, clocked_batch(algorithm), parts)
+    assert outcomes == expected
+    assert [o[0] for o in outcomes if isinstance(o, list)] == [1] * HOT_LIMIT + [0] * 51
+    assert await lua.dump() == state
+
+
 async def test_a_full_previous_window_denies_a_run_with_two_gets(lua: LuaHarness) -> None:
     """The sliding window, its previous counter full at the current window's start: no
     cost fits whatever the current counter holds, so each check only reads it (GET)."""
@@ -708,7 +727,9 @@ async def test_a_hot_key_batch_admits_exactly_the_limit(lua: LuaHarness, algorit
     [
         ([], []),
         (["0"], []),
-        ([str(MAX_BATCH_PARTS + 1)], []),
+        ([str(MAX_BATCH_UNITS + 1)], []),
+        # 17 parts in full weigh 68 units: more than 64.
+        (["17", *["1", "4", "1000", "1", "10000", "60"] * 17], ["k"] * 17),
         (["1", "1", "4", "1000", "1", "10000"], ["k"]),  # one argument short
         (["1", "1", "4", "1000", "1", "10000", "60"], []),  # the key missing
         (["1", "x", "4", "1000", "1", "10000", "60"], ["k"]),

@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from batching_helpers import ARGS, EXACT_N_CHECKS, Compared, calls, exact_n_admitted
+from batching_helpers import (
+    ARGS,
+    EXACT_N_CHECKS,
+    Compared,
+    calls,
+    exact_n_admitted,
+    repeats_per_call,
+)
 from redis_servers import RedisServer
 from test_tls import tls_files, tls_only_server  # noqa: F401 (fixtures)
 
@@ -70,23 +77,27 @@ async def test_a_turn_of_checks_is_one_call_per_batch_parts_each_decided_in_orde
     script = load_script(algorithm)
     client = RedisClient.from_url(server.url, batch_decisions=True)
     plain = RedisClient.from_url(server.url, batch_decisions=False)
-    parts = ALGORITHMS[algorithm].batch_parts
-    assert parts == (8 if algorithm == "sliding_log" else MAX_BATCH_PARTS)
+    assert ALGORITHMS[algorithm].batch_parts == (
+        8 if algorithm == "sliding_log" else MAX_BATCH_PARTS
+    )
+    # One hot identity's checks: a repeat weighs a quarter of a check (the log's, one).
+    parts = repeats_per_call(algorithm)
+    assert parts == (8 if algorithm == "sliding_log" else 61)
     try:
         await loaded(client, algorithm)
-        checks = 40
+        checks = 70
         replies = await asyncio.gather(
             *(client.evalsha(script, ["hot"], ARGS[algorithm]) for _ in range(checks))
         )
         assert calls(server, "evalsha") == math.ceil(checks / parts)
         # In order, each as alone: the remaining count falls by one a check.
-        assert [reply[:3] for reply in replies] == [[1, 0, 99_000 - 1000 * i] for i in range(40)]
+        assert [reply[:3] for reply in replies] == [[1, 0, 99_000 - 1000 * i] for i in range(70)]
         # Without batching, the same turn is a call a check, and continues the count.
         more = await asyncio.gather(
             *(plain.evalsha(script, ["hot"], ARGS[algorithm]) for _ in range(3))
         )
         assert calls(server, "evalsha") == math.ceil(checks / parts) + 3
-        assert [reply[2] for reply in more] == [59_000, 58_000, 57_000]
+        assert [reply[2] for reply in more] == [29_000, 28_000, 27_000]
     finally:
         await client.close()
         await plain.close()
@@ -161,13 +172,12 @@ async def test_noscript_loads_the_batched_script_once_per_batch(server: RedisSer
         for round_number in range(2):
             assert await client.execute("SCRIPT", "FLUSH") == b"OK"
             assert await client.execute("CONFIG", "RESETSTAT") == b"OK"
+            # Two identities alternating (no check repeats the one before): 16 a call.
+            keys = [f"k{round_number}:{i % 2}" for i in range(3 * MAX_BATCH_PARTS)]
             replies = await asyncio.gather(
-                *(
-                    client.evalsha(script, [f"k{round_number}"], ARGS["token_bucket"])
-                    for _ in range(3 * MAX_BATCH_PARTS)
-                )
+                *(client.evalsha(script, [key], ARGS["token_bucket"]) for key in keys)
             )
-            assert [reply[2] for reply in replies] == [99_000 - 1000 * i for i in range(48)]
+            assert [reply[2] for reply in replies] == [99_000 - 1000 * (i // 2) for i in range(48)]
             # 3 batched calls answered NOSCRIPT, one load, the 3 sent again.
             assert calls(server, "evalsha") == 6
             assert calls(server, "script|load") == 1

@@ -60,13 +60,29 @@ def random_call(rng: random.Random, before: Any) -> tuple[Any, list[Any], list[A
     if before is not None and rng.random() < 0.6:
         script, keys, args, _ = before
         keys, args = list(keys), list(args)
-        change = rng.choice(["same", "key", "cost", "key and cost", "field", "tuple"])
+        change = rng.choice(
+            ["same", "same", "key", "cost", "key and cost", "field", "tuple", "path"]
+        )
         if change in ("key", "key and cost"):
             keys = [f"k{rng.randrange(5)}" for _ in keys]
         if change in ("cost", "key and cost") and args:
             args[0] = rng.choice(["1000", "2000", 3000, b"1000", "01000"])
         if change == "field" and len(args) > 1:
             args[1] = rng.choice(["1", "0", 1])
+        if change == "path" and len(args) in (4, 5):
+            # What decides a repeat's weight: whether the straight-line path takes it.
+            at, value = rng.choice(
+                [
+                    (0, rng.choice(["0", "-1", "100001", 100_000, "1" * 16, "\uff11"])),
+                    (2, rng.choice(["9007199254001", "9007199254000", 10**13, b"5000", "x"])),
+                    (3, rng.choice(["86400", "86401", 86_400, b"60", "060", "0", -5])),
+                    (4, rng.choice(["", b"", "x", 0])),
+                ]
+            )
+            if at == 4:
+                args = [*args[:4], value]
+            else:
+                args[at] = value
         if change == "tuple":
             args = tuple(args)  # type: ignore[assignment]
     else:
@@ -94,6 +110,7 @@ def random_turn(seed: int, loop: asyncio.AbstractEventLoop) -> Connection:
         if number > 0:
             connection._scripts.append((number, SCRIPTS[0], ["old"], ["1"], 0))
     before = None
+    hot = rng.random() < 0.3
     for number in range(base + 1, base + 1 + rng.choice([2, 3, 8, 17, 40, 100])):
         future = loop.create_future()
         connection._pending.append(future)
@@ -101,7 +118,11 @@ def random_turn(seed: int, loop: asyncio.AbstractEventLoop) -> Connection:
             connection._write_buffer.append(encode_command("GET", "k"))
             before = None
             continue
-        call = before = random_call(rng, before)
+        # A hot turn: mostly the call before again (runs past 16 checks, weighed).
+        if hot and before is not None and rng.random() < 0.9:
+            call = before
+        else:
+            call = before = random_call(rng, before)
         script, keys, args, resends = call
         connection._write_buffer.append(encode_evalsha(script.sha, keys, args))
         connection._scripts.append((number, script, keys, args, resends))

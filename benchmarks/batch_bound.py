@@ -1,5 +1,6 @@
 """How long one batched call holds Redis (issue 30's bound), admitted and denied: for each
 algorithm, a call of its ``batch_parts`` one-policy checks on one key and on as many keys,
+a call of one check and as many repeats of it as a call takes (one hot identity's),
 and one check of 16 policies alone (its batched form, one part), every check admitted;
 then calls of its ``batch_parts`` and of ``MAX_BATCH_PARTS`` checks, every check denied,
 on one full key and on as many full keys as checks (each its own identity: no check's
@@ -31,7 +32,12 @@ from redis_servers import RedisServer  # noqa: E402
 from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.policy import Rate  # noqa: E402
 from moderato.redis.grouping import batch_layout, split_reply  # noqa: E402
-from moderato.scripts import MAX_BATCH_PARTS, MAX_BATCH_POLICIES, batched_script  # noqa: E402
+from moderato.scripts import (  # noqa: E402
+    BATCH_PART_UNITS,
+    MAX_BATCH_PARTS,
+    MAX_BATCH_POLICIES,
+    batched_script,
+)
 
 DENIED_LIMITS = {"sliding_log": (1000, 100_000)}
 """The limits of the denial rows (a full key holds that many admissions): 1,000 unless named."""
@@ -104,6 +110,11 @@ def measure(name: str) -> dict[str, float]:
         print(f"{name:<15} {label:<58} {us:7.1f} us", flush=True)
 
     row(f"admitted, {parts} checks on one key", run(name, 1, parts))
+    # One hot identity's checks as the client sends them: one, then repeats of it ("="),
+    # as many as MAX_BATCH_UNITS takes at the algorithm's batch_repeat_units.
+    repeats = (parts * BATCH_PART_UNITS - BATCH_PART_UNITS) // ALGORITHMS[name].batch_repeat_units
+    if repeats + 1 > parts:
+        row(f"admitted, one check and {repeats} repeats on one key", run(name, 1, 1 + repeats))
     row(f"admitted, {parts} checks on {parts} keys", run(name, 1, parts, keys_per_part=True))
     row(
         f"admitted, one check of {MAX_BATCH_POLICIES} policies",

@@ -49,10 +49,11 @@
 -- admissions, its denials of one cost) is sent as what changed: -1 - mask, mask's bit
 -- i - 1 set for each entry i sent, 4 for remaining, 16 for reset, then those entries (the
 -- same decision again: -1 alone). Each integer of the reply costs Redis its conversion,
--- the most of a repeated check's price (BENCHMARKS.md, "A run's replies as changes"). A layout that does not
--- add up (counts that are not counts, more or fewer keys or arguments than the parts take,
--- a marker first, a cost for a part of no arguments) is refused whole, before any part
--- runs: "MODERATO_ARG batch: ...".
+-- the most of a repeated check's price (BENCHMARKS.md, "A run's replies as changes").
+-- A layout that does not add up (counts that are not counts, more or fewer keys or
+-- arguments than the parts take, a marker first, a cost for a part of no arguments, parts
+-- weighing more than MAX_BATCH_UNITS) is refused whole, before any part runs:
+-- "MODERATO_ARG batch: ...".
 
 -- A call's bound, in units (moderato.scripts.MAX_BATCH_UNITS): a part sent in full or with
 -- its own keys or cost weighs PART_UNITS (so 16 such parts at most), a part marked "=" (the

@@ -31,6 +31,7 @@
  */
 #include "grouping.h"
 
+#include "contract.h"
 #include "heap_type.h"
 #include "resp.h"
 
@@ -835,8 +836,7 @@ straight_line(PyObject *record)
         }
     }
     taken = apply == 1 && 1 <= cost && cost <= capacity &&
-            capacity <= 9007199254000LL /* MAX_CAPACITY_SCALED */ && 1 <= window &&
-            window <= 86400 /* MAX_WINDOW_S */;
+            capacity <= ACCEL_MAX_CAPACITY_SCALED && 1 <= window && window <= ACCEL_MAX_WINDOW_S;
 done:
     for (int i = 0; i < 5; i++) {
         Py_XDECREF(values[i]);

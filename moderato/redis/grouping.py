@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-from .._accel import Grouping, key_slot
+from .._accel import MAX_CAPACITY_SCALED, MAX_WINDOW_S, Grouping, key_slot
 from ._encoding import Arg, encode_command, encode_evalsha
 from .cluster_map import key_text
 from .errors import RedisBatchRefusedError, RedisConnectionError, RedisReplyError
@@ -105,8 +105,8 @@ def _straight_line(record: Record) -> bool:
         cost is not None
         and capacity is not None
         and window is not None
-        and 1 <= cost <= capacity <= 9007199254000  # MAX_CAPACITY_SCALED
-        and 1 <= window <= 86400  # MAX_WINDOW_S
+        and 1 <= cost <= capacity <= MAX_CAPACITY_SCALED
+        and 1 <= window <= MAX_WINDOW_S
     )
 
 

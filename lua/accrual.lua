@@ -144,11 +144,11 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 --#batch write
   if deficit_scaled ~= read_deficit_scaled then
-    -- An accrual restarting now stores 0: a literal, which Redis need not format.
-    redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_scaled, 'base', base_ms, ACCRUED_FIELD,
-      accrued_scaled == 0 and '0' or accrued_scaled)
+    -- An accrual restarting now stores 0: a literal, which need not be formatted.
+    redis.call('HSET', state_key, AMOUNT_FIELD, decimal_text(written_amount_scaled), 'base',
+      decimal_text(base_ms), ACCRUED_FIELD, accrued_scaled == 0 and '0' or decimal_text(accrued_scaled))
     -- Set on every write: this also repairs a bucket that lost its expiry.
-    redis.call('PEXPIREAT', state_key, expire_at_ms)
+    redis.call('PEXPIREAT', state_key, decimal_text(expire_at_ms))
   end
 --#batch end
   if reply then

@@ -4,9 +4,9 @@
 -- used_scaled: nothing to do when they agree (an admission alone), the read's charge
 -- undone when nothing was admitted (a denial alone, or state the general path must
 -- decide), else one INCRBY of the difference. A counter found at 0 and charged gets its
--- expiry, expire_at_ms. (The key pieces compute state_key and expire_at_ms from the
--- policy's text and the instant alone, so a batched script's run, whose checks have the
--- same, writes what its first check read.)
+-- expiry, expire_at_ms. (The policy's and the key pieces compute state_key and
+-- expire_at_ms from the policy's text and the instant alone, so a batched script's run,
+-- whose checks have the same, writes what its first check read.)
 if used_scaled ~= stored_scaled then
   if used_scaled == found_scaled then
     redis.call('DECRBY', state_key, charged_text)
@@ -16,5 +16,5 @@ if used_scaled ~= stored_scaled then
   end
 end
 if found_scaled == 0 and used_scaled > 0 then
-  redis.call('PEXPIREAT', state_key, string.format('%d', expire_at_ms))
+  redis.call('PEXPIREAT', state_key, decimal_text(expire_at_ms))
 end

@@ -123,9 +123,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 --#batch write
   if reset_ms then
-    -- A whole-µs TAT stores frac 0: a literal, which Redis need not format.
-    redis.call('HSET', state_key, 'tat', start_us, 'frac', start_frac == 0 and '0' or start_frac)
-    redis.call('PEXPIREAT', state_key, reset_ms + 1000)
+    -- A whole-µs TAT stores frac 0: a literal, which need not be formatted.
+    redis.call('HSET', state_key, 'tat', decimal_text(start_us), 'frac',
+      start_frac == 0 and '0' or decimal_text(start_frac))
+    redis.call('PEXPIREAT', state_key, decimal_text(reset_ms + 1000))
   end
 --#batch end
   if reply then

@@ -135,7 +135,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       local count = #more_entries
       more_entries[count + 1], more_entries[count + 2] = more_entries[1], member
     else
-      more_entries = { string.format('%d', stamp_ms), member }
+      more_entries = { decimal_text(stamp_ms), member }
     end
     reply = { 1, 0, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms }
   elseif usage_scaled and not admitted_member and cost_scaled > capacity_scaled - usage_scaled then
@@ -176,10 +176,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch write
   if admitted_member then
     -- ZADD first: the write Redis refuses when out of memory (see write() below).
-    redis.call('ZADD', state_key, string.format('%d', stamp_ms), admitted_member)
+    redis.call('ZADD', state_key, decimal_text(stamp_ms), admitted_member)
     if expire_at_ms then
       redis.call('ZREMRANGEBYSCORE', state_key, '-inf', cutoff_text)
-      redis.call('PEXPIREAT', state_key, string.format('%d', expire_at_ms))
+      redis.call('PEXPIREAT', state_key, decimal_text(expire_at_ms))
     end
     if more_entries then
       redis.call('ZADD', state_key, unpack(more_entries))

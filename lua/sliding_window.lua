@@ -67,24 +67,29 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch key
   state_key = KEYS[1] .. window_suffix
 --#batch read
-  -- GET answers a key of another type with an error, so a nil is a missing counter.
-  local previous_text = redis.pcall('GET', KEYS[1] .. previous_suffix) or '0'
-  if previous_text.err and string.find(previous_text.err, "can't run this command", 1, true) then
-    return previous_text -- an ACL without GET: a misconfiguration to report
-  end
+  -- GET answers a key of another type with an error, so a nil (false) is a missing counter.
+  local previous_text = redis.pcall('GET', KEYS[1] .. previous_suffix)
   stored_scaled, found_scaled, used_scaled = -1, -1, -1 -- nothing read: the general path's
-  denial = nil
+  denial, previous_scaled = nil, nil
+  if not previous_text then
+    previous_scaled, room_scaled = 0, capacity_scaled -- missing: it weighs nothing
+  elseif previous_text.err then
+    if string.find(previous_text.err, "can't run this command", 1, true) then
+      return previous_text -- an ACL without GET: a misconfiguration to report
+    end
   -- Up to 15 digits: below 2^53, so reading them is exact (by arithmetic: digits only, so
   -- it reads them as tonumber would, with no call).
-  if not previous_text.err and #previous_text < 16 and string.find(previous_text, '^%d+$') then
+  elseif #previous_text < 16 and string.find(previous_text, '^%d+$') then
     previous_scaled = previous_text + 0
     -- The previous count weighted, floor(previous * weight / 1000), split as 1000 *
     -- thousands + rest so that no product passes 2^53: the same integers as the general
-    -- path's.
-    local rest_scaled = math.fmod(previous_scaled, 1000)
+    -- path's. (Integers below 2^53: % is exact, as fmod.)
+    local rest_scaled = previous_scaled % 1000
     local rest_weighted = rest_scaled * weight_permille
     room_scaled = capacity_scaled - ((previous_scaled - rest_scaled) / 1000 * weight_permille
-      + (rest_weighted - math.fmod(rest_weighted, 1000)) / 1000)
+      + (rest_weighted - rest_weighted % 1000) / 1000)
+  end
+  if previous_scaled then
     if cost_scaled <= room_scaled then
 --#include counter_run.lua
     else

@@ -202,8 +202,12 @@ for _ = 1, part_count do
     run_key = nil
   end
   if own_keys then
-    refill(KEYS, BATCH_KEYS, keys_from, key_count, filled_key_count)
-    filled_key_count = key_count
+    if key_count == 1 and filled_key_count == 1 then
+      KEYS[1] = BATCH_KEYS[keys_from + 1] -- one key for one, the common case: no call
+    else
+      refill(KEYS, BATCH_KEYS, keys_from, key_count, filled_key_count)
+      filled_key_count = key_count
+    end
   end
   if own_fields then
     refill(ARGV, BATCH_ARGV, fields_at, arg_count, filled_arg_count)

@@ -144,11 +144,22 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 --#batch write
   if deficit_scaled ~= read_deficit_scaled then
-    -- An accrual restarting now stores 0: a literal, which need not be formatted.
-    redis.call('HSET', state_key, AMOUNT_FIELD, decimal_text(written_amount_scaled), 'base',
-      decimal_text(base_ms), ACCRUED_FIELD, accrued_scaled == 0 and '0' or decimal_text(accrued_scaled))
+    -- Each number as '%d' text, formatted when it differs from the last write's (see
+    -- one_policy.lua); an accrual restarting now stores 0, a literal.
+    if written_amount_scaled ~= written_amount_of then
+      written_amount_of, written_amount_text =
+        written_amount_scaled, string.format('%d', written_amount_scaled)
+    end
+    if base_ms ~= written_base_of then
+      written_base_of, written_base_text = base_ms, string.format('%d', base_ms)
+    end
+    if expire_at_ms ~= expiry_text_of then
+      expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
+    end
+    redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text,
+      ACCRUED_FIELD, accrued_scaled == 0 and '0' or string.format('%d', accrued_scaled))
     -- Set on every write: this also repairs a bucket that lost its expiry.
-    redis.call('PEXPIREAT', state_key, decimal_text(expire_at_ms))
+    redis.call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end
   if reply then

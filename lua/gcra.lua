@@ -39,7 +39,8 @@ local FIELDS_PER_POLICY = 2
 -- denial: the run's last denial's reply, for denied_cost_scaled at denied_start_us and
 -- denied_start_frac (the same check again is answered without the arithmetic).
 local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply, denial,
-  denied_cost_scaled, denied_start_us, denied_start_frac
+  denied_cost_scaled, denied_start_us, denied_start_frac, written_tat_text, written_tat_of,
+  written_frac_text, written_frac_of
 --#include one_policy.lua
 
 -- The common case, straight-line (no function is built: Redis would build each one on
@@ -124,9 +125,19 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch write
   if reset_ms then
     -- A whole-µs TAT stores frac 0: a literal, which need not be formatted.
-    redis.call('HSET', state_key, 'tat', decimal_text(start_us), 'frac',
-      start_frac == 0 and '0' or decimal_text(start_frac))
-    redis.call('PEXPIREAT', state_key, decimal_text(reset_ms + 1000))
+    -- Each number as '%d' text, formatted when it differs from the last write's (see
+    -- one_policy.lua).
+    if start_us ~= written_tat_of or start_frac ~= written_frac_of then
+      written_tat_of, written_tat_text = start_us, string.format('%d', start_us)
+      written_frac_of, written_frac_text = start_frac, start_frac == 0 and '0'
+        or string.format('%d', start_frac)
+    end
+    local expire_at_ms = reset_ms + 1000
+    if expire_at_ms ~= expiry_text_of then
+      expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
+    end
+    redis.call('HSET', state_key, 'tat', written_tat_text, 'frac', written_frac_text)
+    redis.call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end
   if reply then

@@ -1,7 +1,7 @@
 -- moderato: what every decision script does first, spliced in at its top (see
 -- moderato/scripts.py) after `local FIELDS_PER_POLICY = <n>`: read Redis's clock, declare
 -- the policy's scalars, and check the arguments of a one-policy charging call for the
--- script's straight-line path. One function is built: decimal_text().
+-- script's straight-line path. No function is built.
 
 -- Redis's clock in milliseconds, read once, first: the only time source, so every
 -- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
@@ -9,20 +9,12 @@ local time = redis.call('TIME')
 local time_us = time[2] + 0 -- arithmetic converts: cheaper than tonumber (a C call)
 local now_ms = time[1] * 1000 + (time_us - time_us % 1000) / 1000
 
--- The '%d' text of an integer below 2^53, for a command's argument: Redis would write a Lua
--- number with '%.17g', a floating-point formatting several times as long. Each number is
--- formatted once a call: a batch's checks write the same few again and again (the instant,
--- an expiry, a bucket refilled since its last check), and a lookup is a fraction of a
--- format.
-local decimal_texts = {}
-local function decimal_text(n)
-  local text = decimal_texts[n]
-  if not text then
-    text = string.format('%d', n)
-    decimal_texts[n] = text
-  end
-  return text
-end
+-- The numbers a straight-line path writes go to Redis as '%d' text (Redis would write a
+-- Lua number with '%.17g', a floating-point formatting several times as long), each write
+-- keeping the last text it formatted and the number it stands for (*_of): a batch's checks
+-- write the same few numbers again and again (an expiry, the instant, a bucket refilled
+-- since its last check), formatted once. The expiry's, for every script:
+local expiry_text, expiry_text_of
 
 -- The policy's scalars: the straight-line path's, then those the general path's
 -- evaluate() sets for its helpers (one scalar per field, not a table per policy).

@@ -48,7 +48,7 @@ local FIELDS_PER_POLICY = 2
 -- read's); the cost of the run's last denial searched and its reply (nil: none).
 local state_key, cutoff_ms, cutoff_text, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
   admitted_member, more_entries, reply, usual_entry, newest_read_ms, base_total_scaled,
-  denied_cost_scaled, denied_reply
+  denied_cost_scaled, denied_reply, stamp_text, stamp_text_of
 --#include one_policy.lua
 
 -- The common case, straight-line: one policy, charging, short decimal arguments within
@@ -129,13 +129,18 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       and cost_scaled <= 9007199254740992 - last_total_scaled then -- MAX_SAFE_INTEGER
     usage_scaled, last_total_scaled = usage_scaled + cost_scaled, last_total_scaled + cost_scaled
     local member = string.format('%016d:%d', last_total_scaled, cost_scaled)
+    -- The stamp the write adds entries at, as '%d' text, formatted when it differs from the
+    -- last admission's (see one_policy.lua).
+    if stamp_ms ~= stamp_text_of then
+      stamp_text_of, stamp_text = stamp_ms, string.format('%d', stamp_ms)
+    end
     if not admitted_member then
       admitted_member = member
     elseif more_entries then
       local count = #more_entries
       more_entries[count + 1], more_entries[count + 2] = more_entries[1], member
     else
-      more_entries = { decimal_text(stamp_ms), member }
+      more_entries = { stamp_text, member }
     end
     reply = { 1, 0, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms }
   elseif usage_scaled and not admitted_member and cost_scaled > capacity_scaled - usage_scaled then
@@ -176,10 +181,13 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch write
   if admitted_member then
     -- ZADD first: the write Redis refuses when out of memory (see write() below).
-    redis.call('ZADD', state_key, decimal_text(stamp_ms), admitted_member)
+    redis.call('ZADD', state_key, stamp_text, admitted_member)
     if expire_at_ms then
       redis.call('ZREMRANGEBYSCORE', state_key, '-inf', cutoff_text)
-      redis.call('PEXPIREAT', state_key, decimal_text(expire_at_ms))
+      if expire_at_ms ~= expiry_text_of then
+        expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
+      end
+      redis.call('PEXPIREAT', state_key, expiry_text)
     end
     if more_entries then
       redis.call('ZADD', state_key, unpack(more_entries))

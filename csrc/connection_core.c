@@ -15,6 +15,11 @@
  *   send_script(payload, script, keys, args)
  *                             the EVALSHA of a check: a new future queued,
  *                             its record kept for a NOSCRIPT re-send;
+ *                             payload None when the connection joins its
+ *                             turns (_group set): the EVALSHA is encoded by
+ *                             the turn's flush, and only if the check is
+ *                             not joined into a batched call (whose own
+ *                             encoding would make the check's a waste);
  *   _schedule_flush()         loop.call_soon(self._flush), the batch's
  *                             deadline from loop.time();
  *   _flush()                  the turn's commands closed into a batch (its
@@ -22,7 +27,8 @@
  *                             is) and written in one transport.write; when
  *                             two or more are new and _group is set, it is
  *                             called first (moderato/redis/grouping.py joins
- *                             adjacent checks into batched script calls);
+ *                             adjacent checks into batched script calls),
+ *                             then the checks left unencoded are encoded;
  *   get_buffer(sizehint)      the one read buffer;
  *   buffer_updated(nbytes)    the bytes read fed to the Reader, each reply
  *                             given to the oldest future (a done one, timed
@@ -43,6 +49,7 @@
 #include <time.h>
 
 #include "heap_type.h"
+#include "resp.h"
 
 #define CORE_NAMES(X, P)                                                                 \
     X(P, APPEND, "append")                                                               \
@@ -62,7 +69,8 @@
     X(P, NOSCRIPT, "NOSCRIPT")                                                           \
     X(P, LOOP, "loop")                                                                   \
     X(P, SENT, "sent")                                                                   \
-    X(P, JOIN, "join")
+    X(P, JOIN, "join")                                                                   \
+    X(P, SHA, "sha")
 
 ACCEL_NAME_TABLE(CORE_NAMES, CNAME_, CNAME_END, core_name_texts);
 
@@ -93,6 +101,7 @@ typedef struct {
     double command_timeout_s; /* _command_timeout_s */
     Py_ssize_t held;        /* _held */
     Py_ssize_t batched_total; /* _batched_total */
+    Py_ssize_t unencoded;   /* checks queued unencoded (None) since the last flush */
     int state;              /* _state */
     char usable;            /* usable */
     char batch_open;        /* batch_open */
@@ -263,22 +272,59 @@ new_future(accel_state *state, core_object *core)
                                state->core_loop_keyword);
 }
 
+/* Whether the connection joins its turns (_group set). */
+#define CORE_JOINS(core) ((core)->group != NULL && (core)->group != Py_None)
+
+int
+connection_core_joins(accel_state *state, PyObject *connection)
+{
+    return PyObject_TypeCheck(connection, state->core_type) &&
+           CORE_JOINS((core_object *)connection);
+}
+
+/* EVALSHA script.sha keys args, encoded (a new reference), or NULL. */
+static PyObject *
+encode_call(accel_state *state, PyObject *script, PyObject *keys, PyObject *args)
+{
+    PyObject *sha = PyObject_GetAttr(script, CNAME(state, SHA));
+    if (sha == NULL) {
+        return NULL;
+    }
+    PyObject *call[3] = {sha, keys, args};
+    PyObject *payload = resp_encode_evalsha(NULL, call, 3);
+    Py_DECREF(sha);
+    return payload;
+}
+
 CORE_METHOD(core_send_script)
 {
     core_object *core = (core_object *)self;
     accel_state *state = core_called("send_script", self, defining_class, nargsf, kwnames, 4);
-    if (state == NULL ||
-        !core_payload(args[0], "send_script(payload: bytes, script, keys, args)")) {
+    if (state == NULL || (args[0] != Py_None &&
+                          !core_payload(args[0], "send_script(payload: bytes | None, script, "
+                                                 "keys, args)"))) {
         return NULL;
     }
     if (!core->usable) {
         return refused(state, self);
     }
-    PyObject *future = new_future(state, core);
-    if (future == NULL) {
+    /* Unencoded (None) only while the turn may join it; a connection that does
+     * not join encodes it now, as its caller would have. */
+    PyObject *payload = args[0] != Py_None || CORE_JOINS(core)
+                            ? Py_NewRef(args[0])
+                            : encode_call(state, args[1], args[2], args[3]);
+    if (payload == NULL) {
         return NULL;
     }
-    if (queue(state, core, future, args[0]) < 0) {
+    PyObject *future = new_future(state, core);
+    if (future == NULL) {
+        Py_DECREF(payload);
+        return NULL;
+    }
+    int queued = queue(state, core, future, payload);
+    core->unencoded += payload == Py_None;
+    Py_DECREF(payload);
+    if (queued < 0) {
         Py_DECREF(future);
         return NULL;
     }
@@ -428,6 +474,70 @@ write_out(accel_state *state, core_object *core)
     return 0;
 }
 
+/* Encode the turn's checks queued unencoded (None) and not joined, each from its
+ * record in _scripts (numbered by its place in the pipeline). 0, or -1. */
+static int
+encode_left(accel_state *state, core_object *core)
+{
+    PyObject *buffer = core->write_buffer;
+    Py_ssize_t record_at = -1;
+    int records_read = 0;
+    for (Py_ssize_t at = PyList_GET_SIZE(buffer) - 1; at >= core->held; at--) {
+        /* (at checked again: a script's sha may be Python code, which may change it) */
+        if (at >= PyList_GET_SIZE(buffer) || PyList_GET_ITEM(buffer, at) != Py_None) {
+            continue;
+        }
+        Py_ssize_t number = core->batched_total + at - core->held + 1;
+        if (!records_read) {
+            Py_ssize_t records = PyObject_Length(core->scripts);
+            if (records < 0) {
+                return -1;
+            }
+            record_at = records - 1;
+            records_read = 1;
+        }
+        PyObject *record = NULL;
+        Py_ssize_t found = -1;
+        /* The records are in the order of their numbers: walk back to this one. */
+        for (; record_at >= 0; record_at--) {
+            record = PySequence_GetItem(core->scripts, record_at);
+            if (record == NULL) {
+                return -1;
+            }
+            if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 5) {
+                Py_DECREF(record);
+                PyErr_SetString(PyExc_TypeError, "a connection's script record is not a 5-tuple");
+                return -1;
+            }
+            found = PyLong_AsSsize_t(PyTuple_GET_ITEM(record, 0));
+            if (found <= number) {
+                break;
+            }
+            Py_DECREF(record);
+            record = NULL;
+        }
+        if (found == -1 && PyErr_Occurred()) {
+            Py_XDECREF(record);
+            return -1;
+        }
+        if (record == NULL || found != number) {
+            Py_XDECREF(record);
+            PyErr_SetString(PyExc_RuntimeError, "a check queued unencoded has no script record");
+            return -1;
+        }
+        PyObject *payload = encode_call(state, PyTuple_GET_ITEM(record, 1),
+                                        PyTuple_GET_ITEM(record, 2), PyTuple_GET_ITEM(record, 3));
+        Py_DECREF(record);
+        if (payload == NULL) {
+            return -1;
+        }
+        if (PyList_SetItem(buffer, at, payload) < 0) { /* takes payload, lets None go */
+            return -1;
+        }
+    }
+    return 0;
+}
+
 CORE_METHOD(core_flush)
 {
     core_object *core = (core_object *)self;
@@ -451,6 +561,13 @@ CORE_METHOD(core_flush)
         }
         Py_DECREF(grouped);
         new_commands = PyList_GET_SIZE(core->write_buffer) - core->held;
+    }
+    if (core->unencoded > 0) {
+        /* Counted, not read from _group: encoded even if _group was unset meanwhile. */
+        core->unencoded = 0;
+        if (new_commands > 0 && encode_left(state, core) < 0) {
+            return NULL;
+        }
     }
     if (core->state == CORE_READY) {
         /* Written before the batch is recorded: the bookkeeping then overlaps
@@ -617,8 +734,8 @@ CORE_METHOD(core_buffer_updated)
     {name, (PyCFunction)(void (*)(void))function, CORE_METHOD_FLAGS, doc}
 static PyMethodDef core_methods[] = {
     CORE_METHOD_ENTRY("send_script", core_send_script,
-                      "send_script(payload, script, keys, args): queue an encoded EVALSHA; "
-                      "the future of its reply."),
+                      "send_script(payload, script, keys, args): queue an encoded EVALSHA "
+                      "(None: encoded by the flush unless joined); the future of its reply."),
     CORE_METHOD_ENTRY("_queue", core_queue,
                       "_queue(future, payload): one command at the end of the pipeline."),
     CORE_METHOD_ENTRY("_schedule_flush", core_schedule_flush,

@@ -10,4 +10,8 @@
  * state and add the type to it. 0, or -1 with an exception set. */
 int connection_core_add_to_module(PyObject *module);
 
+/* Whether connection is a ConnectionCore that joins its turns (_group set): its
+ * send_script then takes a check unencoded (payload None). */
+int connection_core_joins(accel_state *state, PyObject *connection);
+
 #endif /* MODERATO_CONNECTION_CORE_H */

@@ -45,6 +45,7 @@
  */
 #include "fast_aredis.h"
 
+#include "connection_core.h"
 #include "coroutine.h"
 #include "decode.h"
 #include "heap_type.h"
@@ -417,11 +418,21 @@ fast_aredis_send(accel_state *state, PyObject *limiter, redis_check_object *chec
         return 0;
     }
     PyObject *compiled = request->compiled;
-    PyObject *send_args[5] = {connection, request->payload,
-                              PyTuple_GET_ITEM(compiled, RPLAN_SCRIPT), request->keys,
-                              PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
-    PyObject *future = PyObject_VectorcallMethod(NAME(state, SEND_SCRIPT), send_args,
-                                                 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    /* A connection that joins its turns takes the check unencoded: its flush
+     * encodes it only if it is not joined into a batched call. */
+    PyObject *payload = Py_NewRef(request->payload);
+    if (!connection_core_joins(state, connection)) {
+        PyObject *encode_args[3] = {PyTuple_GET_ITEM(compiled, RPLAN_SHA), request->keys,
+                                    PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
+        Py_SETREF(payload, resp_encode_evalsha(NULL, encode_args, 3));
+    }
+    PyObject *send_args[5] = {connection, payload, PyTuple_GET_ITEM(compiled, RPLAN_SCRIPT),
+                              request->keys, PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
+    PyObject *future = payload == NULL ? NULL
+                                       : PyObject_VectorcallMethod(
+                                             NAME(state, SEND_SCRIPT), send_args,
+                                             5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(payload);
     Py_DECREF(connection);
     if (future == NULL) {
         PyErr_Clear(); /* closed meanwhile, nothing queued: the Python path's */

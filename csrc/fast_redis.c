@@ -127,13 +127,13 @@ complete_plan(PyObject *compiled, void *context)
     return PyUnicode_CheckExact(sha) ? 0 : -1;
 }
 
-/* The check's keys (*keys_out, a new reference, or NULL) and its EVALSHA's
- * bytes (returned, a new reference) from the plan's compiled fields: NULL
- * with an exception set when a key part or the encoding fails (*keys_out
- * may be set). */
+/* The check's keys (*keys_out, a new reference, or NULL) and, when encode is
+ * set, its EVALSHA's bytes (returned, a new reference; else None) from the
+ * plan's compiled fields: NULL with an exception set when a key part or the
+ * encoding fails (*keys_out may be set). */
 static PyObject *
 payload_of(accel_state *state, PyObject *module, redis_check_object *check, PyObject *compiled,
-           PyObject *scope, PyObject *key, PyObject **keys_out)
+           PyObject *scope, PyObject *key, PyObject **keys_out, int encode)
 {
     PyObject *key_args[7] = {check->prefix,
                              PyTuple_GET_ITEM(compiled, RPLAN_TAG),
@@ -146,6 +146,9 @@ payload_of(accel_state *state, PyObject *module, redis_check_object *check, PyOb
     *keys_out = keys;
     if (keys == NULL) {
         return NULL;
+    }
+    if (!encode) {
+        return Py_NewRef(Py_None);
     }
     PyObject *encode_args[3] = {PyTuple_GET_ITEM(compiled, RPLAN_SHA), keys,
                                 PyTuple_GET_ITEM(compiled, RPLAN_ARGS)};
@@ -162,13 +165,13 @@ request_release(redis_request *request)
     Py_CLEAR(request->plan);
 }
 
-/* The request of limiter's check (fast_redis_check's arguments): 1
- * (*request filled in), or 0 (declined: nothing held, no exception set; the
+/* The request of limiter's check (fast_redis_check's arguments; encode: its
+ * EVALSHA encoded, else its payload None): 1 (*request filled in), or 0 (declined: nothing held, no exception set; the
  * Python path raises what failed, a bad key part). */
 static int
 request_of(accel_state *state, PyObject *module, PyObject *limiter, redis_check_object *check,
            PyObject *key, PyObject *rate, PyObject *scope, PyObject *algorithm,
-           redis_request *request)
+           redis_request *request, int encode)
 {
     fast_limiter *fast = (fast_limiter *)check;
     *request = (redis_request){scope == NULL ? check->global_scope : scope, NULL, NULL, NULL, NULL};
@@ -184,9 +187,10 @@ request_of(accel_state *state, PyObject *module, PyObject *limiter, redis_check_
         fast_compiled_plan(state, fast, request->plan, RPLAN_FIELDS, complete_plan, &first);
     if (compiled != NULL) {
         request->compiled = Py_NewRef(compiled);
-        request->payload =
-            payload_of(state, module, check, compiled, request->scope, key, &request->keys);
-        if (request->payload != NULL && PyBytes_CheckExact(request->payload)) {
+        request->payload = payload_of(state, module, check, compiled, request->scope, key,
+                                      &request->keys, encode);
+        if (request->payload != NULL &&
+            (encode ? PyBytes_CheckExact(request->payload) : request->payload == Py_None)) {
             return 1;
         }
     }
@@ -573,10 +577,14 @@ fast_redis_check(accel_state *state, PyObject *module, PyObject *limiter, PyObje
 {
     redis_check_object *check = (redis_check_object *)found;
     redis_request request;
-    if (!request_of(state, module, limiter, check, key, rate, scope, algorithm, &request)) {
+    /* The asyncio check encodes its EVALSHA once it knows its connection (one that
+     * joins its turns takes it unencoded: fast_aredis_send). */
+    int asyncio_check = Py_TYPE(found) == state->aredis_check_type;
+    if (!request_of(state, module, limiter, check, key, rate, scope, algorithm, &request,
+                    !asyncio_check)) {
         return 0;
     }
-    int taken = Py_TYPE(found) == state->aredis_check_type
+    int taken = asyncio_check
                     ? fast_aredis_send(state, limiter, check, &request, key, shadow, out)
                     : round_trip_check(state, module, limiter, check, &request, shadow, out);
     request_release(&request);

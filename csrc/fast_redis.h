@@ -82,7 +82,8 @@ typedef struct {
     PyObject *plan;     /* each of the rest a new reference, or NULL */
     PyObject *compiled; /* the plan's compiled fields (RPLAN_*) */
     PyObject *keys;
-    PyObject *payload; /* the EVALSHA's bytes */
+    PyObject *payload;  /* the EVALSHA's bytes; None for the asyncio check, which
+                         * encodes it once it knows its connection */
 } redis_request;
 
 /* The check of limiter (whose _fast_check is `check`, a RedisFastCheck or

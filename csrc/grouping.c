@@ -18,6 +18,9 @@
  *       in grouping._append_parts' layout (the markers), a SCRIPT LOAD
  *       queued before a form's first call on the connection, the records in
  *       _scripts and the slots in _pending as the Python steps leave them;
+ *       a check queued unencoded (None in _write_buffer, its record all its
+ *       EVALSHA needs) is measured by resp_evalsha_size and, if not joined,
+ *       left None for the connection's flush to encode;
  *   BatchedReply
  *       a batched call's slot in _pending: done(), set_result(reply) (the
  *       flat reply split per check, each check's future given its list or
@@ -844,6 +847,17 @@ done:
     return taken;
 }
 
+/* The bytes a new command takes: its payload's, or for a check queued
+ * unencoded (None), its EVALSHA's from its record. -1 with an error set. */
+static Py_ssize_t
+payload_size(PyObject *payload, PyObject *record)
+{
+    if (payload == Py_None) {
+        return resp_evalsha_size(PyTuple_GET_ITEM(record, 2), PyTuple_GET_ITEM(record, 3));
+    }
+    return LENGTH(payload);
+}
+
 /* Cut the new commands into runs; *runs set to how many, stops[r] each run's
  * end. 0, or -1. */
 static int
@@ -856,7 +870,8 @@ find_runs(grouping_object *grouping, turn_state *turn, command_info *infos, Py_s
         Py_ssize_t stop = start + 1;
         PyObject *form = infos[start].form;
         if (form != NULL) {
-            Py_ssize_t size = LENGTH(PyList_GET_ITEM(turn->buffer, turn->first + start));
+            Py_ssize_t size = payload_size(PyList_GET_ITEM(turn->buffer, turn->first + start),
+                                           infos[start].record);
             Py_ssize_t policies = LENGTH(PyTuple_GET_ITEM(infos[start].record, 2));
             if (size < 0 || policies < 0) {
                 return -1;
@@ -866,7 +881,8 @@ find_runs(grouping_object *grouping, turn_state *turn, command_info *infos, Py_s
             policies *= PART_UNITS;
             while (stop < count && infos[stop].form == form) {
                 PyObject *after = infos[stop].record, *before = infos[stop - 1].record;
-                Py_ssize_t more = LENGTH(PyList_GET_ITEM(turn->buffer, turn->first + stop));
+                Py_ssize_t more =
+                    payload_size(PyList_GET_ITEM(turn->buffer, turn->first + stop), after);
                 Py_ssize_t more_policies = LENGTH(PyTuple_GET_ITEM(after, 2));
                 if (more < 0 || more_policies < 0) {
                     return -1;

@@ -92,6 +92,13 @@ PyDoc_STRVAR(encode_evalsha_doc,
 "sha is the 40 hexadecimal digits of a script's SHA-1 (str or bytes); keys\n"
 "and args are tuples or lists of what encode_command accepts.");
 
+PyDoc_STRVAR(evalsha_size_doc,
+"evalsha_size($module, keys, args, /)\n"
+"--\n"
+"\n"
+"len(encode_evalsha(sha, keys, args)) for any sha, without encoding it: what a\n"
+"check queued unencoded takes in a batched call's bytes bound.");
+
 PyDoc_STRVAR(check_result_doc,
 "check_result($module, reply, plan, /)\n"
 "--\n"
@@ -116,6 +123,8 @@ static PyMethodDef accel_methods[] = {
      encode_command_doc},
     {"encode_evalsha", (PyCFunction)(void (*)(void))resp_encode_evalsha, METH_FASTCALL,
      encode_evalsha_doc},
+    {"evalsha_size", (PyCFunction)(void (*)(void))resp_evalsha_size_function, METH_FASTCALL,
+     evalsha_size_doc},
     {"decode_decision", (PyCFunction)(void (*)(void))decode_decision, METH_FASTCALL,
      decode_decision_doc},
     {"check_result", (PyCFunction)(void (*)(void))decode_check_result, METH_FASTCALL,

@@ -252,9 +252,12 @@ write_header(char *out, char kind, Py_ssize_t value)
     return out;
 }
 
-/* The RESP array of the resolved bulks, sized exactly and written once. */
-static PyObject *
-command_encode(const resp_command *command)
+/* "$<size>\r\n<data>\r\n": a bulk of size bytes, framed. */
+#define BULK_FRAMED(size) (1 + decimal_width(size) + 2 + (size) + 2)
+
+/* The size of the RESP array of the resolved bulks; -1 with MemoryError. */
+static Py_ssize_t
+command_size(const resp_command *command)
 {
     /* "*<count>\r\n", then per bulk "$<size>\r\n<data>\r\n" */
     Py_ssize_t total_size = 1 + decimal_width(command->count) + 2;
@@ -262,9 +265,21 @@ command_encode(const resp_command *command)
         Py_ssize_t size = command->bulks[i].size;
         Py_ssize_t framing = 1 + decimal_width(size) + 2 + 2;
         if (size > PY_SSIZE_T_MAX - framing - total_size) {
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            return -1;
         }
         total_size += framing + size;
+    }
+    return total_size;
+}
+
+/* The RESP array of the resolved bulks, sized exactly and written once. */
+static PyObject *
+command_encode(const resp_command *command)
+{
+    Py_ssize_t total_size = command_size(command);
+    if (total_size < 0) {
+        return NULL;
     }
     PyObject *encoded = PyBytes_FromStringAndSize(NULL, total_size);
     if (encoded == NULL) {
@@ -420,4 +435,92 @@ done_items:
     Py_DECREF(script_args);
     Py_DECREF(keys);
     return encoded;
+}
+
+/* The size of one item as add_argument writes it, for the common kinds (bytes,
+ * ASCII str, an int of a long long); -1 for any other (no error set). */
+static Py_ssize_t
+plain_item_size(PyObject *value)
+{
+    if (PyBytes_Check(value)) {
+        return PyBytes_GET_SIZE(value);
+    }
+    if (PyUnicode_Check(value) && PyUnicode_IS_COMPACT_ASCII(value)) {
+        return PyUnicode_GET_LENGTH(value);
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (!overflow) {
+            char digits[RESP_INT_DIGITS];
+            return format_long_long(digits, small);
+        }
+    }
+    return -1;
+}
+
+/* The framed size of a sequence's items when all are plain; -1 if one is not. */
+static Py_ssize_t
+plain_items_size(PyObject *items)
+{
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+        Py_ssize_t size = plain_item_size(PySequence_Fast_GET_ITEM(items, i));
+        if (size < 0 || size > PY_SSIZE_T_MAX / 2 - total) {
+            return -1;
+        }
+        total += BULK_FRAMED(size);
+    }
+    return total;
+}
+
+Py_ssize_t
+resp_evalsha_size(PyObject *keys, PyObject *args)
+{
+    static const char evalsha[] = "EVALSHA";
+    static const char sha[RESP_SHA_DIGITS] = {0}; /* its size is all that counts here */
+    int sequences = (PyList_Check(keys) || PyTuple_Check(keys)) &&
+                    (PyList_Check(args) || PyTuple_Check(args));
+    if (sequences) {
+        /* Nothing below runs Python code: the lists cannot change meanwhile. */
+        Py_ssize_t key_count = PySequence_Fast_GET_SIZE(keys);
+        Py_ssize_t count = 3 + key_count + PySequence_Fast_GET_SIZE(args);
+        Py_ssize_t keys_size = plain_items_size(keys);
+        Py_ssize_t args_size = keys_size < 0 ? -1 : plain_items_size(args);
+        if (args_size >= 0) {
+            return 1 + decimal_width(count) + 2 + BULK_FRAMED((Py_ssize_t)sizeof(evalsha) - 1) +
+                   BULK_FRAMED(RESP_SHA_DIGITS) + BULK_FRAMED(decimal_width(key_count)) +
+                   keys_size + args_size;
+        }
+    }
+    /* Any other item, or an error to raise: encode_evalsha's own resolving. */
+    PyObject *key_items = items_snapshot(keys, "keys");
+    PyObject *arg_items = key_items == NULL ? NULL : items_snapshot(args, "args");
+    Py_ssize_t total_size = -1;
+    resp_command command;
+    if (arg_items != NULL &&
+        command_init(&command, 3 + PyTuple_GET_SIZE(key_items) + PyTuple_GET_SIZE(arg_items)) ==
+            0) {
+        add_static(&command, evalsha, (Py_ssize_t)(sizeof(evalsha) - 1));
+        add_static(&command, sha, RESP_SHA_DIGITS);
+        add_count(&command, PyTuple_GET_SIZE(key_items));
+        if (add_items(&command, key_items, "keys") == 0 &&
+            add_items(&command, arg_items, "args") == 0) {
+            total_size = command_size(&command);
+        }
+        command_release(&command);
+    }
+    Py_XDECREF(key_items);
+    Py_XDECREF(arg_items);
+    return total_size;
+}
+
+PyObject *
+resp_evalsha_size_function(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (accel_check_arity("evalsha_size", "keys, args", 2, 2, nargs) < 0) {
+        return NULL;
+    }
+    Py_ssize_t size = resp_evalsha_size(args[0], args[1]);
+    return size < 0 ? NULL : PyLong_FromSsize_t(size);
 }

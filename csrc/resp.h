@@ -10,4 +10,12 @@ PyObject *resp_encode_command(PyObject *module, PyObject *const *args, Py_ssize_
 /* encode_evalsha(sha, keys, args, /) -> bytes */
 PyObject *resp_encode_evalsha(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* len(encode_evalsha(sha, keys, args)) for any 40-digit sha, without writing it
+ * (what a check's EVALSHA will take in a batch's bytes bound); -1 with the error
+ * encode_evalsha would raise. */
+Py_ssize_t resp_evalsha_size(PyObject *keys, PyObject *args);
+
+/* evalsha_size(keys, args, /) -> int */
+PyObject *resp_evalsha_size_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 #endif /* MODERATO_RESP_H */

@@ -17,7 +17,7 @@ from typing import Any
 
 import hiredis
 
-from moderato.redis._encoding import Arg
+from moderato.redis._encoding import Arg, encode_evalsha
 from moderato.redis.connection import RedisConnection, ScriptLike
 from moderato.redis.errors import RedisConnectionError, RedisReplyError
 
@@ -31,7 +31,11 @@ class ReferenceCore:
     and its C base's, set by RedisConnection.__init__)."""
 
     def send_script(
-        self, payload: bytes, script: ScriptLike, keys: Sequence[Arg], args: Sequence[Arg]
+        self,
+        payload: bytes | None,
+        script: ScriptLike,
+        keys: Sequence[Arg],
+        args: Sequence[Arg],
     ) -> asyncio.Future[Any]:
         """Queue an encoded ``EVALSHA script.sha keys args``; the future resolves to its reply.
 
@@ -39,10 +43,15 @@ class ReferenceCore:
         script is loaded once on this connection and the command sent again
         (see the module doc); the same future gets that reply, so the caller
         never sees the NOSCRIPT. The re-sent command has its own timeout.
+
+        ``payload`` None: queued unencoded when the connection joins its turns (the
+        flush encodes it unless it is joined), else encoded now.
         """
         # send(), _queue() and _queued_total() written out: this is every check's path.
         if not self.usable:
             raise self._closed_error(sent=False)
+        if payload is None and self._group is None:
+            payload = encode_evalsha(script.sha, keys, args)
         future: asyncio.Future[Any] = _Future(loop=self._loop)
         self._pending.append(future)
         buffer = self._write_buffer
@@ -93,6 +102,8 @@ class ReferenceCore:
             self._group()
             new = len(buffer) - self._held
         if new > 0:
+            self._encode_left()
+        if new > 0:
             batched_total = self._batched_total + new
             self._batched_total = batched_total
             batches = self._batches
@@ -116,6 +127,17 @@ class ReferenceCore:
             self._held = 0
         else:
             self._held = len(buffer)
+
+    def _encode_left(self) -> None:
+        """The turn's checks queued unencoded and not joined, each encoded from its
+        record (numbered by its place in the pipeline)."""
+        buffer = self._write_buffer
+        held = self._held
+        records = {record[0]: record for record in self._scripts}
+        for at in range(held, len(buffer)):
+            if buffer[at] is None:
+                _, script, keys, args, _ = records[self._batched_total + at - held + 1]
+                buffer[at] = encode_evalsha(script.sha, keys, args)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_view

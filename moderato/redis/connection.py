@@ -226,6 +226,9 @@ class RedisConnection(ConnectionCore, asyncio.BufferedProtocol):
         # and 3.9/3.10's TLS layer (slice assignment) accept either.
         self._read_view = memoryview(self._read_buffer)
         self._pending: deque[asyncio.Future[Any]] = deque()
+        # A check sent unencoded (send_script(None, ...), when _group joins the turns)
+        # is None here until the turn's flush: the flush encodes it unless it was
+        # joined into a batched call, whose own encoding would waste its own.
         self._write_buffer: list[bytes] = []
         # How many payloads at the head of _write_buffer already belong to a batch:
         # non-zero only while connecting, when batches are held back.

@@ -364,8 +364,16 @@ def joining(connection: Any) -> Callable[[], None]:
     return partial(_grouping_in_c(), connection)
 
 
+def _payload_size(payload: Optional[bytes], record: Record) -> int:
+    """The bytes a new command takes: its payload's, or for a check queued unencoded
+    (None: the connection's flush encodes it if it is not joined), its EVALSHA's."""
+    if payload is None:
+        return len(encode_evalsha(record[1].sha, record[2], record[3]))
+    return len(payload)
+
+
 def _join(connection: Any, calls: _Calls) -> None:
-    buffer: list[bytes] = connection._write_buffer
+    buffer: list[Optional[bytes]] = connection._write_buffer
     first = connection._held
     new = len(buffer) - first
     base = connection._batched_total
@@ -391,7 +399,7 @@ def _join(connection: Any, calls: _Calls) -> None:
         stop = start + 1
         record = records[start]
         if key is not None and record is not None:
-            size = len(buffer[first + start])
+            size = _payload_size(buffer[first + start], record)
             # Weighed as _append_parts sends them: a repeat ("=") its algorithm's units.
             max_units, repeat_units = algorithm_parts.get(record[1].sha, (0, 0))
             units = _PART_UNITS
@@ -404,7 +412,7 @@ def _join(connection: Any, calls: _Calls) -> None:
                 assert before is not None
                 repeat = after[3] == before[3] and after[2] == before[2]
                 weight = repeat_units if repeat and _straight_line(after) else _PART_UNITS
-                size += len(buffer[first + stop])
+                size += _payload_size(buffer[first + stop], after)
                 units += weight
                 policies += len(after[2]) * weight
                 if units > max_units or size > max_bytes or policies > max_policies:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from batching_helpers import ARGS, Compared, calls, join_both
+from connection_reference import ReferenceCore
 from redis_servers import RedisServer
 
 from moderato import _accel
@@ -45,7 +46,7 @@ class Connection:
     def __init__(self, loop: asyncio.AbstractEventLoop, base: int, held: int) -> None:
         self._loop = loop
         self._future_type = asyncio.Future
-        self._write_buffer: list[bytes] = [b"*1\r\n$4\r\nPING\r\n"] * held
+        self._write_buffer: list[bytes | None] = [b"*1\r\n$4\r\nPING\r\n"] * held
         self._held = held
         self._batched_total = base
         self._scripts: deque[Any] = deque()
@@ -104,6 +105,10 @@ def random_call(rng: random.Random, before: Any) -> tuple[Any, list[Any], list[A
 def random_turn(seed: int, loop: asyncio.AbstractEventLoop) -> Connection:
     """A connection with a random turn of new commands queued."""
     rng = random.Random(seed)
+    # Which checks come unencoded (None: send_script's payload on a joining connection,
+    # the flush encodes it unless joined), from a stream of its own.
+    unencoded = random.Random(-seed - 1)
+    share_unencoded = unencoded.choice([0.0, 0.5, 1.0])
     base = rng.choice([0, 7, 1000])
     connection = Connection(loop, base, rng.choice([0, 0, 2]))
     for number in range(max(0, base - 2), base + 1):
@@ -124,7 +129,8 @@ def random_turn(seed: int, loop: asyncio.AbstractEventLoop) -> Connection:
         else:
             call = before = random_call(rng, before)
         script, keys, args, resends = call
-        connection._write_buffer.append(encode_evalsha(script.sha, keys, args))
+        late = resends == 0 and unencoded.random() < share_unencoded
+        connection._write_buffer.append(None if late else encode_evalsha(script.sha, keys, args))
         connection._scripts.append((number, script, keys, args, resends))
     for script in SCRIPTS:
         if rng.random() < 0.5:
@@ -148,6 +154,29 @@ async def test_random_turns_are_joined_the_same() -> None:
         loads += sum(slot[0] == "load" for slot in in_c["pending"])
     # Every kind of turn came up: joined, with batches and with loads queued.
     assert joined > 300 and batched > 1000 and loads > 100
+
+
+async def test_checks_queued_unencoded_go_out_as_the_same_bytes() -> None:
+    """A turn whose checks came unencoded (None), joined and its leftovers encoded as the
+    flush does, writes what the same turn encoded when queued writes: the same cuts at
+    the bytes bound (evalsha_size), the same batched calls, the lone checks' EVALSHAs."""
+    loop = asyncio.get_running_loop()
+    unencoded_turns = 0
+    for seed in range(300):
+        late = random_turn(seed, loop)
+        if None not in late._write_buffer:
+            continue
+        unencoded_turns += 1
+        early = random_turn(seed, loop)
+        ReferenceCore._encode_left(early)  # type: ignore[arg-type]
+        assert None not in early._write_buffer
+        for connection in (late, early):
+            _grouping_in_c()(connection)
+        ReferenceCore._encode_left(late)  # type: ignore[arg-type]
+        assert late._write_buffer == early._write_buffer, seed
+        assert [record[0] for record in late._scripts] == [record[0] for record in early._scripts]
+        assert len(late._pending) == len(early._pending)
+    assert unencoded_turns > 150
 
 
 async def test_a_turn_cut_at_the_bytes_bound() -> None:

@@ -29,6 +29,7 @@ from skips import skip_without_tls
 
 from moderato.redis import BACKOFF_CAP_S, RedisClient, RedisConnection, parse_url
 from moderato.redis import connector as connector_module
+from moderato.redis._encoding import encode_evalsha
 from moderato.redis.connection import CommandNotSentError
 from moderato.redis.errors import RedisClientError, RedisReplyError
 
@@ -180,6 +181,46 @@ async def test_commands_of_one_loop_turn_leave_in_one_write(
     assert replies == list(range(1, 201))
     assert len(writes) == 1
     assert writes[0].count(b"INCR") == 200
+
+
+async def test_a_check_queued_unencoded_goes_out_as_its_evalsha(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_script(None, ...) (what the asyncio fast check sends a connection that joins
+    its turns): the turn's flush encodes each check it did not join, so the write is
+    byte for byte the encoded turn's, a lone check's included, in its own turn; a
+    connection that does not join encodes it when queued."""
+    client = RedisClient.from_url(redis_url, batch_decisions=True)
+    try:
+        await client.execute("SCRIPT", "LOAD", DOUBLE.source)
+        connection = only_connection(client)
+        writes = record_writes(connection, monkeypatch)
+        calls = [(["late-a"], [1]), (["late-b"], ("2",)), (["late-a"], [b"3"])]
+        futures = [connection.send_script(None, DOUBLE, keys, args) for keys, args in calls]
+        futures.append(connection.send_script(None, DOUBLE, ["late-c"], [10**15]))
+        assert connection._write_buffer[-4:] == [None] * 4  # not encoded yet
+        assert await asyncio.gather(*futures) == [2, 4, 6, 2 * 10**15]
+        expected = [encode_evalsha(DOUBLE.sha, keys, args) for keys, args in calls]
+        expected.append(encode_evalsha(DOUBLE.sha, ["late-c"], [10**15]))
+        assert writes == [b"".join(expected)]
+        assert await connection.send_script(None, DOUBLE, ["late-d"], [4]) == 8
+        assert writes[1:] == [encode_evalsha(DOUBLE.sha, ["late-d"], [4])]
+        # Its _group unset before the flush: what was queued unencoded is still encoded.
+        future = connection.send_script(None, DOUBLE, ["late-f"], [6])
+        connection._group = None
+        assert await future == 12
+        assert writes[2:] == [encode_evalsha(DOUBLE.sha, ["late-f"], [6])]
+    finally:
+        await client.close()
+    client = RedisClient.from_url(redis_url)
+    try:
+        await client.execute("PING")
+        connection = only_connection(client)
+        future = connection.send_script(None, DOUBLE, ["late-e"], [5])
+        assert connection._write_buffer[-1] == encode_evalsha(DOUBLE.sha, ["late-e"], [5])
+        assert await future == 10
+    finally:
+        await client.close()
 
 
 async def test_each_loop_turn_gets_its_own_write(
@@ -1042,6 +1083,9 @@ async def test_no_leaks_in_the_per_command_path(client: RedisClient) -> None:
             replies = await asyncio.gather(*(client.execute("INCRBY", key, 1) for _ in range(3)))
             assert len(replies) == 3
             await client.execute("SET", "leak-big", argument)
+            # A check queued unencoded: encoded now by a connection that does not join.
+            connection = only_connection(client)
+            assert await connection.send_script(None, DOUBLE, [key], [21]) == 42
 
     await rounds(200)
     gc.collect()

@@ -15,6 +15,7 @@ import fnmatch
 import hashlib
 import hmac
 import importlib.machinery
+import random
 import sys
 import types
 from typing import Any, Callable
@@ -758,6 +759,42 @@ def test_encode_evalsha_rejects(
 def test_encode_evalsha_wants_three_arguments(impl: Any) -> None:
     with pytest.raises(TypeError):
         impl.encode_evalsha(SHA, [])
+
+
+def test_evalsha_size_is_the_encodings_length() -> None:
+    """evalsha_size (what a check queued unencoded takes in a batch's bytes bound) is
+    len(encode_evalsha(...)) for any sha: every kind of item, every size of number and
+    text (the counts' and lengths' decimal widths), lists and tuples."""
+    rng = random.Random(30)
+    kinds: list[Any] = [
+        lambda: rng.randrange(-(10**20), 10**20),
+        lambda: rng.randrange(-12, 12),
+        lambda: 2 ** rng.randrange(60, 200),
+        lambda: "x" * rng.choice([0, 1, 9, 10, 99, 100, 1000]),
+        lambda: "t\u00fc" * rng.randrange(4),
+        lambda: "\U0001f600" * rng.randrange(3),
+        lambda: b"b" * rng.choice([0, 9, 10, 100]),
+        lambda: bytearray(b"ba" * rng.randrange(3)),
+        lambda: memoryview(b"mv" * rng.randrange(3)),
+        lambda: True,
+    ]
+    for _ in range(2000):
+        keys = [rng.choice(kinds)() for _ in range(rng.choice([0, 1, 3, 9, 10, 11]))]
+        args = [rng.choice(kinds)() for _ in range(rng.choice([0, 1, 2, 9, 10, 99, 100]))]
+        keys = [key for key in keys if type(key) is not bool]  # a bool is refused
+        args_given: Any = tuple(args) if rng.random() < 0.5 else args
+        if any(type(arg) is bool for arg in args):
+            with pytest.raises(TypeError, match="must be bytes, bytearray"):
+                accel.evalsha_size(keys, args_given)
+            continue
+        assert accel.evalsha_size(keys, args_given) == len(
+            accel.encode_evalsha(SHA, keys, args_given)
+        )
+    for keys, args in [(None, []), ("k", []), ([], b"a"), ([1.0], []), (["\ud800"], [])]:
+        with pytest.raises((TypeError, ValueError)):
+            accel.evalsha_size(keys, args)
+    with pytest.raises(TypeError):
+        accel.evalsha_size([])  # type: ignore[call-arg]
 
 
 # -- decode_decision -----------------------------------------------------------------

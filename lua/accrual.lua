@@ -153,9 +153,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     if base_ms ~= written_base_of then
       written_base_of, written_base_text = base_ms, string.format('%d', base_ms)
     end
-    if expire_at_ms ~= expiry_text_of then
-      expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
-    end
+--#include expiry_text.lua
     redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text,
       ACCRUED_FIELD, accrued_scaled == 0 and '0' or string.format('%d', accrued_scaled))
     -- Set on every write: this also repairs a bucket that lost its expiry.

@@ -16,8 +16,6 @@ if used_scaled ~= stored_scaled then
   end
 end
 if found_scaled == 0 and used_scaled > 0 then
-  if expire_at_ms ~= expiry_text_of then -- '%d' text, formatted once (see one_policy.lua)
-    expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
-  end
+--#include expiry_text.lua
   redis.call('PEXPIREAT', state_key, expiry_text)
 end

@@ -133,9 +133,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
         or string.format('%d', start_frac)
     end
     local expire_at_ms = reset_ms + 1000
-    if expire_at_ms ~= expiry_text_of then
-      expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
-    end
+--#include expiry_text.lua
     redis.call('HSET', state_key, 'tat', written_tat_text, 'frac', written_frac_text)
     redis.call('PEXPIREAT', state_key, expiry_text)
   end

@@ -13,7 +13,8 @@ local now_ms = time[1] * 1000 + (time_us - time_us % 1000) / 1000
 -- Lua number with '%.17g', a floating-point formatting several times as long), each write
 -- keeping the last text it formatted and the number it stands for (*_of): a batch's checks
 -- write the same few numbers again and again (an expiry, the instant, a bucket refilled
--- since its last check), formatted once. The expiry's, for every script:
+-- since its last check), formatted once. The expiry's, for every script (expiry_text.lua
+-- updates it):
 local expiry_text, expiry_text_of
 
 -- The policy's scalars: the straight-line path's, then those the general path's

@@ -184,9 +184,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     redis.call('ZADD', state_key, stamp_text, admitted_member)
     if expire_at_ms then
       redis.call('ZREMRANGEBYSCORE', state_key, '-inf', cutoff_text)
-      if expire_at_ms ~= expiry_text_of then
-        expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
-      end
+--#include expiry_text.lua
       redis.call('PEXPIREAT', state_key, expiry_text)
     end
     if more_entries then

@@ -16,7 +16,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
     # spliced into scripts, never run on their own (together.lua and one_instant.lua:
     # into the composite scripts.composite_script() assembles; batch.lua: into the
     # batched scripts scripts.batched_script() assembles; replied.lua: into prelude.lua
-    # and reset.lua)
+    # and reset.lua; expiry_text.lua: into the write pieces)
     included = (
         "prelude",
         "accrual",
@@ -25,6 +25,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "window_counter",
         "counter_run",
         "counter_write",
+        "expiry_text",
         "together",
         "one_instant",
         "batch",

@@ -155,72 +155,73 @@ argument_value_error(const resp_origin *origin, PyObject *value, const char *pro
     return -1;
 }
 
-static int
-add_int(resp_command *command, PyObject *value, const resp_origin *origin)
-{
-    int overflow;
-    resp_bulk *bulk = command_next(command);
-    long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (!overflow) {
-        /* Cannot fail: value is an int, which needs no __index__ call. */
-        assert(!PyErr_Occurred());
-        bulk->size = format_long_long(bulk->digits, small);
-        bulk->data = bulk->digits;
-        return 0;
-    }
-    /* int's own formatting: a subclass's __str__ or __repr__ is not asked. */
-    bulk->owner = PyNumber_ToBase(value, 10);
-    if (bulk->owner == NULL) {
-        return argument_value_error(origin, value, "is an int too large to write in decimal");
-    }
-    bulk->data = PyUnicode_AsUTF8AndSize(bulk->owner, &bulk->size);
-    return bulk->data == NULL ? -1 : 0;
-}
-
-static int
-add_str(resp_command *command, PyObject *value, const resp_origin *origin)
-{
-    resp_bulk *bulk = command_next(command);
-    bulk->data = PyUnicode_AsUTF8AndSize(value, &bulk->size);
-    if (bulk->data == NULL) {
-        return argument_value_error(origin, value, "is a str that cannot be encoded as UTF-8");
-    }
-    bulk->owner = Py_NewRef(value);
-    return 0;
-}
-
-static int
-add_buffer(resp_command *command, PyObject *value, const resp_origin *origin)
-{
-    resp_bulk *bulk = command_next(command);
-    if (PyObject_GetBuffer(value, &bulk->view, PyBUF_SIMPLE) < 0) {
-        bulk->view.obj = NULL;
-        /* A non-contiguous or released memoryview. */
-        return argument_value_error(origin, value, "cannot be read as contiguous bytes");
-    }
-    bulk->data = bulk->view.buf;
-    bulk->size = bulk->view.len;
-    return 0;
-}
-
-static int
-add_argument(resp_command *command, PyObject *value, const resp_origin *origin)
+/* An item's bytes as every encoding here writes them, when they are at hand with no
+ * error possible and no Python code run: a bytes' own, an ASCII str's (its UTF-8 is its
+ * data), an int's (not a bool) that fits a long long, written in decimal into digits.
+ * Returns their size, *data set; -1 for any other item (nothing set, no error), which
+ * add_argument resolves by its kind. The one place that knows these kinds: add_argument
+ * and evalsha_size's count (plain_items_size) both ask it. */
+static Py_ssize_t
+plain_item(PyObject *value, char *digits, const char **data)
 {
     if (PyBytes_Check(value)) {
-        resp_bulk *bulk = command_next(command);
-        bulk->data = PyBytes_AS_STRING(value);
-        bulk->size = PyBytes_GET_SIZE(value);
+        *data = PyBytes_AS_STRING(value);
+        return PyBytes_GET_SIZE(value);
+    }
+    if (PyUnicode_Check(value)) {
+        if (!PyUnicode_IS_COMPACT_ASCII(value)) {
+            return -1;
+        }
+        /* What PyUnicode_AsUTF8AndSize returns for a compact ASCII str: its own data. */
+        *data = (const char *)PyUnicode_DATA(value);
+        return PyUnicode_GET_LENGTH(value);
+    }
+    if (PyLong_Check(value) && !PyBool_Check(value)) {
+        int overflow;
+        /* Cannot fail: value is an int, which needs no __index__ call. */
+        long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (!overflow) {
+            assert(!PyErr_Occurred());
+            *data = digits;
+            return format_long_long(digits, small);
+        }
+    }
+    return -1;
+}
+
+/* An item plain_item leaves: a str that is not compact ASCII, an int beyond a long
+ * long, a bytearray or memoryview, or a refusal. */
+static int
+resolve_other(resp_bulk *bulk, PyObject *value, const resp_origin *origin)
+{
+    if (PyUnicode_Check(value)) {
+        bulk->data = PyUnicode_AsUTF8AndSize(value, &bulk->size);
+        if (bulk->data == NULL) {
+            return argument_value_error(origin, value,
+                                        "is a str that cannot be encoded as UTF-8");
+        }
         bulk->owner = Py_NewRef(value);
         return 0;
     }
-    if (PyUnicode_Check(value)) {
-        return add_str(command, value, origin);
-    }
     if (PyLong_Check(value) && !PyBool_Check(value)) {
-        return add_int(command, value, origin);
+        /* int's own formatting: a subclass's __str__ or __repr__ is not asked. */
+        bulk->owner = PyNumber_ToBase(value, 10);
+        if (bulk->owner == NULL) {
+            return argument_value_error(origin, value,
+                                        "is an int too large to write in decimal");
+        }
+        bulk->data = PyUnicode_AsUTF8AndSize(bulk->owner, &bulk->size);
+        return bulk->data == NULL ? -1 : 0;
     }
     if (PyByteArray_Check(value) || PyMemoryView_Check(value)) {
-        return add_buffer(command, value, origin);
+        if (PyObject_GetBuffer(value, &bulk->view, PyBUF_SIMPLE) < 0) {
+            bulk->view.obj = NULL;
+            /* A non-contiguous or released memoryview. */
+            return argument_value_error(origin, value, "cannot be read as contiguous bytes");
+        }
+        bulk->data = bulk->view.buf;
+        bulk->size = bulk->view.len;
+        return 0;
     }
     PyObject *name = origin_name(origin);
     if (name != NULL) {
@@ -229,6 +230,21 @@ add_argument(resp_command *command, PyObject *value, const resp_origin *origin)
         Py_DECREF(name);
     }
     return -1;
+}
+
+static int
+add_argument(resp_command *command, PyObject *value, const resp_origin *origin)
+{
+    resp_bulk *bulk = command_next(command);
+    Py_ssize_t size = plain_item(value, bulk->digits, &bulk->data);
+    if (size < 0) {
+        return resolve_other(bulk, value, origin);
+    }
+    bulk->size = size;
+    if (bulk->data != bulk->digits) {
+        bulk->owner = Py_NewRef(value);
+    }
+    return 0;
 }
 
 static Py_ssize_t
@@ -437,35 +453,15 @@ done_items:
     return encoded;
 }
 
-/* The size of one item as add_argument writes it, for the common kinds (bytes,
- * ASCII str, an int of a long long); -1 for any other (no error set). */
-static Py_ssize_t
-plain_item_size(PyObject *value)
-{
-    if (PyBytes_Check(value)) {
-        return PyBytes_GET_SIZE(value);
-    }
-    if (PyUnicode_Check(value) && PyUnicode_IS_COMPACT_ASCII(value)) {
-        return PyUnicode_GET_LENGTH(value);
-    }
-    if (PyLong_CheckExact(value)) {
-        int overflow;
-        long long small = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (!overflow) {
-            char digits[RESP_INT_DIGITS];
-            return format_long_long(digits, small);
-        }
-    }
-    return -1;
-}
-
 /* The framed size of a sequence's items when all are plain; -1 if one is not. */
 static Py_ssize_t
 plain_items_size(PyObject *items)
 {
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
-        Py_ssize_t size = plain_item_size(PySequence_Fast_GET_ITEM(items, i));
+        char digits[RESP_INT_DIGITS];
+        const char *data;
+        Py_ssize_t size = plain_item(PySequence_Fast_GET_ITEM(items, i), digits, &data);
         if (size < 0 || size > PY_SSIZE_T_MAX / 2 - total) {
             return -1;
         }

@@ -624,6 +624,10 @@ class Color(enum.IntEnum):
     RED = 1
 
 
+class Label(str):
+    pass
+
+
 @pytest.mark.parametrize(
     ("args", "encoded"),
     [
@@ -763,8 +767,8 @@ def test_encode_evalsha_wants_three_arguments(impl: Any) -> None:
 
 def test_evalsha_size_is_the_encodings_length() -> None:
     """evalsha_size (what a check queued unencoded takes in a batch's bytes bound) is
-    len(encode_evalsha(...)) for any sha: every kind of item, every size of number and
-    text (the counts' and lengths' decimal widths), lists and tuples."""
+    len(encode_evalsha(...)) for any sha: every kind of item (subclasses too), every size
+    of number and text (the counts' and lengths' decimal widths), lists and tuples."""
     rng = random.Random(30)
     kinds: list[Any] = [
         lambda: rng.randrange(-(10**20), 10**20),
@@ -777,6 +781,9 @@ def test_evalsha_size_is_the_encodings_length() -> None:
         lambda: bytearray(b"ba" * rng.randrange(3)),
         lambda: memoryview(b"mv" * rng.randrange(3)),
         lambda: True,
+        # Subclasses: an int's takes the plain route, a str's (never compact) the other.
+        lambda: Color.RED,
+        lambda: Label("s" * rng.randrange(3)),
     ]
     for _ in range(2000):
         keys = [rng.choice(kinds)() for _ in range(rng.choice([0, 1, 3, 9, 10, 11]))]

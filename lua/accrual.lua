@@ -47,12 +47,27 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
   -- deficit, base and accrued brought up to now; deficit nil: the general path's case.
   deficit_scaled = nil
-  -- Each field a decimal of 1 to 15 digits (below 2^53, base below 2^52): one pattern.
-  if amount_text and base_text and accrued_text
-      and #amount_text < 16 and #base_text < 16 and #accrued_text < 16
-      and string.find(amount_text .. ' ' .. base_text .. ' ' .. accrued_text, '^%d+ %d+ %d+$') then
-    local amount_scaled = amount_text + 0
-    base_ms, accrued_scaled = base_text + 0, accrued_text + 0
+  -- Each field a decimal of 1 to 15 digits (below 2^53, base below 2^52), each checked on
+  -- its own (no text is built for one pattern). The amount this call last wrote (its '%d'
+  -- text, of a number in range: over many identities, the amount every bucket refilled in
+  -- full before one admission holds) and accrued's '0' are such decimals, their numbers
+  -- known: no pattern, no conversion.
+  local amount_scaled, read_base_ms, read_accrued_scaled
+  if amount_text == written_amount_text then
+    amount_scaled = written_amount_of
+  elseif amount_text and #amount_text < 16 and string.find(amount_text, '^%d+$') then
+    amount_scaled = amount_text + 0
+  end
+  if base_text and #base_text < 16 and string.find(base_text, '^%d+$') then
+    read_base_ms = base_text + 0
+  end
+  if accrued_text == '0' then
+    read_accrued_scaled = 0
+  elseif accrued_text and #accrued_text < 16 and string.find(accrued_text, '^%d+$') then
+    read_accrued_scaled = accrued_text + 0
+  end
+  if amount_scaled and read_base_ms and read_accrued_scaled then
+    base_ms, accrued_scaled = read_base_ms, read_accrued_scaled
     -- A lowered capacity caps what is stored.
     if amount_scaled > capacity_scaled then
       amount_scaled = capacity_scaled

@@ -67,10 +67,22 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local tat_text, frac_text = fields[1], fields[2]
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
   start_us, start_frac, reset_ms, denial = nil, nil, nil, nil
-  if tat_text and frac_text and #frac_text < 16
-      and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992')) -- MAX_SAFE_INTEGER
-      and string.find(tat_text .. ' ' .. frac_text, '^%d+ %d+$') then
-    start_us, start_frac = tat_text + 0, frac_text + 0
+  -- The TAT a decimal of 1 to 16 digits up to MAX_SAFE_INTEGER, frac one of 1 to 15, each
+  -- checked on its own (no text is built for one pattern). The frac this call last wrote
+  -- (its '%d' text, of a number below the capacity: over many identities, the frac every
+  -- emptied bucket holds after one admission) is such a decimal, its number known.
+  local tat_us, tat_frac
+  if tat_text and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992')) -- MAX_SAFE_INTEGER
+      and string.find(tat_text, '^%d+$') then
+    tat_us = tat_text + 0
+  end
+  if frac_text == written_frac_text then
+    tat_frac = written_frac_of
+  elseif frac_text and #frac_text < 16 and string.find(frac_text, '^%d+$') then
+    tat_frac = frac_text + 0
+  end
+  if tat_us and tat_frac then
+    start_us, start_frac = tat_us, tat_frac
     if start_us >= now_us + window_us then
       start_us, start_frac = now_us + window_us, 0 -- more than a full bucket: the clock stepped back
     else

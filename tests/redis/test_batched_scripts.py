@@ -994,3 +994,82 @@ async def test_a_run_of_sliding_log_denials_searches_once_a_cost(lua: LuaHarness
     assert await commands_run(lua) == sorted(
         ["ZRANGE"] * 2 + (["ZCOUNT", "ZCARD"] + ["ZRANGE"] * 4) * 2
     )
+
+
+# A hash the write brings up to date: (algorithm, what it holds, its fields, its fields after
+# two admissions of 1000 at the instant). The write pieces set only the fields whose text
+# changes, so the hash holds what setting all of them gives: each field's '%d' text (one
+# read with leading zeros, which the read takes, is rewritten), in the order it had, other
+# fields kept. "{at}" is the instant in ms, "{at_us_plus_*}" in µs.
+WRITTEN_HASHES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
+    (
+        "token_bucket",
+        "as written",
+        ("tokens", "5000", "base", "{at}", "credited", "0", "other", "x"),
+        ("tokens", "3000", "base", "{at}", "credited", "0", "other", "x"),
+    ),
+    (
+        "token_bucket",
+        "leading zeros",
+        ("tokens", "05000", "base", "0{at}", "credited", "00", "other", "x"),
+        ("tokens", "3000", "base", "{at}", "credited", "0", "other", "x"),
+    ),
+    (
+        "leaky_bucket",
+        "as written",
+        ("level", "5000", "base", "{at}", "drained", "0", "other", "x"),
+        ("level", "7000", "base", "{at}", "drained", "0", "other", "x"),
+    ),
+    (
+        "leaky_bucket",
+        "leading zeros",
+        ("level", "05000", "base", "0{at}", "drained", "00", "other", "x"),
+        ("level", "7000", "base", "{at}", "drained", "0", "other", "x"),
+    ),
+    (
+        "gcra",
+        "as written",
+        ("tat", "{at_us_plus_1s}", "frac", "7", "other", "x"),
+        ("tat", "{at_us_plus_1_4s}", "frac", "7", "other", "x"),
+    ),
+    (
+        "gcra",
+        "leading zeros",
+        ("tat", "0{at_us_plus_1s}", "frac", "07", "other", "x"),
+        ("tat", "{at_us_plus_1_4s}", "frac", "7", "other", "x"),
+    ),
+]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["alone", "batched"])
+@pytest.mark.parametrize(
+    "algorithm, state, fields, written",
+    WRITTEN_HASHES,
+    ids=[f"{algorithm}-{state}" for algorithm, state, _, _ in WRITTEN_HASHES],
+)
+async def test_a_written_hash_holds_every_field_as_set_in_full(
+    lua: LuaHarness,
+    batch: bool,
+    algorithm: str,
+    state: str,
+    fields: tuple[str, ...],
+    written: tuple[str, ...],
+) -> None:
+    await lua.execute("FLUSHALL")
+    at = lua.now_ms
+    await lua.set_clock(at)
+    values = {
+        "at": at,
+        "at_us_plus_1s": at * 1000 + 10**6,
+        "at_us_plus_1_4s": at * 1000 + 1_400_000,  # 2 * 1000 * W / C = 400,000 µs on
+    }
+    key = policy(algorithm, HOT_LIMIT, HOT_WINDOW_S, "hot").key + SUFFIXES[algorithm]
+    await lua.execute("HSET", key, *(field.format(**values) for field in fields))
+    parts = [hot_part(algorithm)] * 2
+    if batch:
+        outcomes = await batched(lua, clocked_batch(algorithm), parts)
+    else:
+        outcomes = await one_by_one(lua, algorithm, parts)
+    assert [outcome[0] for outcome in outcomes] == [1, 1]
+    expected = [field.format(**values).encode() for field in written]
+    assert await lua.execute("HGETALL", key) == expected

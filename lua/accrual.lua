@@ -45,6 +45,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch read
   local fields = redis.pcall('HMGET', state_key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)
   local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
+  read_fields = fields -- what the write leaves as it is
   -- deficit, base and accrued brought up to now; deficit nil: the general path's case.
   deficit_scaled = nil
   -- Each field a decimal of 1 to 15 digits (below 2^53, base below 2^52), each checked on
@@ -169,8 +170,31 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       written_base_of, written_base_text = base_ms, string.format('%d', base_ms)
     end
 --#include expiry_text.lua
-    redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text,
-      ACCRUED_FIELD, accrued_scaled == 0 and '0' or string.format('%d', accrued_scaled))
+    local accrued_text = accrued_scaled == 0 and '0' or string.format('%d', accrued_scaled)
+    -- A field whose text is the one read is left as it is: the same hash, fewer fields for
+    -- Redis to set (a bucket refilled in full, over many identities, writes base alone; a
+    -- hot one admitting within the same millisecond, the amount alone). A missing bucket
+    -- read false in each field: it is written whole.
+    if written_amount_text == read_fields[1] then
+      if written_base_text == read_fields[2] then
+        redis.call('HSET', state_key, ACCRUED_FIELD, accrued_text)
+      elseif accrued_text == read_fields[3] then
+        redis.call('HSET', state_key, 'base', written_base_text)
+      else
+        redis.call('HSET', state_key, 'base', written_base_text, ACCRUED_FIELD, accrued_text)
+      end
+    elseif written_base_text == read_fields[2] then
+      if accrued_text == read_fields[3] then
+        redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text)
+      else
+        redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, ACCRUED_FIELD, accrued_text)
+      end
+    elseif accrued_text == read_fields[3] then
+      redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text)
+    else
+      redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text,
+        ACCRUED_FIELD, accrued_text)
+    end
     -- Set on every write: this also repairs a bucket that lost its expiry.
     redis.call('PEXPIREAT', state_key, expiry_text)
   end

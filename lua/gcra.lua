@@ -40,7 +40,7 @@ local FIELDS_PER_POLICY = 2
 -- denied_start_frac (the same check again is answered without the arithmetic).
 local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply, denial,
   denied_cost_scaled, denied_start_us, denied_start_frac, written_tat_text, written_tat_of,
-  written_frac_text, written_frac_of
+  written_frac_text, written_frac_of, read_fields
 --#include one_policy.lua
 
 -- The common case, straight-line (no function is built: Redis would build each one on
@@ -65,6 +65,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch read
   local fields = redis.pcall('HMGET', state_key, 'tat', 'frac')
   local tat_text, frac_text = fields[1], fields[2]
+  read_fields = fields -- what the write leaves as it is
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
   start_us, start_frac, reset_ms, denial = nil, nil, nil, nil
   -- The TAT a decimal of 1 to 16 digits up to MAX_SAFE_INTEGER, frac one of 1 to 15, each
@@ -146,7 +147,16 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     end
     local expire_at_ms = reset_ms + 1000
 --#include expiry_text.lua
-    redis.call('HSET', state_key, 'tat', written_tat_text, 'frac', written_frac_text)
+    -- A field whose text is the one read is left as it is: the same hash, fewer fields for
+    -- Redis to set (an emptied bucket, over many identities, writes the TAT alone). A
+    -- missing key read false in each field: it is written whole.
+    if written_frac_text == read_fields[2] then
+      redis.call('HSET', state_key, 'tat', written_tat_text)
+    elseif written_tat_text == read_fields[1] then
+      redis.call('HSET', state_key, 'frac', written_frac_text)
+    else
+      redis.call('HSET', state_key, 'tat', written_tat_text, 'frac', written_frac_text)
+    end
     redis.call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end

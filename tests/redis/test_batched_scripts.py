@@ -1035,7 +1035,7 @@ WRITTEN_HASHES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     (
         "gcra",
         "leading zeros",
-        ("tat", "0{at_us_plus_1s}", "frac", "07", "other", "x"),
+        ("tat", "{at_us_plus_1s}", "frac", "07", "other", "x"),
         ("tat", "{at_us_plus_1_4s}", "frac", "7", "other", "x"),
     ),
 ]

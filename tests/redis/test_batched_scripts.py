@@ -996,49 +996,29 @@ async def test_a_run_of_sliding_log_denials_searches_once_a_cost(lua: LuaHarness
     )
 
 
-# A hash the write brings up to date: (algorithm, what it holds, its fields, its fields after
-# two admissions of 1000 at the instant). The write pieces set only the fields whose text
-# changes, so the hash holds what setting all of them gives: each field's '%d' text (one
-# read with leading zeros, which the read takes, is rewritten), in the order it had, other
-# fields kept. "{at}" is the instant in ms, "{at_us_plus_*}" in µs.
-WRITTEN_HASHES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
-    (
-        "token_bucket",
-        "as written",
-        ("tokens", "5000", "base", "{at}", "credited", "0", "other", "x"),
-        ("tokens", "3000", "base", "{at}", "credited", "0", "other", "x"),
-    ),
-    (
-        "token_bucket",
-        "leading zeros",
-        ("tokens", "05000", "base", "0{at}", "credited", "00", "other", "x"),
-        ("tokens", "3000", "base", "{at}", "credited", "0", "other", "x"),
-    ),
-    (
-        "leaky_bucket",
-        "as written",
-        ("level", "5000", "base", "{at}", "drained", "0", "other", "x"),
-        ("level", "7000", "base", "{at}", "drained", "0", "other", "x"),
-    ),
-    (
-        "leaky_bucket",
-        "leading zeros",
-        ("level", "05000", "base", "0{at}", "drained", "00", "other", "x"),
-        ("level", "7000", "base", "{at}", "drained", "0", "other", "x"),
-    ),
-    (
-        "gcra",
-        "as written",
-        ("tat", "{at_us_plus_1s}", "frac", "7", "other", "x"),
-        ("tat", "{at_us_plus_1_4s}", "frac", "7", "other", "x"),
-    ),
-    (
-        "gcra",
-        "leading zeros",
-        ("tat", "{at_us_plus_1s}", "frac", "07", "other", "x"),
-        ("tat", "{at_us_plus_1_4s}", "frac", "7", "other", "x"),
-    ),
-]
+def written_hashes() -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """A hash the write brings up to date: (algorithm, what it holds, its fields, its fields
+    after two admissions of 1000 at the instant). The write pieces set only the fields whose
+    text changes, so the hash holds what setting all of them gives: each field's '%d' text
+    (one read with leading zeros, which the read takes, is rewritten), in the order it had,
+    other fields kept. "{at}" is the instant in ms, "{at_us_plus_*}" in µs."""
+    buckets = {
+        "token_bucket": ("tokens", "credited", "3000"),
+        "leaky_bucket": ("level", "drained", "7000"),
+    }
+    hashes = []
+    for state, zero in (("as written", ""), ("leading zeros", "0")):
+        for algorithm, (amount, accrued, after) in buckets.items():
+            fields = (amount, zero + "5000", "base", zero + "{at}", accrued, zero + "0")
+            written = (amount, after, "base", "{at}", accrued, "0")
+            hashes.append((algorithm, state, (*fields, "other", "x"), (*written, "other", "x")))
+        fields = ("tat", "{at_us_plus_1s}", "frac", zero + "7", "other", "x")
+        written = ("tat", "{at_us_plus_1_4s}", "frac", "7", "other", "x")
+        hashes.append(("gcra", state, fields, written))
+    return hashes
+
+
+WRITTEN_HASHES = written_hashes()
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["alone", "batched"])

@@ -7,9 +7,9 @@
 -- The script sets first: BUCKET_SUFFIX (its state key's suffix), AMOUNT_FIELD and
 -- ACCRUED_FIELD (its hash's amount and accrued-since-base fields) and AMOUNT_IS_LEVEL (the
 -- leaky bucket stores the level, the token bucket the tokens = capacity - level), and
--- declares the locals the pieces below hand on (ACCRUAL_STATE in both scripts; denial: the
--- run's last denial's reply, for denied_cost_scaled at denied_deficit_scaled, answering
--- the same check again without the search).
+-- declares the locals the pieces below hand on (ACCRUAL_STATE in both scripts; denial: true
+-- when the run has denied, its last denial for denied_cost_scaled at denied_deficit_scaled,
+-- answering the same check again without the search).
 --
 -- Accrual at exactly one capacity per window: accrued(elapsed_ms) = floor(elapsed_ms * C / W)
 -- for 0 <= elapsed_ms <= W. The product can pass 2^53, so C = per_ms_whole * W + per_ms_rest
@@ -102,7 +102,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch decide
   if deficit_scaled and denial and cost_scaled == denied_cost_scaled
       and deficit_scaled == denied_deficit_scaled then
-    reply = denial -- the run's denial before, of this cost on the same bucket: the same
+    -- The run's denial before, of this cost on the same bucket: the same. Nothing since
+    -- changed the decided_* scalars it left (an admission would have charged the bucket,
+    -- another denial would be the run's last), so only allowed is set again.
+    decided_allowed = 0
   elseif deficit_scaled then
     -- Admitted when the deficit, this cost included, stays within the capacity: reset when
     -- that has been made up (accrued_at_ms()). Else denied, nothing charged: reset when
@@ -143,8 +146,11 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     reset_ms = reset_ms + elapsed_ms
     if need_scaled > capacity_scaled then
       -- What the bucket holds now (the tokens, or the room above the level) and the wait.
-      reply = { 0, 0, capacity_scaled - deficit_scaled, reset_ms - now_ms, reset_ms }
-      denial, denied_cost_scaled, denied_deficit_scaled = reply, cost_scaled, deficit_scaled
+      decided_allowed = 0
+      decided_remaining = capacity_scaled - deficit_scaled
+      decided_retry_ms = reset_ms - now_ms
+      decided_reset_ms = reset_ms
+      denial, denied_cost_scaled, denied_deficit_scaled = true, cost_scaled, deficit_scaled
     else
       deficit_scaled = need_scaled
       if AMOUNT_IS_LEVEL then
@@ -155,7 +161,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
         written_amount_scaled = capacity_scaled - need_scaled
         expire_at_ms = now_ms + 2 * window_ms + 60000 -- BUCKET_EXPIRY_MARGIN_MS
       end
-      reply = { 1, 0, capacity_scaled - need_scaled, 0, reset_ms }
+      decided_allowed = 1
+      decided_remaining = capacity_scaled - need_scaled
+      decided_retry_ms = 0
+      decided_reset_ms = reset_ms
     end
   end
 --#batch write
@@ -199,8 +208,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     redis.call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end
-  if reply then
-    return reply
+  if decided_allowed then
+    return { decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms }
   end
 end
 

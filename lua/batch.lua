@@ -147,12 +147,15 @@ local filled_key_count, filled_arg_count = 0, 0
 -- decided in it). Its policy fields, and the cost of the part before, are ARGV's.
 local parsed, run_key
 local replies, replies_at = {}, 0
--- The part before's decision when it had one policy's 5 entries (nil: none, or other).
-local before
+-- The part before's decision when it had one policy's 5 entries, as scalars (before_allowed
+-- nil: none, or other): its allowed, deciding, remaining, retry and reset.
+local before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms
 KEYS, ARGV = {}, {}
 keys_at, argv_at = 0, 2
 key_count_text, arg_count_text = nil, nil
-for _ = 1, part_count do
+local part = 0
+while part < part_count do
+  part = part + 1
   local head = BATCH_ARGV[argv_at]
   -- Its keys, its policy fields, its cost: other than the part before's (what KEYS and ARGV
   -- hold)?
@@ -215,15 +218,16 @@ for _ = 1, part_count do
   elseif own_cost then
     ARGV[1], parsed = BATCH_ARGV[cost_at], false
   end
+  -- Decided on the straight-line path: decided_allowed set (and the other decided_*
+  -- scalars); else the reply as a table (a refusal, or the general path's), in decided.
   local decided
-  reply = nil
+  decided_allowed = nil
   if continues then
     if own_cost then
       parsed = parse_check() -- another cost: its own scalars (the same key)
     end
     if parsed then
       decide_check() -- the same check as the one before: its scalars and key stand
-      decided = reply
     end
   else
     if parsed then
@@ -233,10 +237,10 @@ for _ = 1, part_count do
       parsed = decided == true
     end
     if decided == true then
-      run_key, decided = KEYS[1], reply
+      run_key, decided = KEYS[1], nil
     end
   end
-  if not decided then
+  if not decided_allowed and not decided then
     if run_key then
       write_state() -- what the run admitted, before the general path reads the state
       run_key = nil
@@ -246,24 +250,99 @@ for _ = 1, part_count do
   end
   -- The reply, flat: per part its length then its entries, or its refusal (an error entry),
   -- or a one-policy decision as what changed since the part before's (see the top).
-  if decided.err then
+  if decided_allowed then
+    if decided_allowed == before_allowed and decided_retry_ms == before_retry_ms
+        and before_deciding == 0 then
+      if decided_remaining == before_remaining then
+        if decided_reset_ms == before_reset_ms then
+          replies_at = replies_at + 1
+          replies[replies_at] = -1
+        else
+          replies[replies_at + 1], replies[replies_at + 2] = -17, decided_reset_ms
+          replies_at = replies_at + 2
+          before_reset_ms = decided_reset_ms
+        end
+      elseif decided_reset_ms == before_reset_ms then
+        replies[replies_at + 1], replies[replies_at + 2] = -5, decided_remaining
+        replies_at = replies_at + 2
+        before_remaining = decided_remaining
+      else
+        replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
+          decided_remaining, decided_reset_ms
+        replies_at = replies_at + 3
+        before_remaining, before_reset_ms = decided_remaining, decided_reset_ms
+      end
+    else
+      replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3],
+        replies[replies_at + 4], replies[replies_at + 5], replies[replies_at + 6] =
+        5, decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms
+      replies_at = replies_at + 6
+      before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms =
+        decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms
+    end
+    -- The parts marked "=" after it, while the run is open and its scalars stand (one hot
+    -- identity's checks): each decided on the run's locals alone, as the loop's body above
+    -- would (continues, nothing own, parsed), with less to go through. Its reply follows a
+    -- straight-line decision, so its deciding is the one before's (0). One the decision
+    -- leaves to the general path is left to the loop's body, not decided again (parsed
+    -- false: the body writes the run's state, then runs the general path).
+    if run_key and parsed then
+      while part < part_count and BATCH_ARGV[argv_at] == REPEAT do
+        decided_allowed = nil
+        decide_check()
+        if not decided_allowed then
+          parsed = false
+          break
+        end
+        part, argv_at = part + 1, argv_at + 1
+        if decided_allowed == before_allowed and decided_retry_ms == before_retry_ms then
+          if decided_remaining == before_remaining then
+            if decided_reset_ms == before_reset_ms then
+              replies_at = replies_at + 1
+              replies[replies_at] = -1
+            else
+              replies[replies_at + 1], replies[replies_at + 2] = -17, decided_reset_ms
+              replies_at = replies_at + 2
+              before_reset_ms = decided_reset_ms
+            end
+          elseif decided_reset_ms == before_reset_ms then
+            replies[replies_at + 1], replies[replies_at + 2] = -5, decided_remaining
+            replies_at = replies_at + 2
+            before_remaining = decided_remaining
+          else
+            replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
+              decided_remaining, decided_reset_ms
+            replies_at = replies_at + 3
+            before_remaining, before_reset_ms = decided_remaining, decided_reset_ms
+          end
+        else
+          replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3],
+            replies[replies_at + 4], replies[replies_at + 5], replies[replies_at + 6] =
+            5, decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms
+          replies_at = replies_at + 6
+          before_allowed, before_remaining, before_retry_ms, before_reset_ms =
+            decided_allowed, decided_remaining, decided_retry_ms, decided_reset_ms
+        end
+      end
+    end
+  elseif decided.err then
     replies_at = replies_at + 1
     replies[replies_at] = decided
-    before = nil
+    before_allowed = nil
   else
     local length = #decided
-    if length == 5 and before and decided[1] == before[1] and decided[2] == before[2]
-        and decided[4] == before[4] then
+    if length == 5 and decided[1] == before_allowed and decided[2] == before_deciding
+        and decided[4] == before_retry_ms then
       local remaining, reset = decided[3], decided[5]
-      if remaining == before[3] then
-        if reset == before[5] then
+      if remaining == before_remaining then
+        if reset == before_reset_ms then
           replies[replies_at + 1] = -1
           replies_at = replies_at + 1
         else
           replies[replies_at + 1], replies[replies_at + 2] = -17, reset
           replies_at = replies_at + 2
         end
-      elseif reset == before[5] then
+      elseif reset == before_reset_ms then
         replies[replies_at + 1], replies[replies_at + 2] = -5, remaining
         replies_at = replies_at + 2
       else
@@ -278,7 +357,12 @@ for _ = 1, part_count do
       end
       replies_at = replies_at + 1 + length
     end
-    before = length == 5 and decided or nil
+    if length == 5 then
+      before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms =
+        decided[1], decided[2], decided[3], decided[4], decided[5]
+    else
+      before_allowed = nil
+    end
   end
 end
 if run_key then

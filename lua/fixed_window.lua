@@ -19,7 +19,7 @@ local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on (lua/counter_run.lua says what each holds;
 -- window_suffix: ':<window index>', the counter's key after the base key).
 local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
-  charged_text, reply, window_suffix
+  charged_text, window_suffix
 --#include one_policy.lua
 
 -- The common case, straight-line (no function built, none called): one policy, charging,
@@ -51,21 +51,26 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
     if charged_used_scaled <= capacity_scaled then
       used_scaled = charged_used_scaled
-      reply = { 1, 0, capacity_scaled - charged_used_scaled, 0, window_end_ms }
+      decided_allowed = 1
+      decided_remaining = capacity_scaled - charged_used_scaled
+      decided_retry_ms = 0
+      decided_reset_ms = window_end_ms
     else
       -- Denied: the counter leaves less than the cost (its excess over a since-lowered
       -- capacity shows as 0 remaining); the next window starts empty, and the cost is
       -- within capacity, so it fits there.
       local headroom_scaled = capacity_scaled - used_scaled
-      reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, window_end_ms - now_ms,
-        window_end_ms }
+      decided_allowed = 0
+      decided_remaining = headroom_scaled > 0 and headroom_scaled or 0
+      decided_retry_ms = window_end_ms - now_ms
+      decided_reset_ms = window_end_ms
     end
   end
 --#batch write
 --#include counter_write.lua
 --#batch end
-  if reply then
-    return reply
+  if decided_allowed then
+    return { decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms }
   end
 end
 

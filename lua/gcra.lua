@@ -36,9 +36,10 @@ in both cases nothing has been written. docs/internals.md fixes the contract.
 local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on: the state's key, the instant and window in
 -- µs, the start (max(TAT, now), nil for the general path), the last admission's reset.
--- denial: the run's last denial's reply, for denied_cost_scaled at denied_start_us and
--- denied_start_frac (the same check again is answered without the arithmetic).
-local state_key, now_us, window_us, start_us, start_frac, reset_ms, reply, denial,
+-- denial: true when the run has denied, its last denial for denied_cost_scaled at
+-- denied_start_us and denied_start_frac (the same check again is answered without the
+-- arithmetic).
+local state_key, now_us, window_us, start_us, start_frac, reset_ms, denial,
   denied_cost_scaled, denied_start_us, denied_start_frac, written_tat_text, written_tat_of,
   written_frac_text, written_frac_of, read_fields
 --#include one_policy.lua
@@ -102,7 +103,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local step_product = cost_scaled * window_us
   if denial and cost_scaled == denied_cost_scaled and start_us == denied_start_us
       and start_frac == denied_start_frac then
-    reply = denial -- the run's denial before, of this cost on the same TAT: the same
+    -- The run's denial before, of this cost on the same TAT: the same. Nothing since changed
+    -- the decided_* scalars it left (an admission would have moved the TAT, another denial
+    -- would be the run's last), so only allowed is set again.
+    decided_allowed = 0
   elseif backlog_product and backlog_product < 9007199254740992 -- MAX_SAFE_INTEGER
       and step_product < 9007199254740992 then -- MAX_SAFE_INTEGER
     -- Scaled units in the bucket, rounded up: ceil(((start - now) * C + frac) / W).
@@ -128,11 +132,17 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local at_ms = (at_us - at_us % 1000) / 1000
     if admitted then
       start_us, start_frac, reset_ms = new_us, new_frac, at_ms
-      reply = { 1, 0, remaining_scaled - cost_scaled, 0, at_ms }
+      decided_allowed = 1
+      decided_remaining = remaining_scaled - cost_scaled
+      decided_retry_ms = 0
+      decided_reset_ms = at_ms
     else
-      reply = { 0, 0, remaining_scaled, at_ms - now_ms, at_ms }
+      decided_allowed = 0
+      decided_remaining = remaining_scaled
+      decided_retry_ms = at_ms - now_ms
+      decided_reset_ms = at_ms
       denial, denied_cost_scaled, denied_start_us, denied_start_frac =
-        reply, cost_scaled, start_us, start_frac
+        true, cost_scaled, start_us, start_frac
     end
   end
 --#batch write
@@ -160,8 +170,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     redis.call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end
-  if reply then
-    return reply
+  if decided_allowed then
+    return { decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms }
   end
 end
 

@@ -36,7 +36,7 @@ local FIELDS_PER_POLICY = 2
 local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'level', 'drained', true
 -- ACCRUAL_STATE: what accrual.lua's straight-line pieces hand on.
 local state_key, per_ms_whole, per_ms_rest, deficit_scaled, read_deficit_scaled, base_ms,
-  accrued_scaled, written_amount_scaled, expire_at_ms, reply, denial, denied_cost_scaled,
+  accrued_scaled, written_amount_scaled, expire_at_ms, denial, denied_cost_scaled,
   denied_deficit_scaled, written_amount_text, written_amount_of, written_base_text, written_base_of,
   read_fields
 --#include one_policy.lua

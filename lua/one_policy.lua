@@ -17,6 +17,12 @@ local now_ms = time[1] * 1000 + (time_us - time_us % 1000) / 1000
 -- updates it):
 local expiry_text, expiry_text_of
 
+-- A straight-line decision, as the path's decide piece leaves it: allowed (1 or 0; nil: not
+-- decided there, the general path decides), remaining_scaled, retry_ms and reset_ms (its
+-- deciding is 0). Scalars, no table: the script alone builds its reply from them once,
+-- after its pieces; a batched script's driver (lua/batch.lua) reads them per check.
+local decided_allowed, decided_remaining, decided_retry_ms, decided_reset_ms
+
 -- The policy's scalars: the straight-line path's, then those the general path's
 -- evaluate() sets for its helpers (one scalar per field, not a table per policy).
 local cost_scaled, capacity_scaled, window_s, window_ms

@@ -42,13 +42,14 @@ local FIELDS_PER_POLICY = 2
 -- and its '%d' text (the policy's piece's); the stamp of an admission now, the expiry an
 -- admission sets (false: not due), the usage and the running total an admission adds to
 -- (the read's, then as the checks decided leave them; usage nil: the general path's); the
--- first entry admitted and the rest (score, member, ...), for the write; the reply. The
--- reader of an entry of the usual shape (the policy's piece's). For a denial's wait: the
--- newest entry's score and the running total before the first entry in the window (the
--- read's); the cost of the run's last denial searched and its reply (nil: none).
+-- first entry admitted and the rest (score, member, ...), for the write. The reader of an
+-- entry of the usual shape (the policy's piece's). For a denial's wait: the newest entry's
+-- score and the running total before the first entry in the window (the read's); the cost
+-- of the run's last denial searched (nil: none, or its search left it to the general path),
+-- whose decided_* scalars stand (see the decision).
 local state_key, cutoff_ms, cutoff_text, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
-  admitted_member, more_entries, reply, usual_entry, newest_read_ms, base_total_scaled,
-  denied_cost_scaled, denied_reply, stamp_text, stamp_text_of
+  admitted_member, more_entries, usual_entry, newest_read_ms, base_total_scaled,
+  denied_cost_scaled, stamp_text, stamp_text_of
 --#include one_policy.lua
 
 -- The common case, straight-line: one policy, charging, short decimal arguments within
@@ -142,7 +143,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     else
       more_entries = { stamp_text, member }
     end
-    reply = { 1, 0, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms }
+    decided_allowed = 1
+    decided_remaining = capacity_scaled - usage_scaled
+    decided_retry_ms = 0
+    decided_reset_ms = stamp_ms + window_ms
   elseif usage_scaled and not admitted_member and cost_scaled > capacity_scaled - usage_scaled then
     -- A denial with nothing admitted before it in the run, so the log holds what was read
     -- (a denial writes nothing): its wait is the general path's search over the log's
@@ -169,14 +173,20 @@ if cost_scaled and cost_scaled <= capacity_scaled then
           low = middle + 1
         end
       end
-      denied_cost_scaled, denied_reply = nil, nil
+      denied_cost_scaled = nil
       if leaving_at_ms then
         denied_cost_scaled = cost_scaled
-        denied_reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0,
-          leaving_at_ms + window_ms - now_ms, leaving_at_ms + window_ms }
+        decided_remaining = headroom_scaled > 0 and headroom_scaled or 0
+        decided_retry_ms = leaving_at_ms + window_ms - now_ms
+        decided_reset_ms = leaving_at_ms + window_ms
       end
     end
-    reply = denied_reply
+    -- Searched again only for another cost: one searched before in the run is its last
+    -- denial (nothing admitted in the run, and a search since for another cost is the last
+    -- or ended the run), so its decided_* scalars stand.
+    if denied_cost_scaled then
+      decided_allowed = 0
+    end
   end
 --#batch write
   if admitted_member then
@@ -192,8 +202,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     end
   end
 --#batch end
-  if reply then
-    return reply
+  if decided_allowed then
+    return { decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms }
   end
 end
 

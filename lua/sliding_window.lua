@@ -18,13 +18,14 @@ The math, waits included: docs/algorithms.md ("Sliding window").
 local FIELDS_PER_POLICY = 2
 -- What the straight-line path's pieces hand on (lua/counter_run.lua says what most hold;
 -- elapsed_s: the instant's whole seconds into its window, room_scaled: the capacity less the weighted
--- previous counter, previous_scaled: that counter; denial: the run's last denial's reply,
--- for denied_cost_scaled on the current counter at denied_used_scaled; the policy's piece's
+-- previous counter, previous_scaled: that counter; denial: true when the run has denied, its
+-- last denial for denied_cost_scaled on the current counter at denied_used_scaled (what it
+-- decided still the decided_* scalars: see the decision); the policy's piece's
 -- window_suffix and previous_suffix, ':<window index>' of the current and the previous
 -- window, the counters' keys after the base key, and weight_permille, the previous
 -- counter's weight now).
 local state_key, window_end_ms, expire_at_ms, stored_scaled, found_scaled, used_scaled,
-  charged_text, reply, elapsed_s, room_scaled, previous_scaled, denial,
+  charged_text, elapsed_s, room_scaled, previous_scaled, denial,
   denied_cost_scaled, denied_used_scaled, window_suffix, previous_suffix, weight_permille
 --#include one_policy.lua
 
@@ -109,9 +110,15 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
     if charged_used_scaled <= room_scaled then
       used_scaled = charged_used_scaled
-      reply = { 1, 0, room_scaled - charged_used_scaled, 0, window_end_ms }
+      decided_allowed = 1
+      decided_remaining = room_scaled - charged_used_scaled
+      decided_retry_ms = 0
+      decided_reset_ms = window_end_ms
     elseif denial and cost_scaled == denied_cost_scaled and used_scaled == denied_used_scaled then
-      reply = denial -- the run's denial before, of this cost on the same counters: the same
+      -- The run's denial before, of this cost on the same counters: the same. Nothing since
+      -- changed the decided_* scalars it left (an admission would have charged the counter,
+      -- another denial would be the run's last), so only allowed is set again.
+      decided_allowed = 0
     else
       -- Denied: the first fitting second of this window for the previous counter (within
       -- the budget less the current one), else of the next for the current counter, else
@@ -148,16 +155,18 @@ if cost_scaled and cost_scaled <= capacity_scaled then
           window_end_ms, used_scaled, budget_scaled, 0
       end
       local headroom_scaled = room_scaled - used_scaled
-      reply = { 0, 0, headroom_scaled > 0 and headroom_scaled or 0, retry_at_ms - now_ms,
-        retry_at_ms }
-      denial, denied_cost_scaled, denied_used_scaled = reply, cost_scaled, used_scaled
+      decided_allowed = 0
+      decided_remaining = headroom_scaled > 0 and headroom_scaled or 0
+      decided_retry_ms = retry_at_ms - now_ms
+      decided_reset_ms = retry_at_ms
+      denial, denied_cost_scaled, denied_used_scaled = true, cost_scaled, used_scaled
     end
   end
 --#batch write
 --#include counter_write.lua
 --#batch end
-  if reply then
-    return reply
+  if decided_allowed then
+    return { decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms }
   end
 end
 

@@ -289,7 +289,8 @@ while part < part_count do
     if run_key and parsed then
       while part < part_count and BATCH_ARGV[argv_at] == REPEAT do
         decided_allowed = nil
-        decide_check()
+--#batch decide (the decide piece, spliced in here as a block: decide_check()'s body, on the
+-- script's locals as they are, without a call; see batched_script() in moderato/scripts.py)
         if not decided_allowed then
           parsed = false
           break

@@ -42,7 +42,8 @@ MAX_BATCH_ARGUMENT_BYTES = 16384
 """The most argument and key bytes the client puts in one batched call."""
 _EACH_MARKER = b"--#batch each"
 _SHARED_MARKER = b"--#batch shared"
-_PIECE_MARKERS = (b"--#batch key", b"--#batch read", b"--#batch decide", b"--#batch write")
+_DECIDE_MARKER = b"--#batch decide"
+_PIECE_MARKERS = (b"--#batch key", b"--#batch read", _DECIDE_MARKER, b"--#batch write")
 _END_MARKER = b"--#batch end"
 _LAST_LINE = b"return decide("
 # The registry's scripts, and reset.
@@ -256,18 +257,30 @@ def batched_script(name: str) -> Script:
         )
     head, straight_line = lines[: each[0]], lines[each[0] + 1 : shared[0]]
     general = lines[shared[0] + 1 :]
-    driver = _with_includes(directory, _read(directory / f"{BATCH_DRIVER}.lua"))
+    pieces, decide_piece = _check_pieces(name, straight_line)
+    driver = _with_includes(directory, _read(directory / f"{BATCH_DRIVER}.lua")).split(b"\n")
+    # The driver's hot loop decides with the decide piece spliced in as a block (its names
+    # the script's locals: the driver's own are apart, tests/unit/test_script_sources.py).
+    driver = [
+        line
+        for driver_line in driver
+        for line in (
+            (b"do", *decide_piece, b"end")
+            if driver_line.startswith(_DECIDE_MARKER)
+            else (driver_line,)
+        )
+    ]
     source = without_comments(
         b"\n".join(
             [
                 b"local BATCH_KEYS, BATCH_ARGV = KEYS, ARGV",
                 b"local KEYS, ARGV",
                 *head,
-                *_check_pieces(name, straight_line),
+                *pieces,
                 b"local function general_path()",
                 *general,
                 b"end",
-                driver,
+                *driver,
             ]
         )
     )
@@ -278,8 +291,9 @@ def _marked(lines: list[bytes], marker: bytes) -> list[int]:
     return [i for i, line in enumerate(lines) if line.startswith(marker)]
 
 
-def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
-    """The straight-line path's functions for lua/batch.lua (see batched_script)."""
+def _check_pieces(name: str, straight_line: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """The straight-line path's functions for lua/batch.lua (see batched_script), and its
+    decide piece (a call of decide_check() when the path is not split)."""
     reset = b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil"
     markers = [_marked(straight_line, marker) for marker in (*_PIECE_MARKERS, _END_MARKER)]
     if not any(markers):
@@ -291,7 +305,7 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
             b"end",
             b"local function parse_check() end",
             b"local decide_check, write_state, keyed_check = parse_check, parse_check, open_check",
-        ]
+        ], [b"decide_check()"]
     at = [found[0] for found in markers if len(found) == 1]
     if len(at) != len(markers) or at != sorted(at):
         raise ValueError(
@@ -332,4 +346,4 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> list[bytes]:
         b"local function write_state()",
         *straight_line[write + 1 : end],
         b"end",
-    ]
+    ], decide_piece

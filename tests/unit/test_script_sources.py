@@ -3,12 +3,21 @@ spliced into every decision script once (no server: the files as the loader read
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from lua_harness import CLOCK_KEY, TIME_LINE, shipped_source
 
-from moderato.scripts import SCRIPT_NAMES, load_script, scripts_dir, without_comments
+from moderato.algorithms import ALGORITHMS
+from moderato.scripts import (
+    SCRIPT_NAMES,
+    _with_includes,
+    batched_script,
+    load_script,
+    scripts_dir,
+    without_comments,
+)
 
 
 def test_scripts_are_found_in_the_source_tree() -> None:
@@ -66,3 +75,28 @@ def test_every_script_turns_its_outcome_into_a_reply_through_replied_once(name: 
     source = load_script(name).source
     assert source.count(b"local function replied(") == 1
     assert source.count(b"return replied(pcall(") == 1
+
+
+def _lua_names(code: bytes) -> set[str]:
+    """The names in Lua code (its strings and comments aside)."""
+    code = re.sub(rb"'[^'\n]*'|\"[^\"\n]*\"", b"", without_comments(code))
+    return {name.decode() for name in re.findall(rb"\b[A-Za-z_]\w*\b", code)}
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_the_decide_piece_the_driver_splices_in_names_none_of_its_locals(name: str) -> None:
+    # batched_script() splices an algorithm's decide piece into lua/batch.lua's loops as a
+    # block: a name the piece shares with one of the driver's locals would be the driver's.
+    directory = scripts_dir()
+    driver = without_comments((directory / "batch.lua").read_bytes())
+    driver_locals = {
+        local.strip().decode()
+        for names in re.findall(rb"\blocal\s+(?:function\s+)?([\w, ]+)", driver)
+        for local in names.split(b",")
+    }
+    text = _with_includes(directory, (directory / f"{name}.lua").read_bytes())
+    piece = text[text.index(b"\n--#batch decide") : text.index(b"\n--#batch write")]
+    assert len(driver_locals) > 20 and "decided_allowed" in _lua_names(piece)
+    assert _lua_names(piece) & driver_locals == set()
+    # and it is spliced in
+    assert without_comments(piece).strip() in batched_script(name).source

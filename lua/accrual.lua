@@ -100,13 +100,14 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
   read_deficit_scaled, denial = deficit_scaled, nil
 --#batch decide
-  if deficit_scaled and denial and cost_scaled == denied_cost_scaled
-      and deficit_scaled == denied_deficit_scaled then
+  if not deficit_scaled then
+    decided_allowed = nil -- the general path decides
+  elseif denial and cost_scaled == denied_cost_scaled and deficit_scaled == denied_deficit_scaled then
     -- The run's denial before, of this cost on the same bucket: the same. Nothing since
     -- changed the decided_* scalars it left (an admission would have charged the bucket,
     -- another denial would be the run's last), so only allowed is set again.
     decided_allowed = 0
-  elseif deficit_scaled then
+  else
     -- Admitted when the deficit, this cost included, stays within the capacity: reset when
     -- that has been made up (accrued_at_ms()). Else denied, nothing charged: reset when
     -- what does not fit has been made up, the general path's wait (accrued_at_ms() of
@@ -120,7 +121,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local left_in_window_scaled = capacity_scaled - accrued_scaled
     local reset_ms, target_scaled = base_ms, accrued_scaled + wait_scaled
     if wait_scaled > left_in_window_scaled then
-      reset_ms, target_scaled = base_ms + window_ms, wait_scaled - left_in_window_scaled
+      reset_ms = base_ms + window_ms
+      target_scaled = wait_scaled - left_in_window_scaled
     end
     -- The smallest elapsed in [0, W] accruing target: ceil(target * W / C). The float
     -- estimate is within 1e-8 of it (below 2^27), so its ceiling is off by one at most,
@@ -150,12 +152,15 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       decided_remaining = capacity_scaled - deficit_scaled
       decided_retry_ms = reset_ms - now_ms
       decided_reset_ms = reset_ms
-      denial, denied_cost_scaled, denied_deficit_scaled = true, cost_scaled, deficit_scaled
+      denial = true
+      denied_cost_scaled = cost_scaled
+      denied_deficit_scaled = deficit_scaled
     else
       deficit_scaled = need_scaled
       if AMOUNT_IS_LEVEL then
         -- DRAINED_EXPIRY_MARGIN_MS past drained (leaky_bucket.lua)
-        written_amount_scaled, expire_at_ms = need_scaled, reset_ms + 1000
+        written_amount_scaled = need_scaled
+        expire_at_ms = reset_ms + 1000
       else
         -- A full refill, twice: BUCKET_EXPIRY_MARGIN_MS (token_bucket.lua).
         written_amount_scaled = capacity_scaled - need_scaled

@@ -46,16 +46,17 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#include counter_run.lua
 --#batch decide
   -- Decided on used_scaled, the counter as the checks before left it (the read's, alone):
-  -- valid when 0..2^53 (a sum below 2^53 is exact), else the general path decides.
+  -- valid when 0..2^53 (a sum below 2^53 is exact), else the general path decides. (A sum
+  -- within the capacity is below 2^53: only a denial's is checked against it.)
   local charged_used_scaled = used_scaled + cost_scaled
-  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
+  if used_scaled >= 0 then
     if charged_used_scaled <= capacity_scaled then
       used_scaled = charged_used_scaled
       decided_allowed = 1
       decided_remaining = capacity_scaled - charged_used_scaled
       decided_retry_ms = 0
       decided_reset_ms = window_end_ms
-    else
+    elseif charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
       -- Denied: the counter leaves less than the cost (its excess over a since-lowered
       -- capacity shows as 0 remaining); the next window starts empty, and the cost is
       -- within capacity, so it fits there.

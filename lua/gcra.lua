@@ -119,7 +119,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local new_us = start_us + (step_product - step_frac) / capacity_scaled
     local new_frac = start_frac + step_frac
     if new_frac >= capacity_scaled then
-      new_us, new_frac = new_us + 1, new_frac - capacity_scaled
+      new_us = new_us + 1
+      new_frac = new_frac - capacity_scaled
     end
     local admitted = cost_scaled <= remaining_scaled
     if not admitted then
@@ -131,7 +132,9 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     local at_us = new_us + (new_frac > 0 and 1 or 0) + 999
     local at_ms = (at_us - at_us % 1000) / 1000
     if admitted then
-      start_us, start_frac, reset_ms = new_us, new_frac, at_ms
+      start_us = new_us
+      start_frac = new_frac
+      reset_ms = at_ms
       decided_allowed = 1
       decided_remaining = remaining_scaled - cost_scaled
       decided_retry_ms = 0
@@ -141,8 +144,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       decided_remaining = remaining_scaled
       decided_retry_ms = at_ms - now_ms
       decided_reset_ms = at_ms
-      denial, denied_cost_scaled, denied_start_us, denied_start_frac =
-        true, cost_scaled, start_us, start_frac
+      denial = true
+      denied_cost_scaled = cost_scaled
+      denied_start_us = start_us
+      denied_start_frac = start_frac
     end
   end
 --#batch write

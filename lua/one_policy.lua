@@ -34,17 +34,21 @@ local cost_scaled, capacity_scaled, window_s, window_ms
 -- (the token bucket's refill rate) fits when empty. Each is non-empty, and one pattern
 -- over the three refuses what arithmetic alone would take (" 5", "1e3", "0x10", "nan");
 -- then `text + 0` converts, without tonumber's C call (which parses twice).
-if #KEYS == 1 and #ARGV == 2 + FIELDS_PER_POLICY and ARGV[2] == '1'
-    and (FIELDS_PER_POLICY == 2 or ARGV[5] == '') then
-  local cost_text, capacity_text, window_text = ARGV[1], ARGV[3], ARGV[4]
-  local cost_length, capacity_length, window_length = #cost_text, #capacity_text, #window_text
-  if cost_length > 0 and cost_length < 16 and capacity_length > 0 and capacity_length < 14
-      and window_length > 0 and window_length < 6
-      and not string.find(cost_text .. capacity_text .. window_text, '%D') then
-    local cost, capacity, window = cost_text + 0, capacity_text + 0, window_text + 0
-    if cost >= 1 and capacity >= 1 and capacity <= 9007199254000 -- MAX_CAPACITY_SCALED
-        and window >= 1 and window <= 86400 then -- MAX_WINDOW_S
-      cost_scaled, capacity_scaled, window_s = cost, capacity, window
+if #KEYS == 1 then
+  local argv = ARGV -- a local: ARGV is a global read each time (alone), an upvalue (batched)
+  if #argv == 2 + FIELDS_PER_POLICY and argv[2] == '1' and (FIELDS_PER_POLICY == 2 or argv[5] == '') then
+    local cost_text, capacity_text, window_text = argv[1], argv[3], argv[4]
+    local cost_length, capacity_length, window_length = #cost_text, #capacity_text, #window_text
+    if cost_length > 0 and cost_length < 16 and capacity_length > 0 and capacity_length < 14
+        and window_length > 0 and window_length < 6
+        and not string.find(cost_text .. capacity_text .. window_text, '%D') then
+      local cost, capacity, window = cost_text + 0, capacity_text + 0, window_text + 0
+      if cost >= 1 and capacity >= 1 and capacity <= 9007199254000 -- MAX_CAPACITY_SCALED
+          and window >= 1 and window <= 86400 then -- MAX_WINDOW_S
+        cost_scaled = cost
+        capacity_scaled = capacity
+        window_s = window
+      end
     end
   end
 end

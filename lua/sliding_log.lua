@@ -128,7 +128,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- path renumbers the log).
   if usage_scaled and cost_scaled <= capacity_scaled - usage_scaled
       and cost_scaled <= 9007199254740992 - last_total_scaled then -- MAX_SAFE_INTEGER
-    usage_scaled, last_total_scaled = usage_scaled + cost_scaled, last_total_scaled + cost_scaled
+    usage_scaled = usage_scaled + cost_scaled
+    last_total_scaled = last_total_scaled + cost_scaled
     local member = string.format('%016d:%d', last_total_scaled, cost_scaled)
     -- The stamp the write adds entries at, as '%d' text, formatted when it differs from the
     -- last admission's (see one_policy.lua).

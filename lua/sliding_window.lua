@@ -105,15 +105,18 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   end
 --#batch decide
   -- Decided on used_scaled, the current counter as the checks before left it (valid when
-  -- 0..2^53, charged too), and the previous counter as read.
+  -- 0..2^53, charged too), and the previous counter as read. (A sum within the room, at
+  -- most the capacity, is below 2^53: only a denial's is checked against it.)
   local charged_used_scaled = used_scaled + cost_scaled
-  if used_scaled >= 0 and charged_used_scaled < 9007199254740992 then -- MAX_SAFE_INTEGER
+  if used_scaled >= 0 then
     if charged_used_scaled <= room_scaled then
       used_scaled = charged_used_scaled
       decided_allowed = 1
       decided_remaining = room_scaled - charged_used_scaled
       decided_retry_ms = 0
       decided_reset_ms = window_end_ms
+    elseif charged_used_scaled >= 9007199254740992 then -- MAX_SAFE_INTEGER
+      decided_allowed = nil -- the general path decides
     elseif denial and cost_scaled == denied_cost_scaled and used_scaled == denied_used_scaled then
       -- The run's denial before, of this cost on the same counters: the same. Nothing since
       -- changed the decided_* scalars it left (an admission would have charged the counter,
@@ -159,7 +162,9 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       decided_remaining = headroom_scaled > 0 and headroom_scaled or 0
       decided_retry_ms = retry_at_ms - now_ms
       decided_reset_ms = retry_at_ms
-      denial, denied_cost_scaled, denied_used_scaled = true, cost_scaled, used_scaled
+      denial = true
+      denied_cost_scaled = cost_scaled
+      denied_used_scaled = used_scaled
     end
   end
 --#batch write

@@ -3,11 +3,12 @@
 -- its head (the clock, read once: every decision sees the same instant, and the locals
 -- its straight-line path's pieces hand on); its one-policy straight-line path as
 -- parse_check() (the argument check, the policy's piece and the key piece: true when the
--- check takes that path), open_check() (those, then the read and the decision: true when
--- the check took the path, its reply in reply or nil for the general path; or the read's
--- refusal), keyed_check() (open_check() but for the argument check and the policy's
--- piece, whose scalars stand), decide_check() and write_state() (the decision and the
--- write pieces); and
+-- check takes that path), open_check() (those, then the read: true when the check took
+-- the path, nil for the general path, or the read's refusal), keyed_check() (open_check()
+-- but for the argument check and the policy's piece, whose scalars stand) and
+-- write_state() (the write piece); its decide piece, spliced into this driver at its
+-- `--#batch decide` lines as a block (on the script's locals, no call: it sets the
+-- decided_* scalars, or leaves decided_allowed nil for the general path); and
 -- general_path() (the general path, its functions built afresh per call, as the script
 -- alone builds them). A script whose straight-line path is not split yet has it whole as
 -- open_check(), which then answers the check's reply or nil.
@@ -15,8 +16,9 @@
 -- A run: the checks, one after the other, that take the straight-line path with the same
 -- key and the same policy fields (the arguments after the cost, as sent), so the same
 -- state key at this instant. The state is read once, at the run's first check; each
--- check is decided on the Lua locals the read and the checks before it left
--- (decide_check() sets reply, or leaves it nil for the general path); the state is
+-- check is decided on the Lua locals the read and the checks before it left (the
+-- decide piece sets the decided_* scalars, or leaves decided_allowed nil for the general
+-- path); the state is
 -- written once, when the run ends: before a check of another key or policy, before the
 -- general path (which reads the state), or after the last check. So each check's reply,
 -- and the state written, are the script's alone, at this instant, after the checks
@@ -150,6 +152,48 @@ local replies, replies_at = {}, 0
 -- The part before's decision when it had one policy's 5 entries, as scalars (before_allowed
 -- nil: none, or other): its allowed, deciding, remaining, retry and reset.
 local before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms
+-- A reply as a table (a refusal, the general path's decision), into the flat reply.
+local function table_replied(decided)
+  if decided.err then
+    replies_at = replies_at + 1
+    replies[replies_at] = decided
+    before_allowed = nil
+    return
+  end
+  local length = #decided
+  if length == 5 and decided[1] == before_allowed and decided[2] == before_deciding
+      and decided[4] == before_retry_ms then
+    local remaining, reset = decided[3], decided[5]
+    if remaining == before_remaining then
+      if reset == before_reset_ms then
+        replies[replies_at + 1] = -1
+        replies_at = replies_at + 1
+      else
+        replies[replies_at + 1], replies[replies_at + 2] = -17, reset
+        replies_at = replies_at + 2
+      end
+    elseif reset == before_reset_ms then
+      replies[replies_at + 1], replies[replies_at + 2] = -5, remaining
+      replies_at = replies_at + 2
+    else
+      replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
+        remaining, reset
+      replies_at = replies_at + 3
+    end
+  else
+    replies[replies_at + 1] = length
+    for i = 1, length do
+      replies[replies_at + 1 + i] = decided[i]
+    end
+    replies_at = replies_at + 1 + length
+  end
+  if length == 5 then
+    before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms =
+      decided[1], decided[2], decided[3], decided[4], decided[5]
+  else
+    before_allowed = nil
+  end
+end
 KEYS, ARGV = {}, {}
 keys_at, argv_at = 0, 2
 key_count_text, arg_count_text = nil, nil
@@ -158,28 +202,34 @@ while part < part_count do
   part = part + 1
   local head = BATCH_ARGV[argv_at]
   -- Its keys, its policy fields, its cost: other than the part before's (what KEYS and ARGV
-  -- hold)?
-  local own_keys, own_fields, own_cost = false, false, false
+  -- hold)? (nil: no.)
+  local own_keys, own_fields, own_cost
   if head == REPEAT then
     argv_at = argv_at + 1
   elseif head == OWN_KEYS then
-    keys_from, keys_at, argv_at = keys_at, keys_at + key_count, argv_at + 1
+    keys_from = keys_at
+    keys_at = keys_at + key_count
+    argv_at = argv_at + 1
     own_keys = true
   elseif head == OWN_COST or head == OWN_KEYS_AND_COST then
     if head == OWN_KEYS_AND_COST then
-      keys_from, keys_at = keys_at, keys_at + key_count
+      keys_from = keys_at
+      keys_at = keys_at + key_count
       own_keys = true
     end
-    cost_at, argv_at = argv_at + 1, argv_at + 2
+    cost_at = argv_at + 1
+    argv_at = argv_at + 2
     own_cost = BATCH_ARGV[cost_at] ~= ARGV[1]
   else
     if head ~= key_count_text or BATCH_ARGV[argv_at + 1] ~= arg_count_text then
       key_count_text, arg_count_text = head, BATCH_ARGV[argv_at + 1]
       key_count, arg_count = key_count_text + 0, arg_count_text + 0
     end
-    keys_from, keys_at = keys_at, keys_at + key_count
+    keys_from = keys_at
+    keys_at = keys_at + key_count
     fields_at = argv_at + 1
-    cost_at, argv_at = fields_at + 1, fields_at + 1 + arg_count
+    cost_at = fields_at + 1
+    argv_at = cost_at + arg_count
     own_keys = true
     -- The same strings as ARGV's (the same policy, sent in full after another check) leave
     -- ARGV, and the scalars parsed from it, as they are.
@@ -218,16 +268,16 @@ while part < part_count do
   elseif own_cost then
     ARGV[1], parsed = BATCH_ARGV[cost_at], false
   end
-  -- Decided on the straight-line path: decided_allowed set (and the other decided_*
-  -- scalars); else the reply as a table (a refusal, or the general path's), in decided.
+  -- The straight-line path: the open run's check (another cost parsed first), or a run
+  -- opened by the read (open_check(), or keyed_check() when the scalars stand), then the
+  -- decision (the decide piece, spliced in below): decided_allowed set, and the other
+  -- decided_* scalars. Else the reply is a table (the read's refusal, or the general
+  -- path's), in decided.
   local decided
   decided_allowed = nil
   if continues then
     if own_cost then
       parsed = parse_check() -- another cost: its own scalars (the same key)
-    end
-    if parsed then
-      decide_check() -- the same check as the one before: its scalars and key stand
     end
   else
     if parsed then
@@ -240,6 +290,10 @@ while part < part_count do
       run_key, decided = KEYS[1], nil
     end
   end
+  if run_key and parsed then
+--#batch decide (the decide piece, spliced in here and below as a block: on the script's
+-- locals as the checks before left them, without a call; see batched_script())
+  end
   if not decided_allowed and not decided then
     if run_key then
       write_state() -- what the run admitted, before the general path reads the state
@@ -250,7 +304,9 @@ while part < part_count do
   end
   -- The reply, flat: per part its length then its entries, or its refusal (an error entry),
   -- or a one-policy decision as what changed since the part before's (see the top).
-  if decided_allowed then
+  if not decided_allowed then
+    table_replied(decided)
+  else
     if decided_allowed == before_allowed and decided_retry_ms == before_retry_ms
         and before_deciding == 0 then
       if decided_remaining == before_remaining then
@@ -258,111 +314,117 @@ while part < part_count do
           replies_at = replies_at + 1
           replies[replies_at] = -1
         else
-          replies[replies_at + 1], replies[replies_at + 2] = -17, decided_reset_ms
+          replies[replies_at + 1] = -17
           replies_at = replies_at + 2
+          replies[replies_at] = decided_reset_ms
           before_reset_ms = decided_reset_ms
         end
       elseif decided_reset_ms == before_reset_ms then
-        replies[replies_at + 1], replies[replies_at + 2] = -5, decided_remaining
+        replies[replies_at + 1] = -5
         replies_at = replies_at + 2
+        replies[replies_at] = decided_remaining
         before_remaining = decided_remaining
       else
-        replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
-          decided_remaining, decided_reset_ms
+        replies[replies_at + 1] = -21
+        replies[replies_at + 2] = decided_remaining
         replies_at = replies_at + 3
-        before_remaining, before_reset_ms = decided_remaining, decided_reset_ms
+        replies[replies_at] = decided_reset_ms
+        before_remaining = decided_remaining
+        before_reset_ms = decided_reset_ms
       end
     else
-      replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3],
-        replies[replies_at + 4], replies[replies_at + 5], replies[replies_at + 6] =
-        5, decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms
+      replies[replies_at + 1] = 5
+      replies[replies_at + 2] = decided_allowed
+      replies[replies_at + 3] = 0
+      replies[replies_at + 4] = decided_remaining
+      replies[replies_at + 5] = decided_retry_ms
       replies_at = replies_at + 6
-      before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms =
-        decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms
+      replies[replies_at] = decided_reset_ms
+      before_allowed = decided_allowed
+      before_deciding = 0
+      before_remaining = decided_remaining
+      before_retry_ms = decided_retry_ms
+      before_reset_ms = decided_reset_ms
     end
-    -- The parts marked "=" after it, while the run is open and its scalars stand (one hot
-    -- identity's checks): each decided on the run's locals alone, as the loop's body above
-    -- would (continues, nothing own, parsed), with less to go through. Its reply follows a
-    -- straight-line decision, so its deciding is the one before's (0). One the decision
-    -- leaves to the general path is left to the loop's body, not decided again (parsed
-    -- false: the body writes the run's state, then runs the general path).
+    -- The parts after it that go as the loop's body above would take them, with less to go
+    -- through, while the run is open and parsed: one marked "=" (the part before again:
+    -- one hot identity's checks) is decided on the run's locals; one marked "K" (another
+    -- identity under the same policy: one key, as parsed stands for one) ends the run, its
+    -- own is opened by keyed_check(), then it is decided. Each follows a straight-line
+    -- decision, so the one before's deciding is 0. A refusal of the read, or a check the
+    -- decision leaves to the general path, ends this loop as the body would.
     if run_key and parsed then
-      while part < part_count and BATCH_ARGV[argv_at] == REPEAT do
-        decided_allowed = nil
---#batch decide (the decide piece, spliced in here as a block: decide_check()'s body, on the
--- script's locals as they are, without a call; see batched_script() in moderato/scripts.py)
-        if not decided_allowed then
-          parsed = false
+      while part < part_count do
+        local next_head = BATCH_ARGV[argv_at]
+        if next_head == REPEAT then
+          argv_at = argv_at + 1
+        elseif next_head == OWN_KEYS then
+          local key = BATCH_KEYS[keys_at + 1]
+          keys_at = keys_at + 1
+          argv_at = argv_at + 1
+          if key ~= run_key then
+            write_state()
+            KEYS[1] = key
+            decided = keyed_check()
+            if decided ~= true then
+              part = part + 1
+              run_key = nil
+              table_replied(decided)
+              break
+            end
+            run_key = key
+          end
+        else
           break
         end
-        part, argv_at = part + 1, argv_at + 1
+        part = part + 1
+        decided_allowed = nil
+--#batch decide
+        if not decided_allowed then
+          write_state() -- what the run admitted, before the general path reads the state
+          run_key = nil
+          parsed = false
+          table_replied(general_path())
+          break
+        end
         if decided_allowed == before_allowed and decided_retry_ms == before_retry_ms then
           if decided_remaining == before_remaining then
             if decided_reset_ms == before_reset_ms then
               replies_at = replies_at + 1
               replies[replies_at] = -1
             else
-              replies[replies_at + 1], replies[replies_at + 2] = -17, decided_reset_ms
+              replies[replies_at + 1] = -17
               replies_at = replies_at + 2
+              replies[replies_at] = decided_reset_ms
               before_reset_ms = decided_reset_ms
             end
           elseif decided_reset_ms == before_reset_ms then
-            replies[replies_at + 1], replies[replies_at + 2] = -5, decided_remaining
+            replies[replies_at + 1] = -5
             replies_at = replies_at + 2
+            replies[replies_at] = decided_remaining
             before_remaining = decided_remaining
           else
-            replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
-              decided_remaining, decided_reset_ms
+            replies[replies_at + 1] = -21
+            replies[replies_at + 2] = decided_remaining
             replies_at = replies_at + 3
-            before_remaining, before_reset_ms = decided_remaining, decided_reset_ms
+            replies[replies_at] = decided_reset_ms
+            before_remaining = decided_remaining
+            before_reset_ms = decided_reset_ms
           end
         else
-          replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3],
-            replies[replies_at + 4], replies[replies_at + 5], replies[replies_at + 6] =
-            5, decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms
+          replies[replies_at + 1] = 5
+          replies[replies_at + 2] = decided_allowed
+          replies[replies_at + 3] = 0
+          replies[replies_at + 4] = decided_remaining
+          replies[replies_at + 5] = decided_retry_ms
           replies_at = replies_at + 6
-          before_allowed, before_remaining, before_retry_ms, before_reset_ms =
-            decided_allowed, decided_remaining, decided_retry_ms, decided_reset_ms
+          replies[replies_at] = decided_reset_ms
+          before_allowed = decided_allowed
+          before_remaining = decided_remaining
+          before_retry_ms = decided_retry_ms
+          before_reset_ms = decided_reset_ms
         end
       end
-    end
-  elseif decided.err then
-    replies_at = replies_at + 1
-    replies[replies_at] = decided
-    before_allowed = nil
-  else
-    local length = #decided
-    if length == 5 and decided[1] == before_allowed and decided[2] == before_deciding
-        and decided[4] == before_retry_ms then
-      local remaining, reset = decided[3], decided[5]
-      if remaining == before_remaining then
-        if reset == before_reset_ms then
-          replies[replies_at + 1] = -1
-          replies_at = replies_at + 1
-        else
-          replies[replies_at + 1], replies[replies_at + 2] = -17, reset
-          replies_at = replies_at + 2
-        end
-      elseif reset == before_reset_ms then
-        replies[replies_at + 1], replies[replies_at + 2] = -5, remaining
-        replies_at = replies_at + 2
-      else
-        replies[replies_at + 1], replies[replies_at + 2], replies[replies_at + 3] = -21,
-          remaining, reset
-        replies_at = replies_at + 3
-      end
-    else
-      replies[replies_at + 1] = length
-      for i = 1, length do
-        replies[replies_at + 1 + i] = decided[i]
-      end
-      replies_at = replies_at + 1 + length
-    end
-    if length == 5 then
-      before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms =
-        decided[1], decided[2], decided[3], decided[4], decided[5]
-    else
-      before_allowed = nil
     end
   end
 end

@@ -227,14 +227,15 @@ def batched_script(name: str) -> Script:
     one-policy straight-line path (to ``--#batch shared``), split in turn at ``--#batch
     key``, ``read``, ``decide``, ``write`` and ``end``, becomes ``parse_check()`` (its
     argument check, the policy's piece before ``key`` and the key piece),
-    ``open_check()`` (those, the read and the decision: a run's first check),
-    ``keyed_check()`` (the key piece, the read and the decision: a run's first check
-    whose arguments are those of the last check parsed, so the policy's scalars stand),
-    ``decide_check()`` and ``write_state()``, which the driver runs per check or once per
-    run of checks on one key (what follows ``--#batch end``, the reply's return, is the
-    script's alone); the general path (the rest, to its closing
-    ``return decide(...)``) becomes ``general_path()``, run for a check the straight-line
-    path leaves to it. A straight-line path without the pieces' markers becomes
+    ``open_check()`` (those and the read: a run's first check), ``keyed_check()`` (the
+    key piece and the read: a run's first check whose arguments are those of the last
+    check parsed, so the policy's scalars stand) and ``write_state()``, which the driver
+    runs per check or once per run of checks on one key; the decide piece is spliced into
+    the driver where it decides a check (its ``--#batch decide`` lines), as a block on the
+    script's locals, with no call (what follows ``--#batch end``, the reply's return, is
+    the script's alone); the general path (the rest, to its closing ``return
+    decide(...)``) becomes ``general_path()``, run for a check the straight-line path
+    leaves to it. A straight-line path without the pieces' markers becomes
     ``open_check()`` whole, answering its reply or nil, each check on its own. ``KEYS``
     and ``ARGV`` are locals the driver sets per check.
     """
@@ -259,8 +260,8 @@ def batched_script(name: str) -> Script:
     general = lines[shared[0] + 1 :]
     pieces, decide_piece = _check_pieces(name, straight_line)
     driver = _with_includes(directory, _read(directory / f"{BATCH_DRIVER}.lua")).split(b"\n")
-    # The driver's hot loop decides with the decide piece spliced in as a block (its names
-    # the script's locals: the driver's own are apart, tests/unit/test_script_sources.py).
+    # The driver decides with the decide piece spliced in as a block (its names the
+    # script's locals: the driver's own are apart, tests/unit/test_script_sources.py).
     driver = [
         line
         for driver_line in driver
@@ -293,7 +294,7 @@ def _marked(lines: list[bytes], marker: bytes) -> list[int]:
 
 def _check_pieces(name: str, straight_line: list[bytes]) -> tuple[list[bytes], list[bytes]]:
     """The straight-line path's functions for lua/batch.lua (see batched_script), and its
-    decide piece (a call of decide_check() when the path is not split)."""
+    decide piece (nothing when the path is not split: open_check() never opens a run)."""
     reset = b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil"
     markers = [_marked(straight_line, marker) for marker in (*_PIECE_MARKERS, _END_MARKER)]
     if not any(markers):
@@ -304,8 +305,8 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> tuple[list[bytes], l
             *straight_line,
             b"end",
             b"local function parse_check() end",
-            b"local decide_check, write_state, keyed_check = parse_check, parse_check, open_check",
-        ], [b"decide_check()"]
+            b"local write_state, keyed_check = parse_check, open_check",
+        ], []
     at = [found[0] for found in markers if len(found) == 1]
     if len(at) != len(markers) or at != sorted(at):
         raise ValueError(
@@ -330,18 +331,13 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> tuple[list[bytes], l
         *parse,
         *key_piece,
         *read_piece,
-        *decide_piece,
         b"return true",
         b"end",
         b"end",
         b"local function keyed_check()",
         *key_piece,
         *read_piece,
-        *decide_piece,
         b"return true",
-        b"end",
-        b"local function decide_check()",
-        *decide_piece,
         b"end",
         b"local function write_state()",
         *straight_line[write + 1 : end],

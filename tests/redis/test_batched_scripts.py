@@ -746,12 +746,18 @@ async def test_a_batch_that_does_not_add_up_is_refused_whole(
 def test_the_batched_scripts_are_made_of_the_scripts_own_text() -> None:
     for name in ALGORITHMS:
         # The script alone as loaded, but for its reply's return after the straight-line
-        # path's pieces (from '--#batch end' to '--#batch shared'): the driver's, batched.
+        # path's pieces (from '--#batch end' to '--#batch shared'): the driver's, batched;
+        # and its decide piece, checked on its own.
         text = _with_includes(scripts_dir(), (scripts_dir() / f"{name}.lua").read_bytes())
         assert without_comments(text) == load_script(name).source
         if b"\n--#batch end" in text:
             end = text.index(b"\n--#batch end")
             text = text[:end] + text[text.index(b"\n--#batch shared", end) :]
+            # Its decide piece is spliced into the driver (after the general path), whole.
+            decide = text.index(b"\n--#batch decide")
+            write = text.index(b"\n--#batch write", decide)
+            assert without_comments(text[decide:write]).strip() in batched_script(name).source
+            text = text[:decide] + text[write:]
         source, batch = without_comments(text), batched_script(name).source
         # Everything else the script alone runs is in the batched script, in the same order.
         lines = batch.split(b"\n")

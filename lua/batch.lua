@@ -73,28 +73,32 @@ if not part_count or part_count < 1 or part_count > MAX_BATCH_UNITS or part_coun
 end
 local keys_at, argv_at, units = 0, 2, 0
 local key_count, arg_count, key_count_text, arg_count_text
+-- Only the first part can come before any part in full: a marker there has none before it.
+local first_head = BATCH_ARGV[2]
+if first_head == REPEAT or first_head == OWN_KEYS or first_head == OWN_COST
+    or first_head == OWN_KEYS_AND_COST then
+  return layout_refused('ARGV[2] ("' .. first_head
+    .. '") marks a part as the part before it, and the first part has none')
+end
+local PART_EXTRA_UNITS = PART_UNITS - 1 -- a part's weight beyond a repeat's 1
 for _ = 1, part_count do
   local head = BATCH_ARGV[argv_at]
-  if head == REPEAT or head == OWN_KEYS or head == OWN_COST or head == OWN_KEYS_AND_COST then
-    if not key_count then
+  if head == REPEAT then
+    argv_at = argv_at + 1
+  elseif head == OWN_KEYS then
+    keys_at = keys_at + key_count
+    argv_at = argv_at + 1
+    units = units + PART_EXTRA_UNITS
+  elseif head == OWN_COST or head == OWN_KEYS_AND_COST then
+    if arg_count < 1 then
       return layout_refused('ARGV[' .. argv_at .. '] ("' .. head
-        .. '") marks a part as the part before it, and the first part has none')
+        .. '") gives a cost to a part of no arguments')
     end
-    if head ~= REPEAT then
-      units = units + PART_UNITS - 1
-    end
-    if head == OWN_KEYS or head == OWN_KEYS_AND_COST then
+    if head == OWN_KEYS_AND_COST then
       keys_at = keys_at + key_count
     end
-    if head == OWN_COST or head == OWN_KEYS_AND_COST then
-      if arg_count < 1 then
-        return layout_refused('ARGV[' .. argv_at .. '] ("' .. head
-          .. '") gives a cost to a part of no arguments')
-      end
-      argv_at = argv_at + 2
-    else
-      argv_at = argv_at + 1
-    end
+    argv_at = argv_at + 2
+    units = units + PART_EXTRA_UNITS
   else
     -- Counts as the part before's (the same strings) are read again no more.
     if head ~= key_count_text or BATCH_ARGV[argv_at + 1] ~= arg_count_text then
@@ -106,8 +110,9 @@ for _ = 1, part_count do
           .. argv_at .. '] a marker ("=", "K", "C" or "KC")')
       end
     end
-    keys_at, argv_at = keys_at + key_count, argv_at + 2 + arg_count
-    units = units + PART_UNITS - 1
+    keys_at = keys_at + key_count
+    argv_at = argv_at + 2 + arg_count
+    units = units + PART_EXTRA_UNITS
   end
 end
 units = units + part_count

@@ -368,7 +368,7 @@ while part < part_count do
           keys_at = keys_at + 1
           argv_at = argv_at + 1
           if key ~= run_key then
-            write_state()
+--#batch write (the write piece, spliced in here as a block, as the decide piece is)
             KEYS[1] = key
             decided = keyed_check()
             if decided ~= true then

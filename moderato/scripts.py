@@ -43,7 +43,8 @@ MAX_BATCH_ARGUMENT_BYTES = 16384
 _EACH_MARKER = b"--#batch each"
 _SHARED_MARKER = b"--#batch shared"
 _DECIDE_MARKER = b"--#batch decide"
-_PIECE_MARKERS = (b"--#batch key", b"--#batch read", _DECIDE_MARKER, b"--#batch write")
+_WRITE_MARKER = b"--#batch write"
+_PIECE_MARKERS = (b"--#batch key", b"--#batch read", _DECIDE_MARKER, _WRITE_MARKER)
 _END_MARKER = b"--#batch end"
 _LAST_LINE = b"return decide("
 # The registry's scripts, and reset.
@@ -258,16 +259,19 @@ def batched_script(name: str) -> Script:
         )
     head, straight_line = lines[: each[0]], lines[each[0] + 1 : shared[0]]
     general = lines[shared[0] + 1 :]
-    pieces, decide_piece = _check_pieces(name, straight_line)
+    pieces, decide_piece, write_piece = _check_pieces(name, straight_line)
     driver = _with_includes(directory, _read(directory / f"{BATCH_DRIVER}.lua")).split(b"\n")
-    # The driver decides with the decide piece spliced in as a block (its names the
-    # script's locals: the driver's own are apart, tests/unit/test_script_sources.py).
+    # The driver's `--#batch decide` and `--#batch write` lines: the decide and the write
+    # piece spliced in as a block (their names the script's locals: the driver's own are
+    # apart, tests/unit/test_script_sources.py).
     driver = [
         line
         for driver_line in driver
         for line in (
             (b"do", *decide_piece, b"end")
             if driver_line.startswith(_DECIDE_MARKER)
+            else (b"do", *write_piece, b"end")
+            if driver_line.startswith(_WRITE_MARKER)
             else (driver_line,)
         )
     ]
@@ -292,21 +296,28 @@ def _marked(lines: list[bytes], marker: bytes) -> list[int]:
     return [i for i, line in enumerate(lines) if line.startswith(marker)]
 
 
-def _check_pieces(name: str, straight_line: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+def _check_pieces(
+    name: str, straight_line: list[bytes]
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
     """The straight-line path's functions for lua/batch.lua (see batched_script), and its
-    decide piece (nothing when the path is not split: open_check() never opens a run)."""
+    decide and write pieces (nothing when the path is not split: open_check() never
+    opens a run)."""
     reset = b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil"
     markers = [_marked(straight_line, marker) for marker in (*_PIECE_MARKERS, _END_MARKER)]
     if not any(markers):
-        return [
-            b"local state_key, reply",
-            b"local function open_check()",
-            reset,
-            *straight_line,
-            b"end",
-            b"local function parse_check() end",
-            b"local write_state, keyed_check = parse_check, open_check",
-        ], []
+        return (
+            [
+                b"local state_key, reply",
+                b"local function open_check()",
+                reset,
+                *straight_line,
+                b"end",
+                b"local function parse_check() end",
+                b"local write_state, keyed_check = parse_check, open_check",
+            ],
+            [],
+            [],
+        )
     at = [found[0] for found in markers if len(found) == 1]
     if len(at) != len(markers) or at != sorted(at):
         raise ValueError(
@@ -316,30 +327,35 @@ def _check_pieces(name: str, straight_line: list[bytes]) -> tuple[list[bytes], l
     key, read, decide, write, end = at
     parse, key_piece = straight_line[:key], straight_line[key + 1 : read]
     read_piece, decide_piece = straight_line[read + 1 : decide], straight_line[decide + 1 : write]
+    write_piece = straight_line[write + 1 : end]
     # parse ends in the straight-line path's 'if <it applies> then', then the policy's piece
     # (what the policy's fields and the instant give), which key_piece follows in that block.
-    return [
-        b"local function parse_check()",
-        reset,
-        *parse,
-        *key_piece,
-        b"return true",
-        b"end",
-        b"end",
-        b"local function open_check()",
-        reset,
-        *parse,
-        *key_piece,
-        *read_piece,
-        b"return true",
-        b"end",
-        b"end",
-        b"local function keyed_check()",
-        *key_piece,
-        *read_piece,
-        b"return true",
-        b"end",
-        b"local function write_state()",
-        *straight_line[write + 1 : end],
-        b"end",
-    ], decide_piece
+    return (
+        [
+            b"local function parse_check()",
+            reset,
+            *parse,
+            *key_piece,
+            b"return true",
+            b"end",
+            b"end",
+            b"local function open_check()",
+            reset,
+            *parse,
+            *key_piece,
+            *read_piece,
+            b"return true",
+            b"end",
+            b"end",
+            b"local function keyed_check()",
+            *key_piece,
+            *read_piece,
+            b"return true",
+            b"end",
+            b"local function write_state()",
+            *write_piece,
+            b"end",
+        ],
+        decide_piece,
+        write_piece,
+    )

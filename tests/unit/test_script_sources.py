@@ -84,9 +84,11 @@ def _lua_names(code: bytes) -> set[str]:
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)
-def test_the_decide_piece_the_driver_splices_in_names_none_of_its_locals(name: str) -> None:
-    # batched_script() splices an algorithm's decide piece into lua/batch.lua's loops as a
-    # block: a name the piece shares with one of the driver's locals would be the driver's.
+@pytest.mark.parametrize("piece", ["decide", "write"])
+def test_the_pieces_the_driver_splices_in_name_none_of_its_locals(name: str, piece: str) -> None:
+    # batched_script() splices an algorithm's decide and write pieces into lua/batch.lua's
+    # loops as blocks: a name a piece shares with one of the driver's locals would be the
+    # driver's there.
     directory = scripts_dir()
     driver = without_comments((directory / "batch.lua").read_bytes())
     driver_locals = {
@@ -95,8 +97,9 @@ def test_the_decide_piece_the_driver_splices_in_names_none_of_its_locals(name: s
         for local in names.split(b",")
     }
     text = _with_includes(directory, (directory / f"{name}.lua").read_bytes())
-    piece = text[text.index(b"\n--#batch decide") : text.index(b"\n--#batch write")]
-    assert len(driver_locals) > 20 and "decided_allowed" in _lua_names(piece)
-    assert _lua_names(piece) & driver_locals == set()
+    start = text.index(b"\n--#batch " + piece.encode())
+    code = text[start : text.index(b"\n--#batch ", start + 1)]
+    assert len(driver_locals) > 20 and "run_key" in driver_locals
+    assert _lua_names(code) & driver_locals == set()
     # and it is spliced in
-    assert without_comments(piece).strip() in batched_script(name).source
+    assert without_comments(code).strip() in batched_script(name).source

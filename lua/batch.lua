@@ -155,14 +155,16 @@ local filled_key_count, filled_arg_count = 0, 0
 local parsed, run_key
 local replies, replies_at = {}, 0
 -- The part before's decision when it had one policy's 5 entries, as scalars (before_allowed
--- nil: none, or other): its allowed, deciding, remaining, retry and reset.
+-- nil: none, or other): its allowed, deciding, remaining, retry and reset; before_plain its
+-- allowed when its deciding is 0 (a straight-line decision's), else nil.
 local before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms
+local before_plain
 -- A reply as a table (a refusal, the general path's decision), into the flat reply.
 local function table_replied(decided)
   if decided.err then
     replies_at = replies_at + 1
     replies[replies_at] = decided
-    before_allowed = nil
+    before_allowed, before_plain = nil, nil
     return
   end
   local length = #decided
@@ -195,8 +197,9 @@ local function table_replied(decided)
   if length == 5 then
     before_allowed, before_deciding, before_remaining, before_retry_ms, before_reset_ms =
       decided[1], decided[2], decided[3], decided[4], decided[5]
+    before_plain = before_deciding == 0 and before_allowed or nil
   else
-    before_allowed = nil
+    before_allowed, before_plain = nil, nil
   end
 end
 KEYS, ARGV = {}, {}
@@ -312,52 +315,13 @@ while part < part_count do
   if not decided_allowed then
     table_replied(decided)
   else
-    if decided_allowed == before_allowed and decided_retry_ms == before_retry_ms
-        and before_deciding == 0 then
-      if decided_remaining == before_remaining then
-        if decided_reset_ms == before_reset_ms then
-          replies_at = replies_at + 1
-          replies[replies_at] = -1
-        else
-          replies[replies_at + 1] = -17
-          replies_at = replies_at + 2
-          replies[replies_at] = decided_reset_ms
-          before_reset_ms = decided_reset_ms
-        end
-      elseif decided_reset_ms == before_reset_ms then
-        replies[replies_at + 1] = -5
-        replies_at = replies_at + 2
-        replies[replies_at] = decided_remaining
-        before_remaining = decided_remaining
-      else
-        replies[replies_at + 1] = -21
-        replies[replies_at + 2] = decided_remaining
-        replies_at = replies_at + 3
-        replies[replies_at] = decided_reset_ms
-        before_remaining = decided_remaining
-        before_reset_ms = decided_reset_ms
-      end
-    else
-      replies[replies_at + 1] = 5
-      replies[replies_at + 2] = decided_allowed
-      replies[replies_at + 3] = 0
-      replies[replies_at + 4] = decided_remaining
-      replies[replies_at + 5] = decided_retry_ms
-      replies_at = replies_at + 6
-      replies[replies_at] = decided_reset_ms
-      before_allowed = decided_allowed
-      before_deciding = 0
-      before_remaining = decided_remaining
-      before_retry_ms = decided_retry_ms
-      before_reset_ms = decided_reset_ms
-    end
+--#include batch_reply.lua
     -- The parts after it that go as the loop's body above would take them, with less to go
     -- through, while the run is open and parsed: one marked "=" (the part before again:
     -- one hot identity's checks) is decided on the run's locals; one marked "K" (another
     -- identity under the same policy: one key, as parsed stands for one) ends the run, its
-    -- own is opened by keyed_check(), then it is decided. Each follows a straight-line
-    -- decision, so the one before's deciding is 0. A refusal of the read, or a check the
-    -- decision leaves to the general path, ends this loop as the body would.
+    -- own is opened by keyed_check(), then it is decided. A refusal of the read, or a
+    -- check the decision leaves to the general path, ends this loop as the body would.
     if run_key and parsed then
       while part < part_count do
         local next_head = BATCH_ARGV[argv_at]
@@ -392,43 +356,7 @@ while part < part_count do
           table_replied(general_path())
           break
         end
-        if decided_allowed == before_allowed and decided_retry_ms == before_retry_ms then
-          if decided_remaining == before_remaining then
-            if decided_reset_ms == before_reset_ms then
-              replies_at = replies_at + 1
-              replies[replies_at] = -1
-            else
-              replies[replies_at + 1] = -17
-              replies_at = replies_at + 2
-              replies[replies_at] = decided_reset_ms
-              before_reset_ms = decided_reset_ms
-            end
-          elseif decided_reset_ms == before_reset_ms then
-            replies[replies_at + 1] = -5
-            replies_at = replies_at + 2
-            replies[replies_at] = decided_remaining
-            before_remaining = decided_remaining
-          else
-            replies[replies_at + 1] = -21
-            replies[replies_at + 2] = decided_remaining
-            replies_at = replies_at + 3
-            replies[replies_at] = decided_reset_ms
-            before_remaining = decided_remaining
-            before_reset_ms = decided_reset_ms
-          end
-        else
-          replies[replies_at + 1] = 5
-          replies[replies_at + 2] = decided_allowed
-          replies[replies_at + 3] = 0
-          replies[replies_at + 4] = decided_remaining
-          replies[replies_at + 5] = decided_retry_ms
-          replies_at = replies_at + 6
-          replies[replies_at] = decided_reset_ms
-          before_allowed = decided_allowed
-          before_remaining = decided_remaining
-          before_retry_ms = decided_retry_ms
-          before_reset_ms = decided_reset_ms
-        end
+--#include batch_reply.lua
       end
     end
   end

@@ -38,6 +38,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "together",
         "one_instant",
         "batch",
+        "batch_reply",
         "cluster_batch",
         "replied",
     )

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ import hiredis
 from redis_servers import RedisServer, TlsFiles, free_port
 
 from moderato import _accel
+from moderato.redis import ClusterClient
+from moderato.redis.blocking import ClusterClient as BlockingClusterClient
 
 SLOTS = 16384
 
@@ -303,6 +306,34 @@ class RedisCluster:
             if shard.primary not in (source, target):
                 call(shard.primary, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
+    def migration_ends(self, slot: int) -> tuple[int, int]:
+        """(the primary that owns ``slot``, another primary): where a test moves it from and to."""
+        source = self.owner(slot)
+        return source, next(shard.primary for shard in self.shards() if shard.primary != source)
+
+    def migrate_under_traffic(
+        self, slot: int, source: int, target: int, phase: Callable[[str], None] | None = None
+    ) -> int:
+        """Move ``slot`` from source to target while the caller's traffic runs, in the
+        steps the migration tests time; returns how many keys moved.
+
+        0.25 s of traffic first; ``phase("migrating")``, the slot marked migrating, then
+        0.15 s of ASK answered while the source still holds the keys (scripts wait);
+        the keys moved, ``phase("ask")``, 0.3 s of ASK followed to the drained source's
+        target; the slot given to the target, ``phase("moved")``.
+        """
+        phase = phase or (lambda _: None)
+        time.sleep(0.25)
+        phase("migrating")
+        self.begin_migration(slot, source, target)
+        time.sleep(0.15)
+        moved_keys = self.move_keys(slot, source, target)
+        phase("ask")
+        time.sleep(0.3)
+        self.end_migration(slot, source, target)
+        phase("moved")
+        return moved_keys
+
     def kill(self, port: int) -> None:
         self.server(port).stop()
 
@@ -370,3 +401,10 @@ def report(line: str) -> None:
 def primary_name(port: int) -> str:
     """A node's name as the clients give it (``host:port``)."""
     return f"127.0.0.1:{port}"
+
+
+def cluster_client(limiter: Any) -> ClusterClient | BlockingClusterClient:
+    """The cluster client under a limiter on a cluster URL (asyncio or blocking)."""
+    client = limiter.backend.client
+    assert isinstance(client, (ClusterClient, BlockingClusterClient))
+    return client

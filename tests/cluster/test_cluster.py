@@ -3,14 +3,21 @@
 One 3-primary + 3-replica cluster serves the tests that leave it as they found
 it; the ones that migrate slots or kill a primary build their own. Rates are
 per day so that no window boundary falls inside a test.
+
+The tests that take ``kind`` run the asyncio client and limiter and the blocking
+ones (moderato.redis.blocking, moderato.sync) through the same steps: a blocking
+call's reply is there at once, an asyncio one's awaited (``answer``); the blocking
+client's own tests are in test_blocking_cluster.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -19,6 +26,7 @@ from cluster import (
     RedisCluster,
     Shard,
     call,
+    cluster_client,
     identities_per_shard,
     identity_slot,
     primary_name,
@@ -27,23 +35,47 @@ from cluster import (
     slot_of,
 )
 
-from moderato import BackendError, BackendUnavailableError, RateLimitConfigError, RateLimiter
+from moderato import (
+    BackendError,
+    BackendUnavailableError,
+    CheckResult,
+    RateLimitConfigError,
+    RateLimiter,
+)
 from moderato.algorithms import ALGORITHMS
-from moderato.backends.redis import RedisBackend
 from moderato.errors import RedisReplyError
 from moderato.redis import ClusterClient
+from moderato.redis.blocking import ClusterClient as BlockingClusterClient
 from moderato.redis.cluster_map import command_slot, parse_shards, parse_slots
 from moderato.redis.errors import RedisClientError
+from moderato.sync import RateLimiter as BlockingRateLimiter
 
 pytestmark = pytest.mark.slow
 
+KINDS = ["asyncio", "blocking"]
+CLIENTS = {"asyncio": ClusterClient, "blocking": BlockingClusterClient}
+LIMITERS = {"asyncio": RateLimiter, "blocking": BlockingRateLimiter}
 
-def cluster_client(limiter: RateLimiter) -> ClusterClient:
-    backend = limiter.backend
-    assert isinstance(backend, RedisBackend)
-    client = backend.client
-    assert isinstance(client, ClusterClient)
-    return client
+
+async def answer(reply: Any) -> Any:
+    """A call's reply: awaited from the asyncio client or limiter, a blocking one's as it is."""
+    return await reply if inspect.isawaitable(reply) else reply
+
+
+async def at_once(
+    limiter: RateLimiter | BlockingRateLimiter, checks: list[tuple[str, str, str]]
+) -> list[CheckResult]:
+    """check_with_info(identity, rate, algorithm=algorithm) for each (identity, rate,
+    algorithm) at once: gathered on the asyncio limiter, over 16 threads on the blocking one."""
+    if isinstance(limiter, BlockingRateLimiter):
+        blocking = limiter
+        with ThreadPoolExecutor(16) as pool:
+            return list(
+                pool.map(lambda c: blocking.check_with_info(c[0], c[1], algorithm=c[2]), checks)
+            )
+    return list(
+        await asyncio.gather(*(limiter.check_with_info(i, r, algorithm=a) for i, r, a in checks))
+    )
 
 
 # -- wiring and routing ------------------------------------------------------------
@@ -89,20 +121,22 @@ async def test_unreachable_cluster_fails_within_the_timeout() -> None:
     await client.close()
 
 
-async def test_a_stale_map_is_corrected_by_moved(cluster: RedisCluster) -> None:
-    client = ClusterClient.from_url(cluster.url)
-    await client.connect()
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_stale_map_is_corrected_by_moved(cluster: RedisCluster, kind: str) -> None:
+    client = CLIENTS[kind].from_url(cluster.url)
+    await answer(client.connect())
+    assert sorted(client.primaries()) == sorted(primary_name(s.primary) for s in cluster.shards())
     slot = slot_of("stale")
     owner = client.node_for_slot(slot)
     wrong = next(name for name in client.primaries() if name != owner)
     assert client._table is not None
     client._table[slot] = client._nodes[wrong]  # as if the slot had moved since
-    assert await client.execute("SET", "stale", "1") == b"OK"
+    assert await answer(client.execute("SET", "stale", "1")) == b"OK"
     assert client.counters.moved == 1
     assert client.node_for_slot(slot) == owner
-    assert await client.execute("GET", "stale") == b"1"
+    assert await answer(client.execute("GET", "stale")) == b"1"
     assert client.counters.moved == 1
-    await client.close()
+    await answer(client.close())
 
 
 def test_command_routing() -> None:
@@ -151,33 +185,40 @@ async def test_client_works_from_several_event_loops(cluster: RedisCluster) -> N
 # -- exact admission across shards -----------------------------------------------------
 
 
+# At once (at_once): the checks on the hot key, and on each of the 12 spread identities.
+BURSTS = {"asyncio": (500, 60), "blocking": (300, 40)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
-async def test_every_shard_admits_exactly_the_limit(cluster: RedisCluster, algorithm: str) -> None:
-    """500 concurrent checks on one key admit 100; 12 identities on 3 shards admit 25 each."""
+async def test_every_shard_admits_exactly_the_limit(
+    cluster: RedisCluster, algorithm: str, kind: str
+) -> None:
+    """500 concurrent checks on one key admit 100; 12 identities on 3 shards, 60 checks
+    each, admit 25 each (the blocking limiter over 16 threads: 300 and 40)."""
+    hot_checks, per_identity = BURSTS[kind]
     # Exactness is under test, not the timeout: a burst on a loaded machine may
     # take longer than the default 0.5 s to be answered whole.
-    limiter = RateLimiter(cluster.url, key_prefix=f"exact-{algorithm}", command_timeout_s=10.0)
+    limiter = LIMITERS[kind](
+        cluster.url, key_prefix=f"exact-{kind}-{algorithm}", command_timeout_s=10.0
+    )
     client = cluster_client(limiter)
 
-    hot = await asyncio.gather(
-        *(limiter.check_with_info("hot", "100/day", algorithm=algorithm) for _ in range(500))
-    )
+    hot = await at_once(limiter, [("hot", "100/day", algorithm)] * hot_checks)
     assert sum(result.allowed for result in hot) == 100
 
     spread = identities_per_shard(cluster.shards(), 4)
     assert len(spread) == 3
     names = [name for group in spread.values() for name in group]
-    calls = [name for name in names for _ in range(60)]
-    results = await asyncio.gather(
-        *(limiter.check_with_info(name, "25/day", algorithm=algorithm) for name in calls)
-    )
+    calls = [name for name in names for _ in range(per_identity)]
+    results = await at_once(limiter, [(name, "25/day", algorithm) for name in calls])
     admitted = Counter(name for name, result in zip(calls, results) if result.allowed)
     assert admitted == {name: 25 for name in names}
     for name in names:
-        usage = await limiter.get_usage(name, "25/day", algorithm=algorithm)
+        usage = await answer(limiter.get_usage(name, "25/day", algorithm=algorithm))
         assert (usage["current"], usage["remaining"]) == (25, 0)
     assert client.counters.moved == client.counters.ask == 0
-    await limiter.close()
+    await answer(limiter.close())
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
@@ -197,28 +238,43 @@ async def test_multi_policy_decisions_on_every_shard(cluster: RedisCluster, algo
     await limiter.close()
 
 
-async def test_reset_and_usage_on_every_shard(cluster: RedisCluster) -> None:
-    limiter = RateLimiter(cluster.url, key_prefix="reset")
-    spread = identities_per_shard(cluster.shards(), 2, stem="reset")
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reset_and_usage_on_every_shard(cluster: RedisCluster, kind: str) -> None:
+    limiter = LIMITERS[kind](cluster.url, key_prefix=f"reset-{kind}")
+    spread = identities_per_shard(cluster.shards(), 2, stem=f"reset-{kind}")
     for port, names in spread.items():
         for name in names:
             for algorithm in ALGORITHMS:
                 for _ in range(3):
-                    await limiter.check(name, "10/day", algorithm=algorithm, scope="api")
-                usage = await limiter.get_usage(name, "10/day", algorithm=algorithm, scope="api")
+                    await answer(limiter.check(name, "10/day", algorithm=algorithm, scope="api"))
+                usage = await answer(
+                    limiter.get_usage(name, "10/day", algorithm=algorithm, scope="api")
+                )
                 assert usage["current"] == 3
         # With the rate: the keys are known, one script call on the owning shard.
         first, second = names
-        assert await limiter.reset(first, rate="10/day", scope="api") >= len(ALGORITHMS)
+        assert await answer(limiter.reset(first, rate="10/day", scope="api")) >= len(ALGORITHMS)
         # Without it: SCAN on the one node that owns the identity's hash tag.
-        assert await limiter.reset(second, scope="api") >= len(ALGORITHMS)
+        assert await answer(limiter.reset(second, scope="api")) >= len(ALGORITHMS)
         for name in names:
             for algorithm in ALGORITHMS:
-                usage = await limiter.get_usage(name, "10/day", algorithm=algorithm, scope="api")
+                usage = await answer(
+                    limiter.get_usage(name, "10/day", algorithm=algorithm, scope="api")
+                )
                 assert usage["current"] == 0, (port, name, algorithm)
             slot = identity_slot(name, scope="api")
             assert call(port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 0
-    await limiter.close()
+    # Every scope: no one slot, so every primary is walked.
+    deleted = 0
+    for names in spread.values():
+        for name in names:
+            await answer(limiter.check(name, "10/day", scope="a"))
+            await answer(limiter.check(name, "10/day", scope="b"))
+    for names in spread.values():
+        for name in names:
+            deleted += await answer(limiter.reset(name))
+    assert deleted == 12
+    await answer(limiter.close())
 
 
 async def test_script_flush_on_every_primary_mid_load(cluster: RedisCluster) -> None:
@@ -349,38 +405,44 @@ async def test_a_script_whose_reply_was_lost_is_not_retried(cluster: RedisCluste
 # -- resharding -----------------------------------------------------------------------
 
 
-async def test_plain_commands_follow_ask_tryagain_and_moved(own_cluster: RedisCluster) -> None:
-    client = ClusterClient.from_url(own_cluster.url, command_timeout_s=2.0)
+@pytest.mark.parametrize("kind", KINDS)
+async def test_plain_commands_follow_ask_tryagain_and_moved(
+    own_cluster: RedisCluster, kind: str
+) -> None:
+    client = CLIENTS[kind].from_url(own_cluster.url, command_timeout_s=2.0)
     first, second = "{plain}:a", "{plain}:b"
-    await client.execute("SET", first, "1")
-    await client.execute("SET", second, "2")
+    await answer(client.execute("SET", first, "1"))
+    await answer(client.execute("SET", second, "2"))
     slot = slot_of(first)
-    source = own_cluster.owner(slot)
-    target = next(s.primary for s in own_cluster.shards() if s.primary != source)
+    source, target = own_cluster.migration_ends(slot)
 
     own_cluster.begin_migration(slot, source, target)
     call(source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", first)
-    assert await client.execute("GET", first) == b"1"  # ASK: only the target has it
-    assert await client.execute("GET", second) == b"2"  # still on the source
+    assert await answer(client.execute("GET", first)) == b"1"  # ASK: only the target has it
+    assert await answer(client.execute("GET", second)) == b"2"  # still on the source
     assert client.counters.ask == 1
 
-    # Half the keys moved: TRYAGAIN until the other half follows.
-    loop = asyncio.get_running_loop()
-    loop.call_later(0.2, call, source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", second)
-    assert await client.execute("MGET", first, second) == [b"1", b"2"]
+    # Half the keys moved: TRYAGAIN until the other half follows (from a thread: a
+    # blocking client's MGET holds this one until it is answered).
+    later = threading.Timer(
+        0.2, call, (source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", second)
+    )
+    later.start()
+    assert await answer(client.execute("MGET", first, second)) == [b"1", b"2"]
+    later.join()
     assert client.counters.tryagain >= 1
     assert client.counters.ask == 2
 
     own_cluster.end_migration(slot, source, target)
-    assert await client.execute("GET", second) == b"2"
+    assert await answer(client.execute("GET", second)) == b"2"
     assert client.counters.moved == 1
     assert client.node_for_slot(slot) == primary_name(target)
-    assert await client.execute("GET", first) == b"1"
+    assert await answer(client.execute("GET", first)) == b"1"
     assert client.counters.moved == 1  # the map was updated: no second redirection
 
     with pytest.raises(RedisReplyError, match="CROSSSLOT"):
-        await client.execute("MGET", "a", "b")
-    await client.close()
+        await answer(client.execute("MGET", "a", "b"))
+    await answer(client.close())
 
 
 async def test_slot_migration_under_traffic_stays_exact(own_cluster: RedisCluster) -> None:
@@ -389,8 +451,7 @@ async def test_slot_migration_under_traffic_stays_exact(own_cluster: RedisCluste
     rate = f"{limit}/day"
     identity = "hot"
     slot = identity_slot(identity)
-    source = own_cluster.owner(slot)
-    target = next(s.primary for s in own_cluster.shards() if s.primary != source)
+    source, target = own_cluster.migration_ends(slot)
     limiter = RateLimiter(own_cluster.url, key_prefix="mig")
     client = cluster_client(limiter)
     await limiter.connect()
@@ -420,17 +481,15 @@ async def test_slot_migration_under_traffic_stays_exact(own_cluster: RedisCluste
                     denied[algorithm] += 1
             await asyncio.sleep(0.005)
 
+    def enter(new_phase: str) -> None:
+        nonlocal phase
+        phase = new_phase
+
     started = time.perf_counter()
     runner = asyncio.create_task(traffic())
-    await asyncio.sleep(0.25)
-    phase = "migrating"
-    await asyncio.to_thread(own_cluster.begin_migration, slot, source, target)
-    await asyncio.sleep(0.15)  # ASK answered while the source still holds the keys: wait
-    moved_keys = await asyncio.to_thread(own_cluster.move_keys, slot, source, target)
-    phase = "ask"
-    await asyncio.sleep(0.3)  # the source is drained: ASK is followed to the target
-    await asyncio.to_thread(own_cluster.end_migration, slot, source, target)
-    phase = "moved"
+    moved_keys = await asyncio.to_thread(
+        own_cluster.migrate_under_traffic, slot, source, target, enter
+    )
     while min(attempted[a] for a in ALGORITHMS) < limit + 300:
         await asyncio.sleep(0.02)
     stop.set()

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from decision_stores import BACKENDS, DecisionStore, MemoryHarness
 from lua_harness import LuaHarness, open_harness
-from redis_servers import RedisServer, redis_server_binary
+from redis_servers import RedisServer, redis_server_binary, running
 
 TESTS = Path(__file__).resolve().parent
 
@@ -35,21 +35,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One redis-server for the session; tests use distinct keys (or flush)."""
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from running(RedisServer())
 
 
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server for one test, free to be killed, paused or restarted."""
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from running(RedisServer())
 
 
 @pytest.fixture

@@ -16,8 +16,10 @@ import ssl
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 # The command timeout of limiters whose tests check counts, not time limits: under a
 # loaded CI machine a reply can take longer than the 0.5 s default, and a check that
@@ -36,6 +38,27 @@ def redis_server_binary() -> str:
     if not path:
         raise RuntimeError(INSTALL_HINT)
     return path
+
+
+class Process(Protocol):
+    """What ``running`` starts and closes: a RedisServer, a RedisCluster (tests/cluster.py)."""
+
+    def start(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
+P = TypeVar("P", bound=Process)
+
+
+def running(process: P) -> Iterator[P]:
+    """``process`` started, for a fixture to ``yield from``; closed after the test, and
+    also when start() fails (a server that did start but never answered is not left)."""
+    try:
+        process.start()
+        yield process
+    finally:
+        process.close()
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from cluster import RedisCluster, redis_cli_binary
-from redis_servers import redis_server_binary
+from redis_servers import redis_server_binary, running
 
 redis_server_binary()
 redis_cli_binary()
@@ -24,18 +24,10 @@ redis_cli_binary()
 def cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
     """The module's shared cluster: 3 primaries with a replica each, or with the number
     of replicas the module sets in ``CLUSTER_REPLICAS``. Its tests use their own keys."""
-    shared = RedisCluster(replicas=getattr(request.module, "CLUSTER_REPLICAS", 1)).start()
-    try:
-        yield shared
-    finally:
-        shared.close()
+    yield from running(RedisCluster(replicas=getattr(request.module, "CLUSTER_REPLICAS", 1)))
 
 
 @pytest.fixture
 def own_cluster() -> Iterator[RedisCluster]:
     """A cluster for one test, free to be resharded or lose a primary."""
-    mine = RedisCluster().start()
-    try:
-        yield mine
-    finally:
-        mine.close()
+    yield from running(RedisCluster())

@@ -22,7 +22,7 @@ from django_support import skip_unsupported_python
 skip_unsupported_python()
 
 import httpx  # noqa: E402
-from redis_servers import RedisServer, free_port  # noqa: E402
+from redis_servers import RedisServer, free_port, running  # noqa: E402
 from uvicorn_helpers import wait_until_serving  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
@@ -114,11 +114,7 @@ def uvicorn(redis_url: str) -> Server:
 
 @pytest.fixture(scope="module")
 def redis() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from running(RedisServer())
 
 
 @pytest.fixture(scope="module")

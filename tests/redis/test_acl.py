@@ -21,7 +21,7 @@ import pytest
 from batching_helpers import repeats_per_call
 from cluster import RedisCluster, call, identity_slot, script_calls
 from prometheus_client import CollectorRegistry
-from redis_servers import RedisServer
+from redis_servers import RedisServer, running
 
 from moderato import BackendError, BackendUnavailableError, CheckResult, RateLimiter
 from moderato.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
@@ -261,11 +261,7 @@ async def test_client_name_and_a_database_need_their_commands(
 
 @pytest.fixture(scope="module")
 def acl_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster().start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    yield from running(RedisCluster())
 
 
 def set_cluster_user(cluster: RedisCluster, commands: list[str]) -> None:

@@ -26,7 +26,7 @@ from differential_calls import Scenario, run_scenario, scenarios
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lua_harness import LuaHarness, open_harness
-from redis_servers import RedisServer, free_port
+from redis_servers import RedisServer, free_port, running
 
 from moderato import RateLimiter
 from moderato.algorithms import ALGORITHMS
@@ -190,11 +190,7 @@ def test_moderato_imports_and_runs_without_redis_py() -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisCluster]:
-    shared = RedisCluster().start()
-    try:
-        yield shared
-    finally:
-        shared.close()
+    yield from running(RedisCluster())
 
 
 async def test_redis_py_cluster_client_admits_exactly_the_limit(cluster: RedisCluster) -> None:

@@ -14,7 +14,7 @@ import redis.asyncio.cluster
 from cluster import RedisCluster
 from fastapi import FastAPI, Request
 from http_helpers import client
-from redis_servers import PATIENT_TIMEOUT_S
+from redis_servers import PATIENT_TIMEOUT_S, running
 
 from moderato import RateLimiter, _accel
 from moderato.algorithms import ALGORITHMS
@@ -186,11 +186,7 @@ def test_the_keyspace_gives_a_reset_its_keys_and_patterns() -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisCluster]:
-    made = RedisCluster(replicas=0).start()
-    try:
-        yield made
-    finally:
-        made.close()
+    yield from running(RedisCluster(replicas=0))
 
 
 @pytest.mark.slow

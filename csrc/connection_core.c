@@ -51,30 +51,8 @@
 #include "heap_type.h"
 #include "resp.h"
 
-#define CORE_NAMES(X, P)                                                                 \
-    X(P, APPEND, "append")                                                               \
-    X(P, POPLEFT, "popleft")                                                             \
-    X(P, FEED, "feed")                                                                   \
-    X(P, GETS, "gets")                                                                   \
-    X(P, DONE, "done")                                                                   \
-    X(P, SET_RESULT, "set_result")                                                       \
-    X(P, SET_EXCEPTION, "set_exception")                                                 \
-    X(P, WRITE, "write")                                                                 \
-    X(P, FLUSH, "_flush")                                                                \
-    X(P, ON_TIMER, "_on_timer")                                                          \
-    X(P, RESEND, "_resend_after_noscript")                                               \
-    X(P, READ_FAILED, "_read_failed")                                                    \
-    X(P, CLOSED_ERROR, "_closed_error")                                                  \
-    X(P, MESSAGE, "message")                                                             \
-    X(P, NOSCRIPT, "NOSCRIPT")                                                           \
-    X(P, LOOP, "loop")                                                                   \
-    X(P, SENT, "sent")                                                                   \
-    X(P, JOIN, "join")                                                                   \
-    X(P, SHA, "sha")
+ACCEL_NAME_TEXTS(CORE_NAMES, CNAME_, core_name_texts);
 
-ACCEL_NAME_TABLE(CORE_NAMES, CNAME_, CNAME_END, core_name_texts);
-
-#define CNAME(state, name) ((state)->core_names[CNAME_##name])
 
 /* connection.py's states (_CONNECTING, _READY, _CLOSED). */
 enum { CORE_CONNECTING, CORE_READY, CORE_CLOSED };

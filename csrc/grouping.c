@@ -34,39 +34,13 @@
  */
 #include "grouping.h"
 
+#include "connection_core.h"
 #include "contract.h"
 #include "heap_type.h"
 #include "resp.h"
 
-#define GROUPING_NAMES(X, P)                                                             \
-    X(P, SHA, "sha")                                                                     \
-    X(P, SOURCE, "source")                                                               \
-    X(P, DONE, "done")                                                                   \
-    X(P, SET_RESULT, "set_result")                                                       \
-    X(P, SET_EXCEPTION, "set_exception")                                                 \
-    X(P, ADD_DONE_CALLBACK, "add_done_callback")                                         \
-    X(P, POP, "pop")                                                                     \
-    X(P, APPEND, "append")                                                               \
-    X(P, WRITE_BUFFER, "_write_buffer")                                                  \
-    X(P, HELD, "_held")                                                                  \
-    X(P, BATCHED_TOTAL, "_batched_total")                                                \
-    X(P, SCRIPTS, "_scripts")                                                            \
-    X(P, LOADS, "_loads")                                                                \
-    X(P, LOADED_FORMS, "_loaded_forms")                                                  \
-    X(P, PENDING, "_pending")                                                            \
-    X(P, FUTURE_TYPE, "_future_type")                                                    \
-    X(P, LOOP_ATTRIBUTE, "_loop")                                                        \
-    X(P, LOOP, "loop")                                                                   \
-    X(P, SCRIPT, "SCRIPT")                                                               \
-    X(P, LOAD, "LOAD")                                                                   \
-    X(P, REPEAT, "=")                                                                    \
-    X(P, OWN_KEYS, "K")                                                                  \
-    X(P, OWN_COST, "C")                                                                  \
-    X(P, OWN_KEYS_AND_COST, "KC")
-
-ACCEL_NAME_TABLE(GROUPING_NAMES, GNAME_, GROUPING_NAME_COUNT, grouping_name_texts);
-
-#define GNAME(grouping, name) ((grouping)->names[GNAME_##name])
+/* A name it reads: connection_core.h's CORE_NAMES, in its module's state. */
+#define GNAME(grouping, name) CNAME((grouping)->state, name)
 
 typedef struct {
     PyObject_HEAD
@@ -76,17 +50,17 @@ typedef struct {
     PyObject *copy;             /* copy.copy */
     PyObject *connection_error; /* RedisConnectionError */
     PyObject *reply_error;      /* RedisReplyError */
-    PyObject *loop_keyword;     /* ("loop",) */
     Py_ssize_t max_policies;
     Py_ssize_t max_bytes;
-    PyObject *names[GROUPING_NAME_COUNT];
+    /* its module's state (the names it reads, ("loop",), BatchedReply): the module
+     * lives as long as the type, which each of its objects holds */
+    accel_state *state;
 } grouping_object;
 
 /* Its references, listed once: traverse and clear are both made from these. */
 #define GROUPING_MEMBERS(X)                                                              \
-    X(forms) X(parts) X(retrieve) X(copy) X(connection_error) X(reply_error) X(loop_keyword)
-#define GROUPING_ARRAYS(X) X(names, GROUPING_NAME_COUNT)
-ACCEL_GC_FUNCTIONS_WITH_ARRAYS(grouping, grouping_object, GROUPING_MEMBERS, GROUPING_ARRAYS)
+    X(forms) X(parts) X(retrieve) X(copy) X(connection_error) X(reply_error)
+ACCEL_GC_FUNCTIONS(grouping, grouping_object, GROUPING_MEMBERS)
 
 /* -- a batched call's slot ------------------------------------------------------ */
 
@@ -581,7 +555,8 @@ load_form(grouping_object *grouping, turn_state *turn, PyObject *form, PyObject 
     }
     PyObject *call_args[2] = {NULL, turn->loop};
     PyObject *load = PyObject_Vectorcall(turn->future_type, call_args + 1,
-                                         PY_VECTORCALL_ARGUMENTS_OFFSET, grouping->loop_keyword);
+                                         PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                         grouping->state->core_loop_keyword);
     if (load == NULL) {
         return -1;
     }
@@ -613,10 +588,7 @@ static int
 put_batch(grouping_object *grouping, turn_state *turn, PyObject *form, PyObject *const *parts,
           PyObject *const *futures, Py_ssize_t count)
 {
-    accel_state *state = accel_state_of_type(Py_TYPE(grouping));
-    if (state == NULL) {
-        return -1;
-    }
+    accel_state *state = grouping->state;
     PyObject *keys = PyList_New(0);
     PyObject *args = keys == NULL ? NULL : Py_BuildValue("[n]", count);
     PyObject *sha = args == NULL ? NULL : PyObject_GetAttr(form, GNAME(grouping, SHA));
@@ -1226,6 +1198,10 @@ grouping_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &reply_error)) {
         return NULL;
     }
+    accel_state *state = accel_state_of_type(type);
+    if (state == NULL) {
+        return NULL;
+    }
     grouping_object *grouping = PyObject_GC_New(grouping_object, type);
     if (grouping == NULL) {
         return NULL;
@@ -1239,23 +1215,8 @@ grouping_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     grouping->reply_error = Py_NewRef(reply_error);
     grouping->max_policies = max_policies;
     grouping->max_bytes = max_bytes;
-    grouping->loop_keyword = NULL;
-    for (int i = 0; i < GROUPING_NAME_COUNT; i++) {
-        grouping->names[i] = NULL;
-    }
+    grouping->state = state;
     PyObject_GC_Track(grouping);
-    for (int i = 0; i < GROUPING_NAME_COUNT; i++) {
-        grouping->names[i] = PyUnicode_InternFromString(grouping_name_texts[i]);
-        if (grouping->names[i] == NULL) {
-            Py_DECREF(grouping);
-            return NULL;
-        }
-    }
-    grouping->loop_keyword = PyTuple_Pack(1, GNAME(grouping, LOOP));
-    if (grouping->loop_keyword == NULL) {
-        Py_DECREF(grouping);
-        return NULL;
-    }
     return (PyObject *)grouping;
 }
 

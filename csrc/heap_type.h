@@ -154,13 +154,14 @@ accel_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObje
                   {Py_tp_call, PyVectorcall_Call}, {Py_tp_members, prefix##_members},   \
                   __VA_ARGS__)
 
-/* The names a file reads, listed once as LIST(X, prefix), each X(prefix, name,
- * "text"): an enum of prefix##name for each, then count; and static texts[],
- * their texts in that order (interned into the module state or an object). */
+/* The names files read, listed once as LIST(X, prefix), each X(prefix, name,
+ * "text"): ACCEL_NAME_ENUMS, an enum of prefix##name for each, then count (in the
+ * header of the files that read them); ACCEL_NAME_TEXTS, static texts[], their
+ * texts in that order (in the one file that interns them into the module state). */
 #define ACCEL_NAME_ENUM(prefix, name, text) prefix##name,
 #define ACCEL_NAME_TEXT(prefix, name, text) text,
-#define ACCEL_NAME_TABLE(LIST, prefix, count, texts)                                   \
-    enum { LIST(ACCEL_NAME_ENUM, prefix) count };                                      \
+#define ACCEL_NAME_ENUMS(LIST, prefix, count) enum { LIST(ACCEL_NAME_ENUM, prefix) count }
+#define ACCEL_NAME_TEXTS(LIST, prefix, texts)                                          \
     static const char *const texts[] = {LIST(ACCEL_NAME_TEXT, prefix)}
 
 #endif /* MODERATO_HEAP_TYPE_H */

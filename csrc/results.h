@@ -13,7 +13,7 @@
 /* The names fast_check.c reads: its FAST_NAMES, counted. */
 #define FAST_NAME_COUNT 20
 #define REDIS_NAME_COUNT 24
-#define CORE_NAME_COUNT 19
+#define CORE_NAME_COUNT 37
 #define ROUTE_NAME_COUNT 28
 
 /* The module state of moderato._accel. */

@@ -820,12 +820,14 @@ done:
 }
 
 /* The bytes a new command takes: its payload's, or for a check queued
- * unencoded (None), its EVALSHA's from its record. -1 with an error set. */
+ * unencoded (None), its EVALSHA's from its record (memo: the turn's records
+ * hold the arguments it names). -1 with an error set. */
 static Py_ssize_t
-payload_size(PyObject *payload, PyObject *record)
+payload_size(PyObject *payload, PyObject *record, resp_size_memo *memo)
 {
     if (payload == Py_None) {
-        return resp_evalsha_size(PyTuple_GET_ITEM(record, 2), PyTuple_GET_ITEM(record, 3));
+        return resp_evalsha_size_memo(PyTuple_GET_ITEM(record, 2), PyTuple_GET_ITEM(record, 3),
+                                      memo);
     }
     return LENGTH(payload);
 }
@@ -837,13 +839,14 @@ find_runs(grouping_object *grouping, turn_state *turn, command_info *infos, Py_s
           Py_ssize_t *stops, Py_ssize_t *runs)
 {
     Py_ssize_t start = 0;
+    resp_size_memo memo = {NULL, 0};
     *runs = 0;
     while (start < count) {
         Py_ssize_t stop = start + 1;
         PyObject *form = infos[start].form;
         if (form != NULL) {
             Py_ssize_t size = payload_size(PyList_GET_ITEM(turn->buffer, turn->first + start),
-                                           infos[start].record);
+                                           infos[start].record, &memo);
             Py_ssize_t policies = LENGTH(PyTuple_GET_ITEM(infos[start].record, 2));
             if (size < 0 || policies < 0) {
                 return -1;
@@ -854,7 +857,7 @@ find_runs(grouping_object *grouping, turn_state *turn, command_info *infos, Py_s
             while (stop < count && infos[stop].form == form) {
                 PyObject *after = infos[stop].record, *before = infos[stop - 1].record;
                 Py_ssize_t more =
-                    payload_size(PyList_GET_ITEM(turn->buffer, turn->first + stop), after);
+                    payload_size(PyList_GET_ITEM(turn->buffer, turn->first + stop), after, &memo);
                 Py_ssize_t more_policies = LENGTH(PyTuple_GET_ITEM(after, 2));
                 if (more < 0 || more_policies < 0) {
                     return -1;

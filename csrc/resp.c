@@ -470,6 +470,17 @@ plain_items_size(PyObject *items)
     return total;
 }
 
+/* An EVALSHA's framed size but for its keys' and arguments' items: the array head,
+ * the command's name, a 40-digit sha and the key count. */
+static Py_ssize_t
+evalsha_head_size(Py_ssize_t key_count, Py_ssize_t arg_count)
+{
+    static const char evalsha[] = "EVALSHA";
+    Py_ssize_t count = 3 + key_count + arg_count;
+    return 1 + decimal_width(count) + 2 + BULK_FRAMED((Py_ssize_t)sizeof(evalsha) - 1) +
+           BULK_FRAMED(RESP_SHA_DIGITS) + BULK_FRAMED(decimal_width(key_count));
+}
+
 Py_ssize_t
 resp_evalsha_size(PyObject *keys, PyObject *args)
 {
@@ -479,13 +490,11 @@ resp_evalsha_size(PyObject *keys, PyObject *args)
                     (PyList_Check(args) || PyTuple_Check(args));
     if (sequences) {
         /* Nothing below runs Python code: the lists cannot change meanwhile. */
-        Py_ssize_t key_count = PySequence_Fast_GET_SIZE(keys);
-        Py_ssize_t count = 3 + key_count + PySequence_Fast_GET_SIZE(args);
         Py_ssize_t keys_size = plain_items_size(keys);
         Py_ssize_t args_size = keys_size < 0 ? -1 : plain_items_size(args);
         if (args_size >= 0) {
-            return 1 + decimal_width(count) + 2 + BULK_FRAMED((Py_ssize_t)sizeof(evalsha) - 1) +
-                   BULK_FRAMED(RESP_SHA_DIGITS) + BULK_FRAMED(decimal_width(key_count)) +
+            return evalsha_head_size(PySequence_Fast_GET_SIZE(keys),
+                                     PySequence_Fast_GET_SIZE(args)) +
                    keys_size + args_size;
         }
     }
@@ -509,6 +518,24 @@ resp_evalsha_size(PyObject *keys, PyObject *args)
     Py_XDECREF(key_items);
     Py_XDECREF(arg_items);
     return total_size;
+}
+
+Py_ssize_t
+resp_evalsha_size_memo(PyObject *keys, PyObject *args, resp_size_memo *memo)
+{
+    /* An exact tuple's items cannot change, nor (plain) their bytes: the size
+     * measured for the same tuple stands. */
+    if (PyTuple_CheckExact(args) && (PyList_Check(keys) || PyTuple_Check(keys))) {
+        Py_ssize_t args_size = args == memo->args ? memo->size : plain_items_size(args);
+        Py_ssize_t keys_size = args_size < 0 ? -1 : plain_items_size(keys);
+        if (keys_size >= 0) {
+            memo->args = args;
+            memo->size = args_size;
+            return evalsha_head_size(PySequence_Fast_GET_SIZE(keys), PyTuple_GET_SIZE(args)) +
+                   keys_size + args_size;
+        }
+    }
+    return resp_evalsha_size(keys, args);
 }
 
 PyObject *

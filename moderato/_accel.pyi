@@ -137,6 +137,9 @@ class _CheckCoroutine:
     def send(self, value: None, /) -> Any: ...
     def throw(self, *args: Any) -> Any: ...
     def close(self) -> None: ...
+    @property
+    def _asyncio_future_blocking(self) -> None:
+        """None: not a future, as asyncio.isfuture asks (without its failed hasattr)."""
 
 class ReadyCheck(_CheckCoroutine):
     """A check decided when it was called, as a completed coroutine (csrc/fast_check.c)."""

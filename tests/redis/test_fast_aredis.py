@@ -269,8 +269,14 @@ async def test_the_awaitable_is_a_coroutine(redis_url: str, cache_size: int) -> 
     await limiter.check_with_info("u", "10/minute")
     call = limiter.check_with_info("u", "10/minute")
     assert asyncio.iscoroutine(call)
+    # Not a future (its _asyncio_future_blocking None spares isfuture a failed hasattr).
+    assert not asyncio.isfuture(call) and call._asyncio_future_blocking is None
     task = asyncio.create_task(call)  # type: ignore[arg-type]
     assert (await task).remaining == 8
+    # ensure_future and wait_for take it as a coroutine, gather too.
+    assert (await asyncio.wait_for(limiter.check_with_info("u", "10/minute"), 10)).remaining == 7
+    gathered = await asyncio.gather(limiter.check_with_info("u", "10/minute"))
+    assert gathered[0].remaining == 6
     with pytest.raises(RuntimeError, match="already awaited"):
         call.send(None)
     thrown = limiter.check_with_info("u", "10/minute")

@@ -244,6 +244,7 @@ def test_a_ready_check_is_a_completed_coroutine() -> None:
     asyncio.run(limiter.check_with_info("k", "100/second"))
     call = limiter.check_with_info("k", "100/second")
     assert asyncio.iscoroutine(call)
+    assert not asyncio.isfuture(call) and call._asyncio_future_blocking is None
     result = asyncio.run(call)  # type: ignore[arg-type]
     assert result.allowed and result.remaining == 98
 

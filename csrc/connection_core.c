@@ -241,10 +241,48 @@ refused(accel_state *state, PyObject *self)
     return NULL;
 }
 
-/* A new future of the connection's loop, as asyncio.Future(loop=loop). */
+/* _asyncio's Future and _get_running_loop into the state, once: 0, or -1. */
+static int
+take_c_asyncio(accel_state *state)
+{
+    PyObject *module = PyImport_ImportModule("_asyncio");
+    state->c_future_type = module == NULL ? NULL : PyObject_GetAttrString(module, "Future");
+    state->c_running_loop =
+        state->c_future_type == NULL ? NULL : PyObject_GetAttrString(module, "_get_running_loop");
+    Py_XDECREF(module);
+    if (state->c_running_loop == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ImportError) &&
+            !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_CLEAR(state->c_future_type);
+            return -1;
+        }
+        PyErr_Clear(); /* no C asyncio: every future is made with its loop named */
+        Py_XSETREF(state->c_future_type, Py_NewRef(Py_None));
+        state->c_running_loop = Py_NewRef(Py_None);
+    }
+    return 0;
+}
+
+/* A new future of the connection's loop, as asyncio.Future(loop=loop). When that
+ * loop is the running one, asyncio.Future(), which takes the running loop: the
+ * same future, without the keyword's dict made and parsed per command. */
 static PyObject *
 new_future(accel_state *state, core_object *core)
 {
+    if (state->c_running_loop == NULL && take_c_asyncio(state) < 0) {
+        return NULL;
+    }
+    if (core->future_type == state->c_future_type) {
+        PyObject *running = PyObject_CallNoArgs(state->c_running_loop);
+        if (running == NULL) {
+            return NULL;
+        }
+        int same = running == core->loop;
+        Py_DECREF(running);
+        if (same) {
+            return PyObject_CallNoArgs(core->future_type);
+        }
+    }
     PyObject *args[2] = {NULL, core->loop};
     return PyObject_Vectorcall(core->future_type, args + 1, PY_VECTORCALL_ARGUMENTS_OFFSET,
                                state->core_loop_keyword);

@@ -37,6 +37,10 @@ typedef struct {
     PyObject *core_names[CORE_NAME_COUNT];
     PyObject *core_loop_keyword; /* ("loop",) */
     PyObject *core_sent_keyword; /* ("sent",) */
+    /* _asyncio's Future and _get_running_loop, taken at a connection's first
+     * future (Py_None each when _asyncio cannot give them), else NULL */
+    PyObject *c_future_type;
+    PyObject *c_running_loop;
     /* grouping.c's slot of a batched call (its Grouping makes them) */
     PyTypeObject *batched_reply_type;
     /* fast_route.c's types (the headers middleware's send wrapper) and the names
@@ -54,7 +58,7 @@ typedef struct {
     X(check_result_type) X(policy_state_type) X(frozen_error) X(fast_method_type)      \
     X(fast_check_type) X(ready_type) X(redis_check_type) X(aredis_check_type)          \
     X(pending_check_type) X(core_type) X(core_loop_keyword) X(core_sent_keyword)      \
-    X(batched_reply_type)                                                              \
+    X(c_future_type) X(c_running_loop) X(batched_reply_type)                           \
     X(header_senders_type) X(header_sender_type) X(route_arguments_type) X(empty_tuple)
 
 /* The state of the module object that made type (one of this module's):

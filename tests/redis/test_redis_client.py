@@ -223,6 +223,29 @@ async def test_a_check_queued_unencoded_goes_out_as_its_evalsha(
         await client.close()
 
 
+async def test_a_commands_future_is_of_its_connections_loop(
+    client: RedisClient, connection_core: str
+) -> None:
+    """A command's future is the connection loop's: made as asyncio.Future() when that
+    loop runs the send (csrc/connection_core.c), else with the loop named, as for a
+    _future_type other than asyncio's own (which the Python reference does not read)."""
+    await client.execute("SCRIPT", "LOAD", DOUBLE.source)
+    connection = only_connection(client)
+    future = connection.send_script(None, DOUBLE, ["loop-a"], [1])
+    assert type(future) is asyncio.Future and future.get_loop() is asyncio.get_running_loop()
+    assert await future == 2
+    if connection_core == "python":
+        return
+
+    class OwnFuture(asyncio.Future):  # type: ignore[type-arg]
+        pass
+
+    connection._future_type = OwnFuture
+    future = connection.send_script(None, DOUBLE, ["loop-b"], [2])
+    assert type(future) is OwnFuture and future.get_loop() is asyncio.get_running_loop()
+    assert await future == 4
+
+
 async def test_each_loop_turn_gets_its_own_write(
     client: RedisClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,8 +12,12 @@ decision in one flat array). The shapes are the shipped scripts' state commands:
 - **counter** (fixed window): ``INCRBY`` (and ``PEXPIREAT`` on a new counter);
 - **two counters** (sliding window): ``GET`` of the previous window's, ``INCRBY`` of
   the current one's;
-- **hash** (token and leaky bucket, GCRA): ``HMGET`` of two fields, ``HSET`` of two,
-  ``PEXPIREAT``;
+- **hash** (token and leaky bucket, GCRA): ``HMGET`` of two fields (GCRA's count; the
+  buckets read three), ``HSET`` of one (the shipped writes set only the fields whose text
+  changed: over many identities, one; the sketch's ``at`` is written with a new key
+  alone, so its decay is no model of either, only of the commands' price) and
+  ``PEXPIREAT``, each number written as ``'%d'`` text (as the shipped scripts write
+  them: a Lua number Redis would format with ``'%.17g'``, several times the price);
 - **log** (sliding log): ``ZREMRANGEBYSCORE`` of what left the window, ``ZCARD``,
   ``ZADD`` of the new entry, ``PEXPIRE``.
 
@@ -98,13 +102,18 @@ for i = 1, #KEYS do
 end
 """,
     "hash": """
+local expiry_text = string.format('%d', now_ms + window_ms)
 for i = 1, #KEYS do
   local state = redis.call('HMGET', KEYS[i], 'level', 'at')
   local level_scaled = tonumber(state[1]) or 0
   local at_ms = tonumber(state[2]) or now_ms
   level_scaled = math.max(0, level_scaled - (now_ms - at_ms)) + cost_scaled
-  redis.call('HSET', KEYS[i], 'level', level_scaled, 'at', now_ms)
-  redis.call('PEXPIREAT', KEYS[i], now_ms + window_ms)
+  if state[2] then
+    redis.call('HSET', KEYS[i], 'level', string.format('%d', level_scaled))
+  else
+    redis.call('HSET', KEYS[i], 'level', string.format('%d', level_scaled), 'at', now_ms)
+  end
+  redis.call('PEXPIREAT', KEYS[i], expiry_text)
   answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
 end
 """,
@@ -159,8 +168,12 @@ for _ = 1, tonumber(ARGV[4]) do
   level_scaled = level_scaled + cost_scaled
   answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
 end
-redis.call('HSET', KEYS[1], 'level', level_scaled, 'at', now_ms)
-redis.call('PEXPIREAT', KEYS[1], now_ms + window_ms)
+if state[2] then
+  redis.call('HSET', KEYS[1], 'level', string.format('%d', level_scaled))
+else
+  redis.call('HSET', KEYS[1], 'level', string.format('%d', level_scaled), 'at', now_ms)
+end
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', now_ms + window_ms))
 """,
     "log": """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms - window_ms)

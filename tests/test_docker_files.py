@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import fnmatch
+import inspect
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+import redis_servers
 import yaml
 from example_helpers import EXAMPLES, ROOT, load_example
 from redis_servers import free_port
@@ -132,8 +134,10 @@ def test_test_profile_uses_its_own_disposable_redis() -> None:
     # inside the container, from the binaries the test image installs.
     assert "depends_on" not in tests and "environment" not in tests and "volumes" not in tests
     assert "redis-server" in stage("test").text
+    # tests/conftest.py's redis_server fixture starts one (redis_servers.running()).
     conftest = (ROOT / "tests" / "conftest.py").read_text()
-    assert "RedisServer().start()" in conftest
+    assert "yield from running(RedisServer())" in conftest
+    assert "process.start()" in inspect.getsource(redis_servers.running)
 
 
 def test_benchmark_profile_keeps_its_reports_in_a_volume() -> None:

@@ -170,9 +170,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch write
 --#include counter_write.lua
 --#batch end
-  if decided_allowed then
-    return { decided_allowed, 0, decided_remaining, decided_retry_ms, decided_reset_ms }
-  end
+--#include decided_reply.lua
 end
 
 --#batch shared

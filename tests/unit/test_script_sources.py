@@ -25,7 +25,8 @@ def test_scripts_are_found_in_the_source_tree() -> None:
     # spliced into scripts, never run on their own (together.lua and one_instant.lua:
     # into the composite scripts.composite_script() assembles; batch.lua: into the
     # batched scripts scripts.batched_script() assembles; replied.lua: into prelude.lua
-    # and reset.lua; expiry_text.lua: into the write pieces)
+    # and reset.lua; expiry_text.lua: into the write pieces;
+    # decided_reply.lua: after the pieces, the script alone's reply)
     included = (
         "prelude",
         "accrual",
@@ -35,6 +36,7 @@ def test_scripts_are_found_in_the_source_tree() -> None:
         "counter_run",
         "counter_write",
         "expiry_text",
+        "decided_reply",
         "together",
         "one_instant",
         "batch",

@@ -40,10 +40,11 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   window_ms = window_s * 1000
   per_ms_rest = capacity_scaled % window_ms
   per_ms_whole = (capacity_scaled - per_ms_rest) / window_ms
+  searched_target_scaled = nil -- another policy: the search's last answer stands no more
 --#batch key
   state_key = KEYS[1] .. BUCKET_SUFFIX
 --#batch read
-  local fields = redis.pcall('HMGET', state_key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)
+  local fields = redis_pcall('HMGET', state_key, AMOUNT_FIELD, 'base', ACCRUED_FIELD)
   local amount_text, base_text, accrued_text = fields[1], fields[2], fields[3]
   read_fields = fields -- what the write leaves as it is
   -- deficit, base and accrued brought up to now; deficit nil: the general path's case.
@@ -56,15 +57,15 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   local amount_scaled, read_base_ms, read_accrued_scaled
   if amount_text == written_amount_text then
     amount_scaled = written_amount_of
-  elseif amount_text and #amount_text < 16 and string.find(amount_text, '^%d+$') then
+  elseif amount_text and #amount_text < 16 and string_find(amount_text, '^%d+$') then
     amount_scaled = amount_text + 0
   end
-  if base_text and #base_text < 16 and string.find(base_text, '^%d+$') then
+  if base_text and #base_text < 16 and string_find(base_text, '^%d+$') then
     read_base_ms = base_text + 0
   end
   if accrued_text == '0' then
     read_accrued_scaled = 0
-  elseif accrued_text and #accrued_text < 16 and string.find(accrued_text, '^%d+$') then
+  elseif accrued_text and #accrued_text < 16 and string_find(accrued_text, '^%d+$') then
     read_accrued_scaled = accrued_text + 0
   end
   if amount_scaled and read_base_ms and read_accrued_scaled then
@@ -95,7 +96,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       deficit_scaled, base_ms, accrued_scaled = 0, now_eff_ms, 0 -- two windows or more: made up
     end
   elseif not fields.err and not amount_text and not base_text and not accrued_text
-      and redis.call('EXISTS', state_key) == 0 then
+      and redis_call('EXISTS', state_key) == 0 then
     deficit_scaled, base_ms, accrued_scaled = 0, now_ms, 0 -- a missing bucket is full (empty)
   end
   read_deficit_scaled, denial = deficit_scaled, nil
@@ -127,23 +128,27 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- The smallest elapsed in [0, W] accruing target: ceil(target * W / C). The float
     -- estimate is within 1e-8 of it (below 2^27), so its ceiling is off by one at most,
     -- which one exact accrual, at the estimate or just before it, settles.
-    local estimate_ms = target_scaled / capacity_scaled * window_ms
-    local elapsed_ms = estimate_ms - estimate_ms % 1
-    if elapsed_ms < estimate_ms then
-      elapsed_ms = elapsed_ms + 1
-    end
-    if elapsed_ms > window_ms then
-      elapsed_ms = window_ms
-    end
-    local rest_product = elapsed_ms * per_ms_rest
-    if elapsed_ms * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms < target_scaled then
-      elapsed_ms = elapsed_ms + 1
-    elseif elapsed_ms > 0 then
-      rest_product = rest_product - per_ms_rest
-      if (elapsed_ms - 1) * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms
-          >= target_scaled then
-        elapsed_ms = elapsed_ms - 1
+    local elapsed_ms = searched_elapsed_ms
+    if target_scaled ~= searched_target_scaled then
+      local estimate_ms = target_scaled / capacity_scaled * window_ms
+      elapsed_ms = estimate_ms - estimate_ms % 1
+      if elapsed_ms < estimate_ms then
+        elapsed_ms = elapsed_ms + 1
       end
+      if elapsed_ms > window_ms then
+        elapsed_ms = window_ms
+      end
+      local rest_product = elapsed_ms * per_ms_rest
+      if elapsed_ms * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms < target_scaled then
+        elapsed_ms = elapsed_ms + 1
+      elseif elapsed_ms > 0 then
+        rest_product = rest_product - per_ms_rest
+        if (elapsed_ms - 1) * per_ms_whole + (rest_product - rest_product % window_ms) / window_ms
+            >= target_scaled then
+          elapsed_ms = elapsed_ms - 1
+        end
+      end
+      searched_target_scaled, searched_elapsed_ms = target_scaled, elapsed_ms
     end
     reset_ms = reset_ms + elapsed_ms
     if need_scaled > capacity_scaled then
@@ -178,39 +183,39 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- one_policy.lua); an accrual restarting now stores 0, a literal.
     if written_amount_scaled ~= written_amount_of then
       written_amount_of, written_amount_text =
-        written_amount_scaled, string.format('%d', written_amount_scaled)
+        written_amount_scaled, string_format('%d', written_amount_scaled)
     end
     if base_ms ~= written_base_of then
-      written_base_of, written_base_text = base_ms, string.format('%d', base_ms)
+      written_base_of, written_base_text = base_ms, string_format('%d', base_ms)
     end
 --#include expiry_text.lua
-    local accrued_text = accrued_scaled == 0 and '0' or string.format('%d', accrued_scaled)
+    local accrued_text = accrued_scaled == 0 and '0' or string_format('%d', accrued_scaled)
     -- A field whose text is the one read is left as it is: the same hash, fewer fields for
     -- Redis to set (a bucket refilled in full, over many identities, writes base alone; a
     -- hot one admitting within the same millisecond, the amount alone). A missing bucket
     -- read false in each field: it is written whole.
     if written_amount_text == read_fields[1] then
       if written_base_text == read_fields[2] then
-        redis.call('HSET', state_key, ACCRUED_FIELD, accrued_text)
+        redis_call('HSET', state_key, ACCRUED_FIELD, accrued_text)
       elseif accrued_text == read_fields[3] then
-        redis.call('HSET', state_key, 'base', written_base_text)
+        redis_call('HSET', state_key, 'base', written_base_text)
       else
-        redis.call('HSET', state_key, 'base', written_base_text, ACCRUED_FIELD, accrued_text)
+        redis_call('HSET', state_key, 'base', written_base_text, ACCRUED_FIELD, accrued_text)
       end
     elseif written_base_text == read_fields[2] then
       if accrued_text == read_fields[3] then
-        redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text)
+        redis_call('HSET', state_key, AMOUNT_FIELD, written_amount_text)
       else
-        redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, ACCRUED_FIELD, accrued_text)
+        redis_call('HSET', state_key, AMOUNT_FIELD, written_amount_text, ACCRUED_FIELD, accrued_text)
       end
     elseif accrued_text == read_fields[3] then
-      redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text)
+      redis_call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text)
     else
-      redis.call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text,
+      redis_call('HSET', state_key, AMOUNT_FIELD, written_amount_text, 'base', written_base_text,
         ACCRUED_FIELD, accrued_text)
     end
     -- Set on every write: this also repairs a bucket that lost its expiry.
-    redis.call('PEXPIREAT', state_key, expiry_text)
+    redis_call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end
 --#include decided_reply.lua

@@ -320,8 +320,9 @@ while part < part_count do
     -- through, while the run is open and parsed: one marked "=" (the part before again:
     -- one hot identity's checks) is decided on the run's locals; one marked "K" (another
     -- identity under the same policy: one key, as parsed stands for one) ends the run, its
-    -- own is opened by keyed_check(), then it is decided. A refusal of the read, or a
-    -- check the decision leaves to the general path, ends this loop as the body would.
+    -- own is opened by keyed_check()'s key and read pieces, then it is decided. A refusal
+    -- of the read, or a check the decision leaves to the general path, ends this loop as
+    -- the body would.
     if run_key and parsed then
       while part < part_count do
         local next_head = BATCH_ARGV[argv_at]
@@ -334,7 +335,8 @@ while part < part_count do
           if key ~= run_key then
 --#batch write (the write piece, spliced in here as a block, as the decide piece is)
             KEYS[1] = key
-            decided = keyed_check()
+--#batch keyed (the key and the read piece, spliced in here as a block where the read cannot
+-- refuse, else `decided = keyed_check()`: see batched_script())
             if decided ~= true then
               part = part + 1
               run_key = nil

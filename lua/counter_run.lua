@@ -7,12 +7,12 @@
 -- decided since leave (found_scaled, before any) and charged_text the charge, which the
 -- write (counter_write.lua) settles. A counter INCRBY cannot take (another type, not an
 -- integer) leaves all three -1: nothing charged, nothing to write, the general path decides.
-stored_scaled = redis.pcall('INCRBY', state_key, ARGV[1])
+stored_scaled = redis_pcall('INCRBY', state_key, ARGV[1])
 if type(stored_scaled) == 'number' then
   used_scaled = stored_scaled - cost_scaled
   found_scaled, charged_text = used_scaled, ARGV[1]
 else
-  if string.find(stored_scaled.err, "can't run this command", 1, true) then
+  if string_find(stored_scaled.err, "can't run this command", 1, true) then
     -- An ACL without INCRBY is a misconfiguration to report, not a detour to take. (Other
     -- errors, OOM or READONLY included, leave the decision to the general path, which
     -- reads before it writes: a denial there writes nothing.)

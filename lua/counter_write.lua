@@ -9,13 +9,13 @@
 -- whose checks have the same, writes what its first check read.)
 if used_scaled ~= stored_scaled then
   if used_scaled == found_scaled then
-    redis.call('DECRBY', state_key, charged_text)
+    redis_call('DECRBY', state_key, charged_text)
   else
     -- '%d' writes it in full (a number argument Redis would write with '%.17g').
-    redis.call('INCRBY', state_key, string.format('%d', used_scaled - stored_scaled))
+    redis_call('INCRBY', state_key, string_format('%d', used_scaled - stored_scaled))
   end
 end
 if found_scaled == 0 and used_scaled > 0 then
 --#include expiry_text.lua
-  redis.call('PEXPIREAT', state_key, expiry_text)
+  redis_call('PEXPIREAT', state_key, expiry_text)
 end

@@ -5,5 +5,5 @@
 -- (one_policy.lua); sets expiry_text to expire_at_ms's '%d' text, formatted only when
 -- expire_at_ms differs from expiry_text_of, the number the text last written stands for.
 if expire_at_ms ~= expiry_text_of then
-  expiry_text_of, expiry_text = expire_at_ms, string.format('%d', expire_at_ms)
+  expiry_text_of, expiry_text = expire_at_ms, string_format('%d', expire_at_ms)
 end

@@ -38,7 +38,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- fmod is exact, so this is the window's end exactly (see floor_div in prelude.lua).
   window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
   -- '%d' writes the window index in full, and faster than '..' would (with '%.14g').
-  window_suffix = string.format(':%d', window_end_ms / window_ms - 1)
+  window_suffix = string_format(':%d', window_end_ms / window_ms - 1)
   expire_at_ms = window_end_ms -- a counter created now lives to the window's end
 --#batch key
   state_key = KEYS[1] .. window_suffix

@@ -64,7 +64,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch key
   state_key = KEYS[1] .. ':gcra'
 --#batch read
-  local fields = redis.pcall('HMGET', state_key, 'tat', 'frac')
+  local fields = redis_pcall('HMGET', state_key, 'tat', 'frac')
   local tat_text, frac_text = fields[1], fields[2]
   read_fields = fields -- what the write leaves as it is
   -- start = max(TAT, now), at most now + W: (start_us + start_frac / C) µs.
@@ -75,12 +75,12 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- emptied bucket holds after one admission) is such a decimal, its number known.
   local tat_us, tat_frac
   if tat_text and (#tat_text < 16 or (#tat_text == 16 and tat_text <= '9007199254740992')) -- MAX_SAFE_INTEGER
-      and string.find(tat_text, '^%d+$') then
+      and string_find(tat_text, '^%d+$') then
     tat_us = tat_text + 0
   end
   if frac_text == written_frac_text then
     tat_frac = written_frac_of
-  elseif frac_text and #frac_text < 16 and string.find(frac_text, '^%d+$') then
+  elseif frac_text and #frac_text < 16 and string_find(frac_text, '^%d+$') then
     tat_frac = frac_text + 0
   end
   if tat_us and tat_frac then
@@ -95,7 +95,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
         start_us, start_frac = now_us, 0
       end
     end
-  elseif not fields.err and not tat_text and not frac_text and redis.call('EXISTS', state_key) == 0 then
+  elseif not fields.err and not tat_text and not frac_text and redis_call('EXISTS', state_key) == 0 then
     start_us, start_frac = now_us, 0
   end
 --#batch decide
@@ -156,9 +156,9 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- Each number as '%d' text, formatted when it differs from the last write's (see
     -- one_policy.lua).
     if start_us ~= written_tat_of or start_frac ~= written_frac_of then
-      written_tat_of, written_tat_text = start_us, string.format('%d', start_us)
+      written_tat_of, written_tat_text = start_us, string_format('%d', start_us)
       written_frac_of, written_frac_text = start_frac, start_frac == 0 and '0'
-        or string.format('%d', start_frac)
+        or string_format('%d', start_frac)
     end
     local expire_at_ms = reset_ms + 1000
 --#include expiry_text.lua
@@ -166,13 +166,13 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     -- Redis to set (an emptied bucket, over many identities, writes the TAT alone). A
     -- missing key read false in each field: it is written whole.
     if written_frac_text == read_fields[2] then
-      redis.call('HSET', state_key, 'tat', written_tat_text)
+      redis_call('HSET', state_key, 'tat', written_tat_text)
     elseif written_tat_text == read_fields[1] then
-      redis.call('HSET', state_key, 'frac', written_frac_text)
+      redis_call('HSET', state_key, 'frac', written_frac_text)
     else
-      redis.call('HSET', state_key, 'tat', written_tat_text, 'frac', written_frac_text)
+      redis_call('HSET', state_key, 'tat', written_tat_text, 'frac', written_frac_text)
     end
-    redis.call('PEXPIREAT', state_key, expiry_text)
+    redis_call('PEXPIREAT', state_key, expiry_text)
   end
 --#batch end
 --#include decided_reply.lua

@@ -38,7 +38,7 @@ local BUCKET_SUFFIX, AMOUNT_FIELD, ACCRUED_FIELD, AMOUNT_IS_LEVEL = ':leaky', 'l
 local state_key, per_ms_whole, per_ms_rest, deficit_scaled, read_deficit_scaled, base_ms,
   accrued_scaled, written_amount_scaled, expire_at_ms, denial, denied_cost_scaled,
   denied_deficit_scaled, written_amount_text, written_amount_of, written_base_text, written_base_of,
-  read_fields
+  read_fields, searched_target_scaled, searched_elapsed_ms
 --#include one_policy.lua
 --#include accrual.lua
 

@@ -3,6 +3,12 @@
 -- the policy's scalars, and check the arguments of a one-policy charging call for the
 -- script's straight-line path. No function is built.
 
+-- The C functions the straight-line pieces call, as locals: each use is then one
+-- register read, where `redis.call` is a global's lookup and a field's on every call
+-- (a batched call makes several per check).
+local redis_call, redis_pcall, string_find, string_format =
+  redis.call, redis.pcall, string.find, string.format
+
 -- Redis's clock in milliseconds, read once, first: the only time source, so every
 -- policy sees the same instant. (TIME touches no key: a refusal still writes nothing.)
 local time = redis.call('TIME')
@@ -41,7 +47,7 @@ if #KEYS == 1 then
     local cost_length, capacity_length, window_length = #cost_text, #capacity_text, #window_text
     if cost_length > 0 and cost_length < 16 and capacity_length > 0 and capacity_length < 14
         and window_length > 0 and window_length < 6
-        and not string.find(cost_text .. capacity_text .. window_text, '%D') then
+        and not string_find(cost_text .. capacity_text .. window_text, '%D') then
       local cost, capacity, window = cost_text + 0, capacity_text + 0, window_text + 0
       if cost >= 1 and capacity >= 1 and capacity <= 9007199254000 -- MAX_CAPACITY_SCALED
           and window >= 1 and window <= 86400 then -- MAX_WINDOW_S

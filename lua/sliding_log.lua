@@ -76,10 +76,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   cutoff_ms = now_ms - window_ms -- entries at or before it have left the window
   -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
   -- a floating-point formatting several times as long (so would '..', with '%.14g').
-  cutoff_text = string.format('%d', cutoff_ms)
+  cutoff_text = string_format('%d', cutoff_ms)
   usual_entry = function(found)
     local member, score = found[1], found[2]
-    if member and #score < 16 and string.find(score, '^%d+$') then
+    if member and #score < 16 and string_find(score, '^%d+$') then
       local total_text, cost_text = string.match(member, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d):(%d+)$')
       if total_text and total_text <= '9007199254740992' and #cost_text < 16 then -- MAX_SAFE_INTEGER
         -- Digits only (checked): arithmetic reads them as tonumber would, with no call.
@@ -93,7 +93,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch key
   state_key = KEYS[1] .. ':log'
 --#batch read
-  local newest = redis.pcall('ZRANGE', state_key, -1, -1, 'WITHSCORES')
+  local newest = redis_pcall('ZRANGE', state_key, -1, -1, 'WITHSCORES')
   local newest_at_ms, newest_total
   if not newest.err then
     newest_at_ms, newest_total = usual_entry(newest)
@@ -103,7 +103,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   usage_scaled, last_total_scaled = 0, 0
   newest_read_ms = newest_at_ms
   if newest_at_ms and newest_at_ms > cutoff_ms then
-    local first_at_ms, first_total, first_cost = usual_entry(redis.call('ZRANGE', state_key,
+    local first_at_ms, first_total, first_cost = usual_entry(redis_call('ZRANGE', state_key,
       '(' .. cutoff_text, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES'))
     if first_at_ms and newest_total >= first_total then
       base_total_scaled = first_total - first_cost
@@ -130,11 +130,11 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       and cost_scaled <= 9007199254740992 - last_total_scaled then -- MAX_SAFE_INTEGER
     usage_scaled = usage_scaled + cost_scaled
     last_total_scaled = last_total_scaled + cost_scaled
-    local member = string.format('%016d:%d', last_total_scaled, cost_scaled)
+    local member = string_format('%016d:%d', last_total_scaled, cost_scaled)
     -- The stamp the write adds entries at, as '%d' text, formatted when it differs from the
     -- last admission's (see one_policy.lua).
     if stamp_ms ~= stamp_text_of then
-      stamp_text_of, stamp_text = stamp_ms, string.format('%d', stamp_ms)
+      stamp_text_of, stamp_text = stamp_ms, string_format('%d', stamp_ms)
     end
     if not admitted_member then
       admitted_member = member
@@ -159,12 +159,12 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     if cost_scaled ~= denied_cost_scaled then
       local headroom_scaled = capacity_scaled - usage_scaled
       local need_scaled = cost_scaled - headroom_scaled
-      local low = redis.call('ZCOUNT', state_key, '-inf', cutoff_text)
-      local high = redis.call('ZCARD', state_key) - 1
+      local low = redis_call('ZCOUNT', state_key, '-inf', cutoff_text)
+      local high = redis_call('ZCARD', state_key) - 1
       local leaving_at_ms = newest_read_ms -- the entry at rank high's
       while low < high do
         local middle = (low + high - (low + high) % 2) / 2
-        local at_ms, total = usual_entry(redis.call('ZRANGE', state_key, middle, middle, 'WITHSCORES'))
+        local at_ms, total = usual_entry(redis_call('ZRANGE', state_key, middle, middle, 'WITHSCORES'))
         if not at_ms then
           leaving_at_ms = nil
           break
@@ -192,14 +192,14 @@ if cost_scaled and cost_scaled <= capacity_scaled then
 --#batch write
   if admitted_member then
     -- ZADD first: the write Redis refuses when out of memory (see write() below).
-    redis.call('ZADD', state_key, stamp_text, admitted_member)
+    redis_call('ZADD', state_key, stamp_text, admitted_member)
     if expire_at_ms then
-      redis.call('ZREMRANGEBYSCORE', state_key, '-inf', cutoff_text)
+      redis_call('ZREMRANGEBYSCORE', state_key, '-inf', cutoff_text)
 --#include expiry_text.lua
-      redis.call('PEXPIREAT', state_key, expiry_text)
+      redis_call('PEXPIREAT', state_key, expiry_text)
     end
     if more_entries then
-      redis.call('ZADD', state_key, unpack(more_entries))
+      redis_call('ZADD', state_key, unpack(more_entries))
     end
   end
 --#batch end

@@ -59,8 +59,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   elapsed_s = (elapsed_ms - math.fmod(elapsed_ms, 1000)) / 1000
   window_end_ms = window_start_ms + window_ms
   -- '%d' writes a window index in full, and faster than '..' would (with '%.14g').
-  window_suffix = string.format(':%d', window_index)
-  previous_suffix = string.format(':%d', window_index - 1)
+  window_suffix = string_format(':%d', window_index)
+  previous_suffix = string_format(':%d', window_index - 1)
   expire_at_ms = window_end_ms + window_ms -- it lives on as the next window's previous counter
   -- weight = floor((window_s - elapsed_s) * 1000 / window_s) permille.
   local weight_numerator = (window_s - elapsed_s) * 1000
@@ -69,18 +69,18 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   state_key = KEYS[1] .. window_suffix
 --#batch read
   -- GET answers a key of another type with an error, so a nil (false) is a missing counter.
-  local previous_text = redis.pcall('GET', KEYS[1] .. previous_suffix)
+  local previous_text = redis_pcall('GET', KEYS[1] .. previous_suffix)
   stored_scaled, found_scaled, used_scaled = -1, -1, -1 -- nothing read: the general path's
   denial, previous_scaled = nil, nil
   if not previous_text then
     previous_scaled, room_scaled = 0, capacity_scaled -- missing: it weighs nothing
   elseif previous_text.err then
-    if string.find(previous_text.err, "can't run this command", 1, true) then
+    if string_find(previous_text.err, "can't run this command", 1, true) then
       return previous_text -- an ACL without GET: a misconfiguration to report
     end
   -- Up to 15 digits: below 2^53, so reading them is exact (by arithmetic: digits only, so
   -- it reads them as tonumber would, with no call).
-  elseif #previous_text < 16 and string.find(previous_text, '^%d+$') then
+  elseif #previous_text < 16 and string_find(previous_text, '^%d+$') then
     previous_scaled = previous_text + 0
     -- The previous count weighted, floor(previous * weight / 1000), split as 1000 *
     -- thousands + rest so that no product passes 2^53: the same integers as the general
@@ -96,8 +96,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     else
       -- Denied whatever the current counter holds: read it (nothing charged, nothing to
       -- undo) for the denial's remaining and wait.
-      local current_text = redis.pcall('GET', state_key) or '0'
-      if not current_text.err and #current_text < 16 and string.find(current_text, '^%d+$') then
+      local current_text = redis_pcall('GET', state_key) or '0'
+      if not current_text.err and #current_text < 16 and string_find(current_text, '^%d+$') then
         stored_scaled = current_text + 0
         found_scaled, used_scaled = stored_scaled, stored_scaled
       end

@@ -46,6 +46,7 @@ _DECIDE_MARKER = b"--#batch decide"
 _WRITE_MARKER = b"--#batch write"
 _PIECE_MARKERS = (b"--#batch key", b"--#batch read", _DECIDE_MARKER, _WRITE_MARKER)
 _END_MARKER = b"--#batch end"
+_KEYED_MARKER = b"--#batch keyed"
 _LAST_LINE = b"return decide("
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
@@ -259,11 +260,17 @@ def batched_script(name: str) -> Script:
         )
     head, straight_line = lines[: each[0]], lines[each[0] + 1 : shared[0]]
     general = lines[shared[0] + 1 :]
-    pieces, decide_piece, write_piece = _check_pieces(name, straight_line)
+    pieces, decide_piece, write_piece, keyed_piece = _check_pieces(name, straight_line)
     driver = _with_includes(directory, _read(directory / f"{BATCH_DRIVER}.lua")).split(b"\n")
     # The driver's `--#batch decide` and `--#batch write` lines: the decide and the write
     # piece spliced in as a block (their names the script's locals: the driver's own are
-    # apart, tests/unit/test_script_sources.py).
+    # apart, tests/unit/test_script_sources.py); its `--#batch keyed` line: the key and the
+    # read piece as a block, or keyed_check() called where the read can refuse.
+    keyed = (
+        (b"do", *keyed_piece, b"end", b"decided = true")
+        if keyed_piece
+        else (b"decided = keyed_check()",)
+    )
     driver = [
         line
         for driver_line in driver
@@ -272,6 +279,8 @@ def batched_script(name: str) -> Script:
             if driver_line.startswith(_DECIDE_MARKER)
             else (b"do", *write_piece, b"end")
             if driver_line.startswith(_WRITE_MARKER)
+            else keyed
+            if driver_line.startswith(_KEYED_MARKER)
             else (driver_line,)
         )
     ]
@@ -298,10 +307,13 @@ def _marked(lines: list[bytes], marker: bytes) -> list[int]:
 
 def _check_pieces(
     name: str, straight_line: list[bytes]
-) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """The straight-line path's functions for lua/batch.lua (see batched_script), and its
+) -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
+    """The straight-line path's functions for lua/batch.lua (see batched_script), its
     decide and write pieces (nothing when the path is not split: open_check() never
-    opens a run)."""
+    opens a run), and its key and read pieces together when the read cannot refuse (no
+    ``return`` in them: then the driver runs them as a block, where a call of
+    keyed_check() would cost Redis the call and every local read as an upvalue), else
+    nothing."""
     reset = b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil"
     markers = [_marked(straight_line, marker) for marker in (*_PIECE_MARKERS, _END_MARKER)]
     if not any(markers):
@@ -317,6 +329,7 @@ def _check_pieces(
             ],
             [],
             [],
+            [],
         )
     at = [found[0] for found in markers if len(found) == 1]
     if len(at) != len(markers) or at != sorted(at):
@@ -328,6 +341,7 @@ def _check_pieces(
     parse, key_piece = straight_line[:key], straight_line[key + 1 : read]
     read_piece, decide_piece = straight_line[read + 1 : decide], straight_line[decide + 1 : write]
     write_piece = straight_line[write + 1 : end]
+    keyed = [*key_piece, *read_piece]
     # parse ends in the straight-line path's 'if <it applies> then', then the policy's piece
     # (what the policy's fields and the instant give), which key_piece follows in that block.
     return (
@@ -358,4 +372,5 @@ def _check_pieces(
         ],
         decide_piece,
         write_piece,
+        [] if re.search(rb"\breturn\b", without_comments(b"\n".join(keyed))) else keyed,
     )

@@ -1,7 +1,8 @@
 """The minimal Redis ACL moderato needs, on a single server and on a cluster.
 
 The commands are derived from the Lua scripts (every ``redis.call``,
-``redis.pcall`` and ``read`` of a command name) plus the few the client and
+``redis.pcall``, their locals ``redis_call`` and ``redis_pcall``, and ``read`` of a
+command name) plus the few the client and
 ``reset()`` send itself, in ``CLIENT_COMMANDS`` and the constants below: when
 a script starts calling another command, the derivation picks it up and
 ``test_the_documented_acl_is_the_derived_one`` says what docs/operations.md
@@ -39,7 +40,7 @@ RESET_SCAN_COMMANDS = ("scan", "unlink")
 # Only on a Redis Cluster: the slot map, and following ASK during a migration.
 CLUSTER_COMMANDS = ("cluster|shards", "cluster|countkeysinslot", "asking")
 
-_CALL = re.compile(r"""(?:redis\.p?call|\bread)\(\s*['"]([A-Za-z]+)['"]""")
+_CALL = re.compile(r"""(?:redis[._]p?call|\bread)\(\s*['"]([A-Za-z]+)['"]""")
 
 
 def script_commands() -> list[str]:

@@ -87,11 +87,11 @@ def _lua_names(code: bytes) -> set[str]:
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)
-@pytest.mark.parametrize("piece", ["decide", "write"])
+@pytest.mark.parametrize("piece", ["key", "read", "decide", "write"])
 def test_the_pieces_the_driver_splices_in_name_none_of_its_locals(name: str, piece: str) -> None:
-    # batched_script() splices an algorithm's decide and write pieces into lua/batch.lua's
-    # loops as blocks: a name a piece shares with one of the driver's locals would be the
-    # driver's there.
+    # batched_script() splices an algorithm's decide and write pieces (and its key and read
+    # pieces, where the read cannot refuse) into lua/batch.lua's loops as blocks: a name a
+    # piece shares with one of the driver's locals would be the driver's there.
     directory = scripts_dir()
     driver = without_comments((directory / "batch.lua").read_bytes())
     driver_locals = {
@@ -106,3 +106,14 @@ def test_the_pieces_the_driver_splices_in_name_none_of_its_locals(name: str, pie
     assert _lua_names(code) & driver_locals == set()
     # and it is spliced in
     assert without_comments(code).strip() in batched_script(name).source
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_a_read_that_cannot_refuse_is_spliced_into_the_inner_loop(name: str) -> None:
+    # The inner loop opens another identity's run with the key and read pieces as a block
+    # where they hold no return (the buckets', GCRA's, the log's), else by keyed_check();
+    # the loop's body calls keyed_check() either way.
+    source = batched_script(name).source
+    read_refuses = name in ("fixed_window", "sliding_window")
+    assert source.count(b"decided = keyed_check()") == (2 if read_refuses else 1)
+    assert source.count(b"decided = true") == (0 if read_refuses else 1)

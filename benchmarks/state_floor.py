@@ -21,11 +21,11 @@ decision in one flat array). The shapes are the shipped scripts' state commands:
 - **log** (sliding log): ``ZREMRANGEBYSCORE`` of what left the window, ``ZCARD``,
   ``ZADD`` of the new entry, ``PEXPIRE``.
 
-"1,000 identities": sixteen keys a call, each ``id:__rand_int__`` with ``-r 1000``
-(redis-benchmark draws each occurrence anew), one decision each, as a batch over many
-identities decides them. "hot": one key, sixteen decisions a call, the state read once
-and written once (the log adds every entry in one ``ZADD``), as a batch's run on one
-identity does. Each row is ``redis-benchmark -c 8 -P 16`` sending one fixed
+"1,000 identities": sixteen keys a call, each with ``__rand_int__`` in it and ``-r
+1000`` (redis-benchmark draws each occurrence anew, as twelve digits), one decision each,
+as a batch over many identities decides them. "hot": one key, sixteen decisions a call,
+the state read once and written once (the log adds every entry in one ``ZADD``), as a
+batch's run on one identity does. Each row is ``redis-benchmark -c 8 -P 16`` sending one fixed
 ``EVALSHA`` to a redis-server this script starts, Redis's main-thread CPU from ``INFO
 cpu`` around each trial divided by its decisions, median of the trials.
 
@@ -34,7 +34,14 @@ raw record) each floor is also shown against issue 30's target for the families 
 serves: the best peer's Redis CPU per decision in situ times 0.2 (1,000 identities) or
 0.1 (hot). A floor above its target is a target no layout can meet.
 
+The keys are shaped as the shipped ones by default (``--keys shipped``): the state key a
+limiter writes for an identity, ``moderato:gc:{:global:id123}:3600:gcra`` say, with the
+twelve digits in place of ``global:id123`` (each family's shortest: GCRA's for the hash),
+so the floor pays what Redis pays to hash, compare and copy keys of that length (some 40
+bytes, where ``--keys short``, this benchmark's keys before 2026-12-05, are 20).
+
     .venv/bin/python benchmarks/state_floor.py [--trials N] [--decisions N] [--peers FILE]
+        [--keys shipped|short]
 
 Writes ``benchmarks/results/state-floor-<UTC time>.json``.
 """
@@ -197,6 +204,23 @@ FAMILIES = {
 }
 TARGET_FACTOR = {"1,000 identities": 0.2, "hot": 0.1}
 
+# Each shape's state key as a limiter names it (moderato.keys; the window of 3600 s and,
+# for the counters, the window's index, as the sketches' own keys take them), with
+# "{identity}" where the identity and its tenant go.
+SHIPPED_KEYS = {
+    "counter": "moderato:fw:{{:{identity}}}:3600:499029",
+    "two counters": "moderato:sw:{{:{identity}}}:3600",
+    "hash": "moderato:gc:{{:{identity}}}:3600:gcra",
+    "log": "moderato:sl:{{:{identity}}}:3600:log",
+}
+
+
+def state_key(shape: str, identity: str, keys: str) -> str:
+    """The key a row sends for ``identity`` (``__rand_int__``, or the hot one's)."""
+    if keys == "shipped":
+        return SHIPPED_KEYS[shape].format(identity=identity)
+    return f"{shape.replace(' ', '-')}:{'id:' if identity == '__rand_int__' else ''}{identity}"
+
 
 def best_peer_us(peers_record: dict[str, Any]) -> dict[tuple[str, str], float]:
     """(algorithm, where) -> the best peer's Redis µs per decision in a peers_in_situ run."""
@@ -214,6 +238,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--decisions", type=int, default=400_000, help="per row, about")
     parser.add_argument("--peers", type=Path, help="a peers_in_situ.py raw record")
+    parser.add_argument(
+        "--keys", choices=("shipped", "short"), default="shipped", help="the keys' shape"
+    )
     options = parser.parse_args()
     if shutil.which("redis-benchmark") is None:
         raise SystemExit("redis-benchmark was not found: it comes with redis-server")
@@ -230,7 +257,7 @@ def main() -> None:
         for shape in SPREAD:
             spread = str(client.script_load(HEAD + SPREAD[shape] + "return reply"))
             hot = str(client.script_load(HEAD + HOT[shape] + "return reply"))
-            keys = [f"{shape.replace(' ', '-')}:id:__rand_int__"] * PER_CALL
+            keys = [state_key(shape, "__rand_int__", options.keys)] * PER_CALL
             rows.append(
                 (
                     shape,
@@ -239,7 +266,7 @@ def main() -> None:
                     ["EVALSHA", spread, str(PER_CALL), *keys, *policy],
                 )
             )
-            hot_key = f"{shape.replace(' ', '-')}:hot"
+            hot_key = state_key(shape, "hot", options.keys)
             rows.append(
                 (shape, "hot", PER_CALL, ["EVALSHA", hot, "1", hot_key, *policy, str(PER_CALL)])
             )

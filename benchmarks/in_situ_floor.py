@@ -1,0 +1,229 @@
+"""The floor under issue 30's in-situ targets, measured in situ: the same asyncio
+RateLimiter, the same 100 tasks, the same batched calls, with each call's script swapped
+for one that does only its family's state commands (state_floor.py's sketches).
+
+state_floor.py measures each family's state commands alone with ``redis-benchmark``,
+whose C client keeps Redis busy on eight pipelined connections. The targets are taken
+in situ, where one Python process's 100 tasks feed Redis one loop turn's calls at a
+time and Redis waits between them: Redis's CPU per decision there holds what it spends
+between calls (waking, reading, writing) as well as the calls themselves, so a floor
+taken the other way is not a floor for them. This one is taken their way: a real
+``RateLimiter`` with batching on checks over 1,000 identities (each check a random one,
+as batch_in_situ.py), and in "floor" trials the client's batched form of the algorithm's
+script (``moderato.scripts.batched_script``) is replaced before the limiter starts by a
+script that reads the client's call layout (the part count, a first part in full, then
+"K" parts of their own key and "=" repeats), runs the family's sketch over the parts'
+keys (``state_floor.SPREAD``: its commands, its least math) and answers each part as
+moderato's batched scripts do (five entries, or ``-1`` for the same decision as the part
+before), so the client decodes it as ever. "moderato" trials run the shipped script in
+the same harness; "off" trials the shipped script with batching off (a call a check),
+the before of issue 30's checks/s target. Each mode runs in a process of its own (the
+client's batched forms are fixed once per process), the modes interleaved trial by trial
+on one redis-server; medians of the trials.
+
+With ``--peers results/peers-in-situ-<time>.json`` each row is set against issue 30's
+target for it (the best peer's Redis µs per decision times 0.2), and checks/s against the
+1.5x target: the floor's checks/s with batching on ÷ the shipped script's with it off.
+
+    flock /tmp/bench.lock .venv/bin/python benchmarks/in_situ_floor.py [--trials N]
+        [--seconds S] [--algorithms ...] [--peers FILE]
+
+Writes ``benchmarks/results/in-situ-floor-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import redis  # noqa: E402
+from batch_floor import redis_cpu_s, write_results  # noqa: E402
+from batch_in_situ import RATE, evalsha_calls  # noqa: E402
+from in_situ import IDENTITIES, checks_window, in_situ_options  # noqa: E402
+from redis_servers import RedisServer  # noqa: E402
+from state_floor import FAMILIES, SPREAD, TARGET_FACTOR, best_peer_us  # noqa: E402
+
+from moderato.algorithms import ALGORITHMS  # noqa: E402
+
+MODES = ("off", "moderato", "floor")
+SHAPE_OF = {algorithm: shape for shape, names in FAMILIES.items() for algorithm in names}
+
+# The client's call layout read into the keys of its parts, and the policy's integers as
+# state_floor.HEAD names them (from the first part, sent in full: its key count, its
+# argument count, then cost, "1", capacity, window in seconds, ...). A part marked "K"
+# brings its own key, "=" repeats the part before; a cost of its own ("C", "KC") or a
+# part in full after the first do not come from this benchmark's checks (one policy,
+# one cost), and are refused. Then the reply: per part five entries (allowed, deciding,
+# remaining, retry, reset), or -1 for a decision the same as the part before's.
+FLOOR_HEAD = """
+local time = redis.call('TIME')
+local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
+local part_count = tonumber(ARGV[1])
+local key_count, arg_count = tonumber(ARGV[2]), tonumber(ARGV[3])
+if key_count ~= 1 then
+  return redis.error_reply('floor: the first part must have one key')
+end
+local cost_scaled, capacity_scaled = tonumber(ARGV[4]), tonumber(ARGV[6])
+local window_ms = tonumber(ARGV[7]) * 1000
+local part_keys, at, key_at = {KEYS[1]}, 4 + arg_count, 1
+for part = 2, part_count do
+  local head = ARGV[at]
+  if head == 'K' then
+    key_at = key_at + 1
+  elseif head ~= '=' then
+    return redis.error_reply('floor: part ' .. part .. ' is neither "K" nor "="')
+  end
+  part_keys[part] = KEYS[key_at]
+  at = at + 1
+end
+local KEYS = part_keys
+local reply, at = {}, 0
+local before_remaining, before_reset_ms
+local function answer(allowed, remaining_scaled, retry_ms, reset_ms)
+  if remaining_scaled == before_remaining and reset_ms == before_reset_ms then
+    reply[at + 1] = -1
+    at = at + 1
+  else
+    reply[at + 1], reply[at + 2], reply[at + 3] = 5, allowed, 0
+    reply[at + 4], reply[at + 5], reply[at + 6] = remaining_scaled, retry_ms, reset_ms
+    at = at + 6
+    before_remaining, before_reset_ms = remaining_scaled, reset_ms
+  end
+end
+"""
+
+
+def floor_script(algorithm: str) -> Any:
+    """The batched form's stand-in for ``algorithm``: its family's state commands alone."""
+    from moderato.scripts import Script
+
+    source = (FLOOR_HEAD + SPREAD[SHAPE_OF[algorithm]] + "return reply\n").encode()
+    return Script(f"floor({algorithm})", source, hashlib.sha1(source).hexdigest())
+
+
+async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> None:
+    if mode == "floor":
+        import moderato.scripts
+
+        # Before the client first asks for its batched forms (moderato.redis.grouping
+        # keeps them for the process).
+        moderato.scripts.batched_script = floor_script  # type: ignore[assignment]
+    from moderato import RateLimiter
+
+    admin = redis.Redis(port=port)
+    limiter = RateLimiter(url, key_prefix=mode, command_timeout_s=10.0)
+    limiter._backend.client.batch_decisions = mode != "off"  # type: ignore[attr-defined]
+    await limiter.check_with_info("warm-up", RATE, algorithm=algorithm)
+    checks, elapsed, (cpu_before, calls_before), (cpu_after, calls_after) = await checks_window(
+        limiter.check_with_info,
+        False,
+        seconds,
+        0.2,
+        lambda: (redis_cpu_s(admin), evalsha_calls(admin)),
+        RATE,
+        algorithm=algorithm,
+    )
+    await limiter.close()
+    calls = calls_after - calls_before
+    print(
+        json.dumps(
+            {
+                "checks": checks,
+                "checks_per_s": checks / elapsed,
+                "redis_us_per_decision": (cpu_after - cpu_before) / checks * 1e6,
+                "checks_per_call": checks / calls if calls else 0.0,
+            }
+        )
+    )
+
+
+def trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> dict[str, float]:
+    """One trial of ``mode`` in a process of its own: its measures."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", mode, algorithm, url, str(port), str(seconds)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the {mode} trial of {algorithm} failed:\n{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        mode, algorithm, url, port, seconds = sys.argv[2:7]
+        asyncio.run(child_trial(url, int(port), mode, algorithm, float(seconds)))
+        return
+    parser = in_situ_options(__doc__, ALGORITHMS)
+    parser.add_argument("--peers", type=Path, help="a peers_in_situ.py raw record")
+    options: argparse.Namespace = parser.parse_args()
+    best = best_peer_us(json.loads(options.peers.read_text())) if options.peers else {}
+    server = RedisServer().start()
+    rows: list[dict[str, Any]] = []
+    try:
+        for algorithm in options.algorithms:
+            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+            for _ in range(options.trials):
+                for mode in MODES:
+                    samples[mode].append(
+                        trial(server.url, server.port, mode, algorithm, options.seconds)
+                    )
+            row: dict[str, Any] = {"algorithm": algorithm, "identities": f"{IDENTITIES:,}"}
+            for mode, trials in samples.items():
+                for field in ("checks_per_s", "redis_us_per_decision", "checks_per_call"):
+                    row[f"{mode}_{field}"] = statistics.median(t[field] for t in trials)
+                row[f"{mode}_trials"] = trials
+            row["moderato_over_floor"] = (
+                row["moderato_redis_us_per_decision"] / row["floor_redis_us_per_decision"]
+            )
+            row["floor_checks_per_s_over_off"] = row["floor_checks_per_s"] / row["off_checks_per_s"]
+            row["moderato_checks_per_s_over_off"] = (
+                row["moderato_checks_per_s"] / row["off_checks_per_s"]
+            )
+            peer_us = best.get((algorithm, "1,000 identities"))
+            row["target_us"] = (
+                peer_us * TARGET_FACTOR["1,000 identities"] if peer_us is not None else None
+            )
+            rows.append(row)
+            verdict = ""
+            if row["target_us"] is not None:
+                stopped = row["floor_redis_us_per_decision"] > row["target_us"]
+                verdict = f"; target {row['target_us']:.2f} " + (
+                    "(under the floor)" if stopped else "(above the floor)"
+                )
+            print(
+                f"{algorithm:<15} Redis us/decision: moderato "
+                f"{row['moderato_redis_us_per_decision']:.2f}, floor "
+                f"{row['floor_redis_us_per_decision']:.2f} "
+                f"({row['moderato_over_floor']:.2f}x){verdict}; checks/s off "
+                f"{row['off_checks_per_s']:,.0f}, moderato {row['moderato_checks_per_s']:,.0f} "
+                f"({row['moderato_checks_per_s_over_off']:.2f}x), floor "
+                f"{row['floor_checks_per_s']:,.0f} ({row['floor_checks_per_s_over_off']:.2f}x); "
+                f"checks/call {row['moderato_checks_per_call']:.1f} / "
+                f"{row['floor_checks_per_call']:.1f}",
+                flush=True,
+            )
+    finally:
+        server.close()
+    path = write_results(
+        "in_situ_floor", {**vars(options), "peers": str(options.peers or "")}, rows
+    )
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -127,7 +127,10 @@ if cost_scaled and cost_scaled <= capacity_scaled then
     end
     -- The smallest elapsed in [0, W] accruing target: ceil(target * W / C). The float
     -- estimate is within 1e-8 of it (below 2^27), so its ceiling is off by one at most,
-    -- which one exact accrual, at the estimate or just before it, settles.
+    -- which one exact accrual, at the estimate or just before it, settles. The last
+    -- target searched and its answer are kept (searched_*; the policy's piece forgets
+    -- them): over many identities every bucket refilled in full asks for the same
+    -- target, the cost, so a batched call searches once.
     local elapsed_ms = searched_elapsed_ms
     if target_scaled ~= searched_target_scaled then
       local estimate_ms = target_scaled / capacity_scaled * window_ms

@@ -410,7 +410,9 @@ async def test_the_documented_acl_suffices_and_a_missing_wait_is_named(
         )
     hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in servers.sentinels)
     url = f"redis+sentinel://app:pw@{hosts}/{servers.service}?sentinel_username=watcher"
-    client = SentinelClient(url + "&sentinel_password=spw", command_timeout_s=0.4)
+    # Nothing here waits out a dead node: a timeout a loaded machine cannot trip (0.4 s
+    # did once, under other tests' load, before the ACL was checked at all).
+    client = SentinelClient(url + "&sentinel_password=spw", command_timeout_s=5.0)
     try:
         await _until_replicas_required(client, 1)
         await _until(lambda: client.watching == 3, 10, "subscribing to the three sentinels")

@@ -19,7 +19,7 @@ before), so the client decodes it as ever. "moderato" trials run the shipped scr
 the same harness; "off" trials the shipped script with batching off (a call a check),
 the before of issue 30's checks/s target. Each mode runs in a process of its own (the
 client's batched forms are fixed once per process), the modes interleaved trial by trial
-on one redis-server; medians of the trials.
+(each trial starting from the next mode) on one redis-server; medians of the trials.
 
 With ``--peers results/peers-in-situ-<time>.json`` each row is set against issue 30's
 target for it (the best peer's Redis µs per decision times 0.2), and checks/s against the
@@ -177,8 +177,9 @@ def main() -> None:
     try:
         for algorithm in options.algorithms:
             samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
-            for _ in range(options.trials):
-                for mode in MODES:
+            for number in range(options.trials):
+                # Each trial starts from the next mode, so none always follows another.
+                for mode in MODES[number % 3 :] + MODES[: number % 3]:
                     samples[mode].append(
                         trial(server.url, server.port, mode, algorithm, options.seconds)
                     )

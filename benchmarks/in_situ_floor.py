@@ -49,13 +49,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import redis  # noqa: E402
-from batch_floor import redis_cpu_s, write_results  # noqa: E402
-from batch_in_situ import RATE, evalsha_calls  # noqa: E402
-from in_situ import IDENTITIES, checks_window, in_situ_options  # noqa: E402
+from batch_floor import write_results  # noqa: E402
+from batch_in_situ import RATE, server_meter  # noqa: E402
+from batch_in_situ import trial as batch_trial  # noqa: E402
+from in_situ import IDENTITIES, in_situ_options  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
 from state_floor import FAMILIES, SPREAD, TARGET_FACTOR, best_peer_us  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
+from moderato.scripts import Script  # noqa: E402
 
 MODES = ("off", "moderato", "floor")
 SHAPE_OF = {algorithm: shape for shape, names in FAMILIES.items() for algorithm in names}
@@ -105,10 +107,8 @@ end
 """
 
 
-def floor_script(algorithm: str) -> Any:
+def floor_script(algorithm: str) -> Script:
     """The batched form's stand-in for ``algorithm``: its family's state commands alone."""
-    from moderato.scripts import Script
-
     source = (FLOOR_HEAD + SPREAD[SHAPE_OF[algorithm]] + "return reply\n").encode()
     return Script(f"floor({algorithm})", source, hashlib.sha1(source).hexdigest())
 
@@ -122,31 +122,14 @@ async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: f
         moderato.scripts.batched_script = floor_script  # type: ignore[assignment]
     from moderato import RateLimiter
 
-    admin = redis.Redis(port=port)
     limiter = RateLimiter(url, key_prefix=mode, command_timeout_s=10.0)
     limiter._backend.client.batch_decisions = mode != "off"  # type: ignore[attr-defined]
     await limiter.check_with_info("warm-up", RATE, algorithm=algorithm)
-    checks, elapsed, (cpu_before, calls_before), (cpu_after, calls_after) = await checks_window(
-        limiter.check_with_info,
-        False,
-        seconds,
-        0.2,
-        lambda: (redis_cpu_s(admin), evalsha_calls(admin)),
-        RATE,
-        algorithm=algorithm,
-    )
+    # batch_in_situ.py's trial: the same window, meter and measures.
+    meter = server_meter(redis.Redis(port=port))
+    measures = await batch_trial(limiter, meter, algorithm, False, seconds, RATE)
     await limiter.close()
-    calls = calls_after - calls_before
-    print(
-        json.dumps(
-            {
-                "checks": checks,
-                "checks_per_s": checks / elapsed,
-                "redis_us_per_decision": (cpu_after - cpu_before) / checks * 1e6,
-                "checks_per_call": checks / calls if calls else 0.0,
-            }
-        )
-    )
+    print(json.dumps(measures))
 
 
 def trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> dict[str, float]:

@@ -17,16 +17,20 @@ keys (``state_floor.SPREAD``: its commands, its least math) and answers each par
 moderato's batched scripts do (five entries, or ``-1`` for the same decision as the part
 before), so the client decodes it as ever. "moderato" trials run the shipped script in
 the same harness; "off" trials the shipped script with batching off (a call a check),
-the before of issue 30's checks/s target. Each mode runs in a process of its own (the
-client's batched forms are fixed once per process), the modes interleaved trial by trial
-(each trial starting from the next mode) on one redis-server; medians of the trials.
+one of the two befores of issue 30's checks/s target. With ``--before TREE`` (a checkout
+of the build the issue started from, ``7d76950``, its extension built in place) "before"
+trials run that tree's limiter, a call a check: the other before, the one the target
+names ("today's, same run, before/after builds"). Each mode runs in a process of its own
+(the client's batched forms are fixed once per process; a "before" child imports moderato
+from TREE and says where it found it), the modes interleaved trial by trial (each trial
+starting from the next mode) on one redis-server; medians of the trials.
 
 With ``--peers results/peers-in-situ-<time>.json`` each row is set against issue 30's
 target for it (the best peer's Redis µs per decision times 0.2), and checks/s against the
 1.5x target: the floor's checks/s with batching on ÷ the shipped script's with it off.
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/in_situ_floor.py [--trials N]
-        [--seconds S] [--algorithms ...] [--peers FILE]
+        [--seconds S] [--algorithms ...] [--peers FILE] [--before TREE]
 
 Writes ``benchmarks/results/in-situ-floor-<UTC time>.json``.
 """
@@ -37,6 +41,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,6 +52,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+# A "before" trial's child imports moderato from the older tree, at once: the modules
+# imported below put this tree first on the path again, and moderato's submodules come
+# from wherever the package was found.
+BEFORE_TREE = os.environ.get("IN_SITU_FLOOR_BEFORE_TREE")
+if BEFORE_TREE:
+    sys.path.insert(0, BEFORE_TREE)
+    import moderato  # noqa: F401
 
 import redis  # noqa: E402
 from batch_floor import write_results  # noqa: E402
@@ -60,6 +72,7 @@ from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.scripts import Script  # noqa: E402
 
 MODES = ("off", "moderato", "floor")
+WITH_BEFORE = ("before", *MODES)
 SHAPE_OF = {algorithm: shape for shape, names in FAMILIES.items() for algorithm in names}
 
 # The client's call layout read into the keys of its parts, and the policy's integers as
@@ -120,30 +133,44 @@ async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: f
         # Before the client first asks for its batched forms (moderato.redis.grouping
         # keeps them for the process).
         moderato.scripts.batched_script = floor_script  # type: ignore[assignment]
+    import moderato
     from moderato import RateLimiter
 
     limiter = RateLimiter(url, key_prefix=mode, command_timeout_s=10.0)
-    limiter._backend.client.batch_decisions = mode != "off"  # type: ignore[attr-defined]
+    if mode != "before":  # the older tree's client has no batching to turn off
+        limiter._backend.client.batch_decisions = mode != "off"  # type: ignore[attr-defined]
     await limiter.check_with_info("warm-up", RATE, algorithm=algorithm)
     # batch_in_situ.py's trial: the same window, meter and measures.
     meter = server_meter(redis.Redis(port=port))
     measures = await batch_trial(limiter, meter, algorithm, False, seconds, RATE)
     await limiter.close()
-    print(json.dumps(measures))
+    print(json.dumps({**measures, "moderato_from": str(Path(moderato.__file__).parent)}))
 
 
-def trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> dict[str, float]:
+def trial(
+    url: str, port: int, mode: str, algorithm: str, seconds: float, before: Path | None
+) -> dict[str, float]:
     """One trial of ``mode`` in a process of its own: its measures."""
+    environment = dict(os.environ)
+    environment.pop("IN_SITU_FLOOR_BEFORE_TREE", None)
+    if mode == "before":
+        assert before is not None
+        environment["IN_SITU_FLOOR_BEFORE_TREE"] = str(before)
     done = subprocess.run(
         [sys.executable, __file__, "--child", mode, algorithm, url, str(port), str(seconds)],
         capture_output=True,
         text=True,
         check=False,
+        env=environment,
     )
     if done.returncode != 0:
         raise SystemExit(f"the {mode} trial of {algorithm} failed:\n{done.stderr}")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = (before if mode == "before" else ROOT).resolve() / "moderato"
+    if Path(result.pop("moderato_from")).resolve() != expected:
+        raise SystemExit(f"the {mode} trial imported moderato from elsewhere than {expected}")
+    measures: dict[str, float] = result
+    return measures
 
 
 def main() -> None:
@@ -153,18 +180,30 @@ def main() -> None:
         return
     parser = in_situ_options(__doc__, ALGORITHMS)
     parser.add_argument("--peers", type=Path, help="a peers_in_situ.py raw record")
+    parser.add_argument(
+        "--before", type=Path, help="a checkout of the build before issue 30, built in place"
+    )
     options: argparse.Namespace = parser.parse_args()
+    modes = WITH_BEFORE if options.before else MODES
     best = best_peer_us(json.loads(options.peers.read_text())) if options.peers else {}
     server = RedisServer().start()
     rows: list[dict[str, Any]] = []
     try:
         for algorithm in options.algorithms:
-            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
             for number in range(options.trials):
                 # Each trial starts from the next mode, so none always follows another.
-                for mode in MODES[number % 3 :] + MODES[: number % 3]:
+                first = number % len(modes)
+                for mode in modes[first:] + modes[:first]:
                     samples[mode].append(
-                        trial(server.url, server.port, mode, algorithm, options.seconds)
+                        trial(
+                            server.url,
+                            server.port,
+                            mode,
+                            algorithm,
+                            options.seconds,
+                            options.before,
+                        )
                     )
             row: dict[str, Any] = {"algorithm": algorithm, "identities": f"{IDENTITIES:,}"}
             for mode, trials in samples.items():
@@ -178,6 +217,13 @@ def main() -> None:
             row["moderato_checks_per_s_over_off"] = (
                 row["moderato_checks_per_s"] / row["off_checks_per_s"]
             )
+            if options.before:
+                row["moderato_checks_per_s_over_before"] = (
+                    row["moderato_checks_per_s"] / row["before_checks_per_s"]
+                )
+                row["off_checks_per_s_over_before"] = (
+                    row["off_checks_per_s"] / row["before_checks_per_s"]
+                )
             peer_us = best.get((algorithm, "1,000 identities"))
             row["target_us"] = (
                 peer_us * TARGET_FACTOR["1,000 identities"] if peer_us is not None else None
@@ -198,13 +244,22 @@ def main() -> None:
                 f"({row['moderato_checks_per_s_over_off']:.2f}x), floor "
                 f"{row['floor_checks_per_s']:,.0f} ({row['floor_checks_per_s_over_off']:.2f}x); "
                 f"checks/call {row['moderato_checks_per_call']:.1f} / "
-                f"{row['floor_checks_per_call']:.1f}",
+                f"{row['floor_checks_per_call']:.1f}"
+                + (
+                    f"; before {row['before_checks_per_s']:,.0f}/s, moderato on ÷ before "
+                    f"{row['moderato_checks_per_s_over_before']:.2f}x, off ÷ before "
+                    f"{row['off_checks_per_s_over_before']:.2f}x"
+                    if options.before
+                    else ""
+                ),
                 flush=True,
             )
     finally:
         server.close()
     path = write_results(
-        "in_situ_floor", {**vars(options), "peers": str(options.peers or "")}, rows
+        "in_situ_floor",
+        {**vars(options), "peers": str(options.peers or ""), "before": str(options.before or "")},
+        rows,
     )
     print(f"wrote {path.relative_to(ROOT)}")
 

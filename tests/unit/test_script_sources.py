@@ -117,3 +117,42 @@ def test_a_read_that_cannot_refuse_is_spliced_into_the_inner_loop(name: str) -> 
     read_refuses = name in ("fixed_window", "sliding_window")
     assert source.count(b"decided = keyed_check()") == (2 if read_refuses else 1)
     assert source.count(b"decided = true") == (0 if read_refuses else 1)
+
+
+def _call_arguments(source: str) -> list[list[str]]:
+    """Each redis.call / redis.pcall (or its local) in ``source``: its arguments' text,
+    split at the commas outside brackets and quotes."""
+    calls = []
+    for opening in re.finditer(r"redis[._]p?call\(", source):
+        arguments, depth, quote, current = [], 1, "", ""
+        for character in source[opening.end() :]:
+            if quote:
+                quote = "" if character == quote else quote
+            elif character in "'\"":
+                quote = character
+            elif character in "({":
+                depth += 1
+            elif character in ")}":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif character == "," and depth == 1:
+                arguments.append(current.strip())
+                current = ""
+                continue
+            current += character
+        calls.append([*arguments, current.strip()])
+    return calls
+
+
+@pytest.mark.parametrize("path", sorted(scripts_dir().glob("*.lua")), ids=lambda p: p.stem)
+def test_no_command_is_sent_a_number_literal(path: Path) -> None:
+    # Redis 7.0 formats a Lua number argument with '%.17g' (about 2,000 instructions
+    # each): a constant goes as its text.
+    source = without_comments(path.read_bytes()).decode()
+    literals = [
+        arguments
+        for arguments in _call_arguments(source)
+        if any(re.fullmatch(r"-?\d+(\.\d*)?", argument) for argument in arguments)
+    ]
+    assert literals == []

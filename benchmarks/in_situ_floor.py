@@ -25,6 +25,10 @@ names ("today's, same run, before/after builds"). Each mode runs in a process of
 from TREE and says where it found it), the modes interleaved trial by trial (each trial
 starting from the next mode) on one redis-server; medians of the trials.
 
+For the sliding log, "layout" trials swap in the sketch of the state layout it keeps
+(``state_floor.SPREAD["log as laid out"]``: its three commands, no entry checked),
+beside the family's count sketch, which is cheaper than any log of unequal costs.
+
 With ``--peers results/peers-in-situ-<time>.json`` each row is set against issue 30's
 target for it (the best peer's Redis µs per decision times 0.2), and checks/s against the
 1.5x target: the floor's checks/s with batching on ÷ the shipped script's with it off.
@@ -73,7 +77,14 @@ from moderato.scripts import Script  # noqa: E402
 
 MODES = ("off", "moderato", "floor")
 WITH_BEFORE = ("before", *MODES)
-SHAPE_OF = {algorithm: shape for shape, names in FAMILIES.items() for algorithm in names}
+# Each algorithm's family sketch (its first in state_floor.FAMILIES), and for the sliding
+# log also the sketch of the state layout it keeps ("layout" trials): the count sketch is
+# cheaper than any log that admits checks of unequal costs.
+SHAPE_OF: dict[str, str] = {}
+for _shape, _names in FAMILIES.items():
+    for _name in _names:
+        SHAPE_OF.setdefault(_name, _shape)
+LAID_OUT = {"sliding_log": "log as laid out"}
 
 # The client's call layout read into the keys of its parts, and the policy's integers as
 # state_floor.HEAD names them (from the first part, sent in full: its key count, its
@@ -85,6 +96,7 @@ SHAPE_OF = {algorithm: shape for shape, names in FAMILIES.items() for algorithm 
 FLOOR_HEAD = """
 local time = redis.call('TIME')
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
+local format = string.format -- the sketches send every number as '%d' text
 local part_count = tonumber(ARGV[1])
 local key_count, arg_count = tonumber(ARGV[2]), tonumber(ARGV[3])
 if key_count ~= 1 then
@@ -120,19 +132,28 @@ end
 """
 
 
-def floor_script(algorithm: str) -> Script:
-    """The batched form's stand-in for ``algorithm``: its family's state commands alone."""
-    source = (FLOOR_HEAD + SPREAD[SHAPE_OF[algorithm]] + "return reply\n").encode()
-    return Script(f"floor({algorithm})", source, hashlib.sha1(source).hexdigest())
+def floor_script(algorithm: str, shape: str | None = None) -> Script:
+    """The batched form's stand-in for ``algorithm``: its family's state commands alone
+    (``shape``'s sketch: by default its family's)."""
+    shape = shape or SHAPE_OF[algorithm]
+    source = (FLOOR_HEAD + SPREAD[shape] + "return reply\n").encode()
+    return Script(f"floor({algorithm}, {shape})", source, hashlib.sha1(source).hexdigest())
+
+
+def laid_out_script(algorithm: str) -> Script:
+    """The stand-in of a "layout" trial: the sketch of the layout ``algorithm`` keeps (its
+    family's, for an algorithm with none of its own)."""
+    return floor_script(algorithm, LAID_OUT.get(algorithm))
 
 
 async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> None:
-    if mode == "floor":
+    if mode in ("floor", "layout"):
         import moderato.scripts
 
         # Before the client first asks for its batched forms (moderato.redis.grouping
         # keeps them for the process).
-        moderato.scripts.batched_script = floor_script  # type: ignore[assignment]
+        stand_in = floor_script if mode == "floor" else laid_out_script
+        moderato.scripts.batched_script = stand_in  # type: ignore[assignment]
     import moderato
     from moderato import RateLimiter
 
@@ -190,11 +211,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         for algorithm in options.algorithms:
-            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+            these = (*modes, "layout") if algorithm in LAID_OUT else modes
+            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in these}
             for number in range(options.trials):
                 # Each trial starts from the next mode, so none always follows another.
-                first = number % len(modes)
-                for mode in modes[first:] + modes[:first]:
+                first = number % len(these)
+                for mode in these[first:] + these[:first]:
                     samples[mode].append(
                         trial(
                             server.url,
@@ -224,6 +246,20 @@ def main() -> None:
                 row["off_checks_per_s_over_before"] = (
                     row["off_checks_per_s"] / row["before_checks_per_s"]
                 )
+                row["floor_checks_per_s_over_before"] = (
+                    row["floor_checks_per_s"] / row["before_checks_per_s"]
+                )
+            if "layout" in samples:
+                row["moderato_over_layout"] = (
+                    row["moderato_redis_us_per_decision"] / row["layout_redis_us_per_decision"]
+                )
+                row["layout_checks_per_s_over_off"] = (
+                    row["layout_checks_per_s"] / row["off_checks_per_s"]
+                )
+                if options.before:
+                    row["layout_checks_per_s_over_before"] = (
+                        row["layout_checks_per_s"] / row["before_checks_per_s"]
+                    )
             peer_us = best.get((algorithm, "1,000 identities"))
             row["target_us"] = (
                 peer_us * TARGET_FACTOR["1,000 identities"] if peer_us is not None else None
@@ -248,12 +284,28 @@ def main() -> None:
                 + (
                     f"; before {row['before_checks_per_s']:,.0f}/s, moderato on ÷ before "
                     f"{row['moderato_checks_per_s_over_before']:.2f}x, off ÷ before "
-                    f"{row['off_checks_per_s_over_before']:.2f}x"
+                    f"{row['off_checks_per_s_over_before']:.2f}x, floor ÷ before "
+                    f"{row['floor_checks_per_s_over_before']:.2f}x"
                     if options.before
                     else ""
                 ),
                 flush=True,
             )
+            if "layout" in samples:
+                print(
+                    f"{'':<15} the layout's floor ({LAID_OUT[algorithm]}): Redis us/decision "
+                    f"{row['layout_redis_us_per_decision']:.2f} (moderato "
+                    f"{row['moderato_over_layout']:.2f}x); checks/s "
+                    f"{row['layout_checks_per_s']:,.0f} "
+                    f"({row['layout_checks_per_s_over_off']:.2f}x off"
+                    + (
+                        f", {row['layout_checks_per_s_over_before']:.2f}x before"
+                        if options.before
+                        else ""
+                    )
+                    + ")",
+                    flush=True,
+                )
     finally:
         server.close()
     path = write_results(

@@ -16,10 +16,20 @@ decision in one flat array). The shapes are the shipped scripts' state commands:
   buckets read three), ``HSET`` of one (the shipped writes set only the fields whose text
   changed: over many identities, one; the sketch's ``at`` is written with a new key
   alone, so its decay is no model of either, only of the commands' price) and
-  ``PEXPIREAT``, each number written as ``'%d'`` text (as the shipped scripts write
-  them: a Lua number Redis would format with ``'%.17g'``, several times the price);
+  ``PEXPIREAT``;
 - **log** (sliding log): ``ZREMRANGEBYSCORE`` of what left the window, ``ZCARD``,
   ``ZADD`` of the new entry, ``PEXPIRE``.
+- **log as laid out** (sliding log, in the layout issue 30 keeps: members of a running
+  total and a cost, so checks of any cost are exact): ``ZRANGE`` of the newest entry
+  with its score (the stamp), ``ZRANGE`` of the first in the window by score (the usage,
+  from the two totals), ``ZADD`` of the new entry; once a second of the stamp, the trim
+  and the expiry. No entry is checked. The count sketch above is cheaper than any log
+  that admits checks of unequal costs.
+
+Every number goes to Redis as ``'%d'`` text, as the shipped scripts send it: Redis 7.0
+formats a Lua number argument with ``'%.17g'``, some 2,000 instructions each (until
+2026-12-06 the sketches sent the counters' cost, the log's cutoff, stamp and window, and a
+new hash key's ``at`` as numbers, so their floors were that much too high).
 
 "1,000 identities": sixteen keys a call, each with ``__rand_int__`` in it and ``-r
 1000`` (redis-benchmark draws each occurrence anew, as twelve digits), one decision each,
@@ -75,6 +85,9 @@ local time = redis.call('TIME')
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 local window_ms, cost_scaled = tonumber(ARGV[1]), tonumber(ARGV[2])
 local capacity_scaled = tonumber(ARGV[3])
+-- Every number is sent as '%d' text, as the shipped scripts send it (Redis 7.0 formats a
+-- Lua number argument with '%.17g', some 2,000 instructions each).
+local format = string.format
 local reply, at = {}, 0
 local function answer(allowed, remaining_scaled, retry_ms, reset_ms)
   reply[at + 1], reply[at + 2], reply[at + 3] = allowed, 0, remaining_scaled
@@ -87,50 +100,81 @@ end
 SPREAD = {
     "counter": """
 local window_end_ms = now_ms - math.fmod(now_ms, window_ms) + window_ms
+local cost_text, window_end_text = format('%d', cost_scaled), format('%d', window_end_ms)
 for i = 1, #KEYS do
-  local used_scaled = redis.call('INCRBY', KEYS[i], cost_scaled)
+  local used_scaled = redis.call('INCRBY', KEYS[i], cost_text)
   if used_scaled == cost_scaled then
-    redis.call('PEXPIREAT', KEYS[i], window_end_ms)
+    redis.call('PEXPIREAT', KEYS[i], window_end_text)
   end
   answer(1, capacity_scaled - used_scaled, 0, window_end_ms)
 end
 """,
     "two counters": """
 local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
-local current = ':' .. (window_start_ms / window_ms)
-local previous = ':' .. (window_start_ms / window_ms - 1)
+local current = ':' .. format('%d', window_start_ms / window_ms)
+local previous = ':' .. format('%d', window_start_ms / window_ms - 1)
+local cost_text = format('%d', cost_scaled)
+local expiry_text = format('%d', window_start_ms + 2 * window_ms)
 for i = 1, #KEYS do
   local before_scaled = tonumber(redis.call('GET', KEYS[i] .. previous) or '0')
-  local used_scaled = redis.call('INCRBY', KEYS[i] .. current, cost_scaled)
+  local used_scaled = redis.call('INCRBY', KEYS[i] .. current, cost_text)
   if used_scaled == cost_scaled then
-    redis.call('PEXPIREAT', KEYS[i] .. current, window_start_ms + 2 * window_ms)
+    redis.call('PEXPIREAT', KEYS[i] .. current, expiry_text)
   end
   answer(1, capacity_scaled - used_scaled - before_scaled, 0, window_start_ms + window_ms)
 end
 """,
     "hash": """
-local expiry_text = string.format('%d', now_ms + window_ms)
+local expiry_text, now_text = format('%d', now_ms + window_ms), format('%d', now_ms)
 for i = 1, #KEYS do
   local state = redis.call('HMGET', KEYS[i], 'level', 'at')
   local level_scaled = tonumber(state[1]) or 0
   local at_ms = tonumber(state[2]) or now_ms
   level_scaled = math.max(0, level_scaled - (now_ms - at_ms)) + cost_scaled
   if state[2] then
-    redis.call('HSET', KEYS[i], 'level', string.format('%d', level_scaled))
+    redis.call('HSET', KEYS[i], 'level', format('%d', level_scaled))
   else
-    redis.call('HSET', KEYS[i], 'level', string.format('%d', level_scaled), 'at', now_ms)
+    redis.call('HSET', KEYS[i], 'level', format('%d', level_scaled), 'at', now_text)
   end
   redis.call('PEXPIREAT', KEYS[i], expiry_text)
   answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
 end
 """,
     "log": """
+local cutoff_text, now_text = format('%d', now_ms - window_ms), format('%d', now_ms)
+local window_text = format('%d', window_ms)
 for i = 1, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now_ms - window_ms)
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cutoff_text)
   local held = redis.call('ZCARD', KEYS[i])
-  redis.call('ZADD', KEYS[i], now_ms, now_ms .. ':' .. held)
-  redis.call('PEXPIRE', KEYS[i], window_ms)
+  redis.call('ZADD', KEYS[i], now_text, format('%s:%d', now_text, held))
+  redis.call('PEXPIRE', KEYS[i], window_text)
   answer(1, capacity_scaled - (held + 1) * cost_scaled, 0, now_ms + window_ms)
+end
+""",
+    "log as laid out": """
+local cutoff_text = format('%d', now_ms - window_ms)
+local open_cutoff_text, now_second_ms = '(' .. cutoff_text, now_ms - now_ms % 1000
+for i = 1, #KEYS do
+  local key, total_scaled, usage_scaled, stamp_ms = KEYS[i], 0, 0, now_ms
+  local newest = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+  local due = not newest[1]
+  if newest[1] then
+    local newest_ms = newest[2] + 0
+    stamp_ms = newest_ms > now_ms and newest_ms or now_ms
+    due = newest_ms < now_second_ms
+    total_scaled = string.sub(newest[1], 1, 16) + 0
+    local first = redis.call('ZRANGE', key, open_cutoff_text, '+inf', 'BYSCORE', 'LIMIT', '0', '1')
+    if first[1] then
+      usage_scaled = total_scaled - string.sub(first[1], 1, 16) + string.sub(first[1], 18)
+    end
+  end
+  total_scaled = total_scaled + cost_scaled
+  redis.call('ZADD', key, format('%d', stamp_ms), format('%016d:%d', total_scaled, cost_scaled))
+  if due then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff_text)
+    redis.call('PEXPIREAT', key, format('%d', now_second_ms + 2000 + window_ms))
+  end
+  answer(1, capacity_scaled - usage_scaled - cost_scaled, 0, stamp_ms + window_ms)
 end
 """,
 }
@@ -145,15 +189,15 @@ for _ = 1, tonumber(ARGV[4]) do
   used_scaled = used_scaled + cost_scaled
   answer(1, capacity_scaled - used_scaled, 0, window_end_ms)
 end
-redis.call('INCRBY', KEYS[1], used_scaled - found_scaled)
+redis.call('INCRBY', KEYS[1], format('%d', used_scaled - found_scaled))
 if found_scaled == 0 then
-  redis.call('PEXPIREAT', KEYS[1], window_end_ms)
+  redis.call('PEXPIREAT', KEYS[1], format('%d', window_end_ms))
 end
 """,
     "two counters": """
 local window_start_ms = now_ms - math.fmod(now_ms, window_ms)
-local current = KEYS[1] .. ':' .. (window_start_ms / window_ms)
-local previous = KEYS[1] .. ':' .. (window_start_ms / window_ms - 1)
+local current = KEYS[1] .. ':' .. format('%d', window_start_ms / window_ms)
+local previous = KEYS[1] .. ':' .. format('%d', window_start_ms / window_ms - 1)
 local before_scaled = tonumber(redis.call('GET', previous) or '0')
 local found_scaled = tonumber(redis.call('GET', current) or '0')
 local used_scaled = found_scaled
@@ -161,9 +205,9 @@ for _ = 1, tonumber(ARGV[4]) do
   used_scaled = used_scaled + cost_scaled
   answer(1, capacity_scaled - used_scaled - before_scaled, 0, window_start_ms + window_ms)
 end
-redis.call('INCRBY', current, used_scaled - found_scaled)
+redis.call('INCRBY', current, format('%d', used_scaled - found_scaled))
 if found_scaled == 0 then
-  redis.call('PEXPIREAT', current, window_start_ms + 2 * window_ms)
+  redis.call('PEXPIREAT', current, format('%d', window_start_ms + 2 * window_ms))
 end
 """,
     "hash": """
@@ -176,22 +220,51 @@ for _ = 1, tonumber(ARGV[4]) do
   answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
 end
 if state[2] then
-  redis.call('HSET', KEYS[1], 'level', string.format('%d', level_scaled))
+  redis.call('HSET', KEYS[1], 'level', format('%d', level_scaled))
 else
-  redis.call('HSET', KEYS[1], 'level', string.format('%d', level_scaled), 'at', now_ms)
+  redis.call('HSET', KEYS[1], 'level', format('%d', level_scaled), 'at', format('%d', now_ms))
 end
-redis.call('PEXPIREAT', KEYS[1], string.format('%d', now_ms + window_ms))
+redis.call('PEXPIREAT', KEYS[1], format('%d', now_ms + window_ms))
 """,
     "log": """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms - window_ms)
+local now_text = format('%d', now_ms)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', format('%d', now_ms - window_ms))
 local held = redis.call('ZCARD', KEYS[1])
 local entries = {}
 for n = 1, tonumber(ARGV[4]) do
-  entries[2 * n - 1], entries[2 * n] = now_ms, now_ms .. ':' .. (held + n)
+  entries[2 * n - 1], entries[2 * n] = now_text, format('%s:%d', now_text, held + n)
   answer(1, capacity_scaled - (held + n) * cost_scaled, 0, now_ms + window_ms)
 end
 redis.call('ZADD', KEYS[1], unpack(entries))
-redis.call('PEXPIRE', KEYS[1], window_ms)
+redis.call('PEXPIRE', KEYS[1], format('%d', window_ms))
+""",
+    "log as laid out": """
+local cutoff_text, now_second_ms = format('%d', now_ms - window_ms), now_ms - now_ms % 1000
+local total_scaled, usage_scaled, stamp_ms = 0, 0, now_ms
+local newest = redis.call('ZRANGE', KEYS[1], '-1', '-1', 'WITHSCORES')
+local due = not newest[1]
+if newest[1] then
+  local newest_ms = newest[2] + 0
+  stamp_ms = newest_ms > now_ms and newest_ms or now_ms
+  due = newest_ms < now_second_ms
+  total_scaled = string.sub(newest[1], 1, 16) + 0
+  local first = redis.call('ZRANGE', KEYS[1], '(' .. cutoff_text, '+inf', 'BYSCORE',
+    'LIMIT', '0', '1')
+  if first[1] then
+    usage_scaled = total_scaled - string.sub(first[1], 1, 16) + string.sub(first[1], 18)
+  end
+end
+local stamp_text, entries = format('%d', stamp_ms), {}
+for n = 1, tonumber(ARGV[4]) do
+  total_scaled, usage_scaled = total_scaled + cost_scaled, usage_scaled + cost_scaled
+  entries[2 * n - 1], entries[2 * n] = stamp_text, format('%016d:%d', total_scaled, cost_scaled)
+  answer(1, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms)
+end
+redis.call('ZADD', KEYS[1], unpack(entries))
+if due then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff_text)
+  redis.call('PEXPIREAT', KEYS[1], format('%d', now_second_ms + 2000 + window_ms))
+end
 """,
 }
 
@@ -201,6 +274,7 @@ FAMILIES = {
     "two counters": ("sliding_window",),
     "hash": ("token_bucket", "leaky_bucket", "gcra"),
     "log": ("sliding_log",),
+    "log as laid out": ("sliding_log",),
 }
 TARGET_FACTOR = {"1,000 identities": 0.2, "hot": 0.1}
 
@@ -212,6 +286,7 @@ SHIPPED_KEYS = {
     "two counters": "moderato:sw:{{:{identity}}}:3600",
     "hash": "moderato:gc:{{:{identity}}}:3600:gcra",
     "log": "moderato:sl:{{:{identity}}}:3600:log",
+    "log as laid out": "moderato:sl:{{:{identity}}}:3600:log",
 }
 
 

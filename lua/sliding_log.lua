@@ -47,7 +47,7 @@ local FIELDS_PER_POLICY = 2
 -- score and the running total before the first entry in the window (the read's); the cost
 -- of the run's last denial searched (nil: none, or its search left it to the general path),
 -- whose decided_* scalars stand (see the decision).
-local state_key, cutoff_ms, cutoff_text, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
+local state_key, cutoff_ms, cutoff_text, open_cutoff_text, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
   admitted_member, more_entries, usual_entry, newest_read_ms, base_total_scaled,
   denied_cost_scaled, stamp_text, stamp_text_of
 --#include one_policy.lua
@@ -77,11 +77,15 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   -- Numbers go to Redis as '%d' text: Redis would write a Lua number with '%.17g',
   -- a floating-point formatting several times as long (so would '..', with '%.14g').
   cutoff_text = string_format('%d', cutoff_ms)
+  open_cutoff_text = '(' .. cutoff_text -- the first in the window is scored after it
   usual_entry = function(found)
     local member, score = found[1], found[2]
     if member and #score < 16 and string_find(score, '^%d+$') then
-      local total_text, cost_text = string.match(member, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d):(%d+)$')
-      if total_text and total_text <= '9007199254740992' and #cost_text < 16 then -- MAX_SAFE_INTEGER
+      -- (digits, then ':' and digits, the total's 16: a pattern of one class each matches
+      -- in far fewer steps than one of 16)
+      local total_text, cost_text = string.match(member, '^(%d+):(%d+)$')
+      if total_text and #total_text == 16 and total_text <= '9007199254740992' -- MAX_SAFE_INTEGER
+          and #cost_text < 16 then
         -- Digits only (checked): arithmetic reads them as tonumber would, with no call.
         local total, cost = total_text + 0, cost_text + 0
         if cost >= 1 and cost <= total then
@@ -106,7 +110,7 @@ if cost_scaled and cost_scaled <= capacity_scaled then
   newest_read_ms = newest_at_ms
   if newest_at_ms and newest_at_ms > cutoff_ms then
     local first_at_ms, first_total, first_cost = usual_entry(redis_call('ZRANGE', state_key,
-      '(' .. cutoff_text, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES'))
+      open_cutoff_text, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES'))
     if first_at_ms and newest_total >= first_total then
       base_total_scaled = first_total - first_cost
       usage_scaled, last_total_scaled = newest_total - base_total_scaled, newest_total

@@ -29,12 +29,15 @@ For the sliding log, "layout" trials swap in the sketch of the state layout it k
 (``state_floor.SPREAD["log as laid out"]``: its three commands, no entry checked),
 beside the family's count sketch, which is cheaper than any log of unequal costs.
 
-With ``--peers results/peers-in-situ-<time>.json`` each row is set against issue 30's
-target for it (the best peer's Redis µs per decision times 0.2), and checks/s against the
-1.5x target: the floor's checks/s with batching on ÷ the shipped script's with it off.
+With ``--with-peers`` the family's peers run as trials of their own ("peers": each peer
+of peers_in_situ.py over one window, the one costing Redis least a decision taken), so
+each row's target comes from this run; with ``--peers results/peers-in-situ-<time>.json``,
+from that record. Either way each row is set against issue 30's target for it (the best
+peer's Redis µs per decision times 0.2), and checks/s against the 1.5x target: with
+``--before``, on ÷ the build before issue 30; the floor's checks/s likewise.
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/in_situ_floor.py [--trials N]
-        [--seconds S] [--algorithms ...] [--peers FILE] [--before TREE]
+        [--seconds S] [--algorithms ...] [--peers FILE | --with-peers] [--before TREE]
 
 Writes ``benchmarks/results/in-situ-floor-<UTC time>.json``.
 """
@@ -146,7 +149,34 @@ def laid_out_script(algorithm: str) -> Script:
     return floor_script(algorithm, LAID_OUT.get(algorithm))
 
 
+async def peers_trial(port: int, algorithm: str, seconds: float) -> dict[str, Any]:
+    """The family's peers (peers_in_situ.py's subjects and trial), each over one window:
+    the figures of the one costing Redis least a decision, and each peer's."""
+    from peers_in_situ import limits_subjects, throttled_subjects
+    from peers_in_situ import trial as peer_trial
+
+    admin = redis.Redis(port=port)
+    figures: dict[str, tuple[float, float]] = {}
+    for subject in limits_subjects(port, algorithm) + throttled_subjects(port, algorithm):
+        figures[subject.name] = await peer_trial(subject, admin, False, seconds)
+        await subject.close()
+    best = min(figures, key=lambda name: figures[name][0])
+    return {
+        "redis_us_per_decision": figures[best][0],
+        "checks_per_s": figures[best][1],
+        "checks_per_call": 1.0,
+        "best_peer": best,
+        "peers_us": {name: us for name, (us, _) in figures.items()},
+    }
+
+
 async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> None:
+    if mode == "peers":
+        import moderato
+
+        measured = await peers_trial(port, algorithm, seconds)
+        print(json.dumps({**measured, "moderato_from": str(Path(moderato.__file__).parent)}))
+        return
     if mode in ("floor", "layout"):
         import moderato.scripts
 
@@ -170,7 +200,7 @@ async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: f
 
 def trial(
     url: str, port: int, mode: str, algorithm: str, seconds: float, before: Path | None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One trial of ``mode`` in a process of its own: its measures."""
     environment = dict(os.environ)
     environment.pop("IN_SITU_FLOOR_BEFORE_TREE", None)
@@ -190,7 +220,7 @@ def trial(
     expected = (before if mode == "before" else ROOT).resolve() / "moderato"
     if Path(result.pop("moderato_from")).resolve() != expected:
         raise SystemExit(f"the {mode} trial imported moderato from elsewhere than {expected}")
-    measures: dict[str, float] = result
+    measures: dict[str, Any] = result
     return measures
 
 
@@ -202,17 +232,25 @@ def main() -> None:
     parser = in_situ_options(__doc__, ALGORITHMS)
     parser.add_argument("--peers", type=Path, help="a peers_in_situ.py raw record")
     parser.add_argument(
+        "--with-peers",
+        action="store_true",
+        help="the family's peers as trials of this run (the target from them)",
+    )
+    parser.add_argument(
         "--before", type=Path, help="a checkout of the build before issue 30, built in place"
     )
     options: argparse.Namespace = parser.parse_args()
-    modes = WITH_BEFORE if options.before else MODES
+    modes = (
+        *(WITH_BEFORE if options.before else MODES),
+        *(("peers",) if options.with_peers else ()),
+    )
     best = best_peer_us(json.loads(options.peers.read_text())) if options.peers else {}
     server = RedisServer().start()
     rows: list[dict[str, Any]] = []
     try:
         for algorithm in options.algorithms:
             these = (*modes, "layout") if algorithm in LAID_OUT else modes
-            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in these}
+            samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in these}
             for number in range(options.trials):
                 # Each trial starts from the next mode, so none always follows another.
                 first = number % len(these)
@@ -261,15 +299,24 @@ def main() -> None:
                         row["layout_checks_per_s"] / row["before_checks_per_s"]
                     )
             peer_us = best.get((algorithm, "1,000 identities"))
+            if "peers" in samples:
+                # This run's best peer: its median over the trials (each trial's best).
+                peer_us = row["peers_redis_us_per_decision"]
+                row["best_peers"] = [t["best_peer"] for t in samples["peers"]]
             row["target_us"] = (
                 peer_us * TARGET_FACTOR["1,000 identities"] if peer_us is not None else None
+            )
+            row["moderato_over_best_peer"] = (
+                row["moderato_redis_us_per_decision"] / peer_us if peer_us is not None else None
             )
             rows.append(row)
             verdict = ""
             if row["target_us"] is not None:
                 stopped = row["floor_redis_us_per_decision"] > row["target_us"]
-                verdict = f"; target {row['target_us']:.2f} " + (
-                    "(under the floor)" if stopped else "(above the floor)"
+                verdict = (
+                    f"; target {row['target_us']:.2f} "
+                    + ("(under the floor)" if stopped else "(above the floor)")
+                    + f", moderato {row['moderato_over_best_peer']:.2f}x the best peer"
                 )
             print(
                 f"{algorithm:<15} Redis us/decision: moderato "

@@ -335,8 +335,8 @@ while part < part_count do
           if key ~= run_key then
 --#batch write (the write piece, spliced in here as a block, as the decide piece is)
             KEYS[1] = key
---#batch keyed (the key and the read piece, spliced in here as a block where the read cannot
--- refuse, else `decided = keyed_check()`: see batched_script())
+--#batch keyed (the key and the read piece, spliced in here as a block that leaves `decided`
+-- true, or the read's refusal as keyed_check() would return it: see batched_script())
             if decided ~= true then
               part = part + 1
               run_key = nil

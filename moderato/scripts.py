@@ -48,6 +48,8 @@ _PIECE_MARKERS = (b"--#batch key", b"--#batch read", _DECIDE_MARKER, _WRITE_MARK
 _END_MARKER = b"--#batch end"
 _KEYED_MARKER = b"--#batch keyed"
 _LAST_LINE = b"return decide("
+# A refusal in the key or read piece: `return` and a name, alone on its line.
+_REFUSAL_LINE = re.compile(rb"^(\s*)return ([A-Za-z_]\w*)\s*(?:--.*)?$")
 # The registry's scripts, and reset.
 SCRIPT_NAMES = (*ALGORITHMS, RESET_SCRIPT)
 
@@ -265,12 +267,9 @@ def batched_script(name: str) -> Script:
     # The driver's `--#batch decide` and `--#batch write` lines: the decide and the write
     # piece spliced in as a block (their names the script's locals: the driver's own are
     # apart, tests/unit/test_script_sources.py); its `--#batch keyed` line: the key and the
-    # read piece as a block, or keyed_check() called where the read can refuse.
-    keyed = (
-        (b"do", *keyed_piece, b"end", b"decided = true")
-        if keyed_piece
-        else (b"decided = keyed_check()",)
-    )
+    # read piece as a block (see _check_pieces), or keyed_check() called where neither
+    # block can take them.
+    keyed = tuple(keyed_piece) if keyed_piece else (b"decided = keyed_check()",)
     driver = [
         line
         for driver_line in driver
@@ -310,10 +309,11 @@ def _check_pieces(
 ) -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
     """The straight-line path's functions for lua/batch.lua (see batched_script), its
     decide and write pieces (nothing when the path is not split: open_check() never
-    opens a run), and its key and read pieces together when the read cannot refuse (no
-    ``return`` in them: then the driver runs them as a block, where a call of
-    keyed_check() would cost Redis the call and every local read as an upvalue), else
-    nothing."""
+    opens a run), and its key and read pieces as the block the driver runs in place of
+    keyed_check() (a call would cost Redis the call and every local read as an upvalue):
+    ``decided = true`` after them where they hold no ``return``; where the read can refuse
+    (``return`` and a name alone on a line, no loop around it), in ``repeat ... until
+    true`` with each such return as ``decided = <name>`` and ``break``; else nothing."""
     reset = b"cost_scaled, capacity_scaled, window_s, window_ms = nil, nil, nil, nil"
     markers = [_marked(straight_line, marker) for marker in (*_PIECE_MARKERS, _END_MARKER)]
     if not any(markers):
@@ -372,5 +372,25 @@ def _check_pieces(
         ],
         decide_piece,
         write_piece,
-        [] if re.search(rb"\breturn\b", without_comments(b"\n".join(keyed))) else keyed,
+        _keyed_block(keyed),
     )
+
+
+def _keyed_block(keyed: list[bytes]) -> list[bytes]:
+    """The key and read pieces as a block for the driver's inner loop (see _check_pieces),
+    or nothing when a return in them takes another form."""
+    code = without_comments(b"\n".join(keyed))
+    if not re.search(rb"\breturn\b", code):
+        return [b"do", *keyed, b"end", b"decided = true"]
+    if re.search(rb"\b(?:for|while|repeat)\b", code):
+        return []  # a break there would leave that loop, not the block
+    block = [b"repeat"]
+    for line in keyed:
+        refusal = _REFUSAL_LINE.match(line)
+        if refusal:
+            block += [refusal[1] + b"decided = " + refusal[2], refusal[1] + b"break"]
+        elif re.search(rb"\breturn\b", without_comments(line)):
+            return []
+        else:
+            block.append(line)
+    return [*block, b"decided = true", b"until true"]

@@ -109,19 +109,27 @@ def test_the_pieces_the_driver_splices_in_name_none_of_its_locals(name: str, pie
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)
-def test_a_read_that_cannot_refuse_is_spliced_into_the_inner_loop(name: str) -> None:
-    # The inner loop opens another identity's run with the key and read pieces as a block
-    # where they hold no return (the buckets', GCRA's, the log's), else by keyed_check();
-    # the loop's body calls keyed_check() either way.
+def test_the_key_and_read_pieces_are_spliced_into_the_inner_loop(name: str) -> None:
+    # The inner loop opens another identity's run with the key and read pieces as a block:
+    # where the read can refuse (a return among them: the counters'), in repeat ... until
+    # true, each return a break that leaves the refusal in `decided`; the loop's body calls
+    # keyed_check() either way.
     directory = scripts_dir()
     text = _with_includes(directory, (directory / f"{name}.lua").read_bytes())
     pieces = text[text.index(b"\n--#batch key") : text.index(b"\n--#batch decide")]
-    read_refuses = re.search(rb"\breturn\b", without_comments(pieces)) is not None
+    refusals = len(re.findall(rb"\breturn\b", without_comments(pieces)))
     # (the counters' reads refuse, the rest cannot)
-    assert read_refuses == (name in ("fixed_window", "sliding_window"))
+    assert (refusals > 0) == (name in ("fixed_window", "sliding_window"))
     source = batched_script(name).source
-    assert source.count(b"decided = keyed_check()") == (2 if read_refuses else 1)
-    assert source.count(b"decided = true") == (0 if read_refuses else 1)
+    assert source.count(b"decided = keyed_check()") == 1
+    assert source.count(b"decided = true") == 1
+    if refusals:
+        assert source.count(b"\nrepeat\n") == 1
+        assert source.index(b"decided = true") < source.index(b"\nuntil true")
+        breaks = source[source.index(b"\nrepeat\n") : source.index(b"\nuntil true")]
+        assert len(re.findall(rb"\n\s*decided = \w+\n\s*break\n", breaks)) == refusals
+    else:
+        assert b"\nrepeat\n" not in source
 
 
 def _call_arguments(source: str) -> list[list[str]]:

@@ -96,6 +96,35 @@ local function answer(allowed, remaining_scaled, retry_ms, reset_ms)
 end
 """
 
+# The log as laid out (see above), shared by its two sketches: the instants once a call;
+# one key's read (the newest entry: the stamp and the running total; the first in the
+# window: the usage), into the locals key, total_scaled, usage_scaled and stamp_ms; and
+# the trim and expiry, due once a second of the stamp.
+LAID_OUT_HEAD = """
+local cutoff_text = format('%d', now_ms - window_ms)
+local open_cutoff_text, now_second_ms = '(' .. cutoff_text, now_ms - now_ms % 1000
+"""
+LAID_OUT_READ = """
+local newest = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+local due = not newest[1]
+if newest[1] then
+  local newest_ms = newest[2] + 0
+  stamp_ms = newest_ms > now_ms and newest_ms or now_ms
+  due = newest_ms < now_second_ms
+  total_scaled = string.sub(newest[1], 1, 16) + 0
+  local first = redis.call('ZRANGE', key, open_cutoff_text, '+inf', 'BYSCORE', 'LIMIT', '0', '1')
+  if first[1] then
+    usage_scaled = total_scaled - string.sub(first[1], 1, 16) + string.sub(first[1], 18)
+  end
+end
+"""
+LAID_OUT_TRIM = """
+if due then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff_text)
+  redis.call('PEXPIREAT', key, format('%d', now_second_ms + 2000 + window_ms))
+end
+"""
+
 # One decision per key, every key of the call (KEYS), each its own identity.
 SPREAD = {
     "counter": """
@@ -151,29 +180,18 @@ for i = 1, #KEYS do
   answer(1, capacity_scaled - (held + 1) * cost_scaled, 0, now_ms + window_ms)
 end
 """,
-    "log as laid out": """
-local cutoff_text = format('%d', now_ms - window_ms)
-local open_cutoff_text, now_second_ms = '(' .. cutoff_text, now_ms - now_ms % 1000
+    "log as laid out": LAID_OUT_HEAD
+    + """
 for i = 1, #KEYS do
   local key, total_scaled, usage_scaled, stamp_ms = KEYS[i], 0, 0, now_ms
-  local newest = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-  local due = not newest[1]
-  if newest[1] then
-    local newest_ms = newest[2] + 0
-    stamp_ms = newest_ms > now_ms and newest_ms or now_ms
-    due = newest_ms < now_second_ms
-    total_scaled = string.sub(newest[1], 1, 16) + 0
-    local first = redis.call('ZRANGE', key, open_cutoff_text, '+inf', 'BYSCORE', 'LIMIT', '0', '1')
-    if first[1] then
-      usage_scaled = total_scaled - string.sub(first[1], 1, 16) + string.sub(first[1], 18)
-    end
-  end
+"""
+    + LAID_OUT_READ
+    + """
   total_scaled = total_scaled + cost_scaled
   redis.call('ZADD', key, format('%d', stamp_ms), format('%016d:%d', total_scaled, cost_scaled))
-  if due then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff_text)
-    redis.call('PEXPIREAT', key, format('%d', now_second_ms + 2000 + window_ms))
-  end
+"""
+    + LAID_OUT_TRIM
+    + """
   answer(1, capacity_scaled - usage_scaled - cost_scaled, 0, stamp_ms + window_ms)
 end
 """,
@@ -238,34 +256,21 @@ end
 redis.call('ZADD', KEYS[1], unpack(entries))
 redis.call('PEXPIRE', KEYS[1], format('%d', window_ms))
 """,
-    "log as laid out": """
-local cutoff_text, now_second_ms = format('%d', now_ms - window_ms), now_ms - now_ms % 1000
-local total_scaled, usage_scaled, stamp_ms = 0, 0, now_ms
-local newest = redis.call('ZRANGE', KEYS[1], '-1', '-1', 'WITHSCORES')
-local due = not newest[1]
-if newest[1] then
-  local newest_ms = newest[2] + 0
-  stamp_ms = newest_ms > now_ms and newest_ms or now_ms
-  due = newest_ms < now_second_ms
-  total_scaled = string.sub(newest[1], 1, 16) + 0
-  local first = redis.call('ZRANGE', KEYS[1], '(' .. cutoff_text, '+inf', 'BYSCORE',
-    'LIMIT', '0', '1')
-  if first[1] then
-    usage_scaled = total_scaled - string.sub(first[1], 1, 16) + string.sub(first[1], 18)
-  end
-end
+    "log as laid out": LAID_OUT_HEAD
+    + """
+local key, total_scaled, usage_scaled, stamp_ms = KEYS[1], 0, 0, now_ms
+"""
+    + LAID_OUT_READ
+    + """
 local stamp_text, entries = format('%d', stamp_ms), {}
 for n = 1, tonumber(ARGV[4]) do
   total_scaled, usage_scaled = total_scaled + cost_scaled, usage_scaled + cost_scaled
   entries[2 * n - 1], entries[2 * n] = stamp_text, format('%016d:%d', total_scaled, cost_scaled)
   answer(1, capacity_scaled - usage_scaled, 0, stamp_ms + window_ms)
 end
-redis.call('ZADD', KEYS[1], unpack(entries))
-if due then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff_text)
-  redis.call('PEXPIREAT', KEYS[1], format('%d', now_second_ms + 2000 + window_ms))
-end
-""",
+redis.call('ZADD', key, unpack(entries))
+"""
+    + LAID_OUT_TRIM,
 }
 
 # Which moderato algorithms each shape serves, and the peers' family names for them.
@@ -286,7 +291,9 @@ SHIPPED_KEYS = {
     "two counters": "moderato:sw:{{:{identity}}}:3600",
     "hash": "moderato:gc:{{:{identity}}}:3600:gcra",
     "log": "moderato:sl:{{:{identity}}}:3600:log",
-    "log as laid out": "moderato:sl:{{:{identity}}}:3600:log",
+    # (the same length as the log's, not its keys: the count sketch's entries are not
+    # entries of this layout)
+    "log as laid out": "moderato:sl:{{:{identity}}}:3600:LOG",
 }
 
 
@@ -375,7 +382,7 @@ def main() -> None:
                 for algorithm, target_us in targets.items()
             )
             print(
-                f"{shape:<13} {where:<17} {median_us:6.2f} us/decision  "
+                f"{shape:<15} {where:<17} {median_us:6.2f} us/decision  "
                 f"trials {[round(t, 2) for t in trials]}  {verdicts}",
                 flush=True,
             )

@@ -25,6 +25,10 @@ names ("today's, same run, before/after builds"). Each mode runs in a process of
 from TREE and says where it found it), the modes interleaved trial by trial (each trial
 starting from the next mode) on one redis-server; medians of the trials.
 
+With ``--hot`` every check is one hot identity's, and the floor's script is the family's
+sketch of one key's run (``state_floor.HOT``: the state read once and written once, every
+check of the call decided between), the target 0.1x the best peer.
+
 For the sliding log, "layout" trials swap in the sketch of the state layout it keeps
 (``state_floor.SPREAD["log as laid out"]``: its three commands, no entry checked),
 beside the family's count sketch, which is cheaper than any log of unequal costs.
@@ -37,7 +41,7 @@ peer's Redis µs per decision times 0.2), and checks/s against the 1.5x target: 
 ``--before``, on ÷ the build before issue 30; the floor's checks/s likewise.
 
     flock /tmp/bench.lock .venv/bin/python benchmarks/in_situ_floor.py [--trials N]
-        [--seconds S] [--algorithms ...] [--peers FILE | --with-peers] [--before TREE]
+        [--seconds S] [--algorithms ...] [--peers FILE | --with-peers] [--before TREE] [--hot]
 
 Writes ``benchmarks/results/in-situ-floor-<UTC time>.json``.
 """
@@ -71,9 +75,9 @@ import redis  # noqa: E402
 from batch_floor import write_results  # noqa: E402
 from batch_in_situ import RATE, server_meter  # noqa: E402
 from batch_in_situ import trial as batch_trial  # noqa: E402
-from in_situ import IDENTITIES, in_situ_options  # noqa: E402
+from in_situ import in_situ_options  # noqa: E402
 from redis_servers import RedisServer  # noqa: E402
-from state_floor import FAMILIES, SPREAD, TARGET_FACTOR, best_peer_us  # noqa: E402
+from state_floor import FAMILIES, HOT, SPREAD, TARGET_FACTOR, best_peer_us  # noqa: E402
 
 from moderato.algorithms import ALGORITHMS  # noqa: E402
 from moderato.scripts import Script  # noqa: E402
@@ -135,21 +139,19 @@ end
 """
 
 
-def floor_script(algorithm: str, shape: str | None = None) -> Script:
+def floor_script(algorithm: str, shape: str | None = None, hot: bool = False) -> Script:
     """The batched form's stand-in for ``algorithm``: its family's state commands alone
-    (``shape``'s sketch: by default its family's)."""
+    (``shape``'s sketch: by default its family's). ``hot``: the sketch of one key's run
+    (state_floor.HOT: read once, written once) over the call's parts, whose keys are one
+    hot identity's."""
     shape = shape or SHAPE_OF[algorithm]
-    source = (FLOOR_HEAD + SPREAD[shape] + "return reply\n").encode()
-    return Script(f"floor({algorithm}, {shape})", source, hashlib.sha1(source).hexdigest())
+    body = HOT[shape].replace("tonumber(ARGV[4])", "part_count") if hot else SPREAD[shape]
+    source = (FLOOR_HEAD + body + "return reply\n").encode()
+    name = f"floor({algorithm}, {shape}{', hot' if hot else ''})"
+    return Script(name, source, hashlib.sha1(source).hexdigest())
 
 
-def laid_out_script(algorithm: str) -> Script:
-    """The stand-in of a "layout" trial: the sketch of the layout ``algorithm`` keeps (its
-    family's, for an algorithm with none of its own)."""
-    return floor_script(algorithm, LAID_OUT.get(algorithm))
-
-
-async def peers_trial(port: int, algorithm: str, seconds: float) -> dict[str, Any]:
+async def peers_trial(port: int, algorithm: str, hot: bool, seconds: float) -> dict[str, Any]:
     """The family's peers (peers_in_situ.py's subjects and trial), each over one window:
     the figures of the one costing Redis least a decision, and each peer's."""
     from peers_in_situ import limits_subjects, throttled_subjects
@@ -158,7 +160,7 @@ async def peers_trial(port: int, algorithm: str, seconds: float) -> dict[str, An
     admin = redis.Redis(port=port)
     figures: dict[str, tuple[float, float]] = {}
     for subject in limits_subjects(port, algorithm) + throttled_subjects(port, algorithm):
-        figures[subject.name] = await peer_trial(subject, admin, False, seconds)
+        figures[subject.name] = await peer_trial(subject, admin, hot, seconds)
         await subject.close()
     best = min(figures, key=lambda name: figures[name][0])
     return {
@@ -170,11 +172,13 @@ async def peers_trial(port: int, algorithm: str, seconds: float) -> dict[str, An
     }
 
 
-async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: float) -> None:
+async def child_trial(
+    url: str, port: int, mode: str, algorithm: str, hot: bool, seconds: float
+) -> None:
     if mode == "peers":
         import moderato
 
-        measured = await peers_trial(port, algorithm, seconds)
+        measured = await peers_trial(port, algorithm, hot, seconds)
         print(json.dumps({**measured, "moderato_from": str(Path(moderato.__file__).parent)}))
         return
     if mode in ("floor", "layout"):
@@ -182,8 +186,13 @@ async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: f
 
         # Before the client first asks for its batched forms (moderato.redis.grouping
         # keeps them for the process).
-        stand_in = floor_script if mode == "floor" else laid_out_script
-        moderato.scripts.batched_script = stand_in  # type: ignore[assignment]
+        def batched_stand_in(algorithm: str) -> Script:
+            # "layout": the sketch of the layout the algorithm keeps (its family's, for an
+            # algorithm with none of its own).
+            shape = LAID_OUT.get(algorithm) if mode == "layout" else None
+            return floor_script(algorithm, shape, hot)
+
+        moderato.scripts.batched_script = batched_stand_in  # type: ignore[assignment]
     import moderato
     from moderato import RateLimiter
 
@@ -193,13 +202,19 @@ async def child_trial(url: str, port: int, mode: str, algorithm: str, seconds: f
     await limiter.check_with_info("warm-up", RATE, algorithm=algorithm)
     # batch_in_situ.py's trial: the same window, meter and measures.
     meter = server_meter(redis.Redis(port=port))
-    measures = await batch_trial(limiter, meter, algorithm, False, seconds, RATE)
+    measures = await batch_trial(limiter, meter, algorithm, hot, seconds, RATE)
     await limiter.close()
     print(json.dumps({**measures, "moderato_from": str(Path(moderato.__file__).parent)}))
 
 
 def trial(
-    url: str, port: int, mode: str, algorithm: str, seconds: float, before: Path | None
+    url: str,
+    port: int,
+    mode: str,
+    algorithm: str,
+    hot: bool,
+    seconds: float,
+    before: Path | None,
 ) -> dict[str, Any]:
     """One trial of ``mode`` in a process of its own: its measures."""
     environment = dict(os.environ)
@@ -208,7 +223,17 @@ def trial(
         assert before is not None
         environment["IN_SITU_FLOOR_BEFORE_TREE"] = str(before)
     done = subprocess.run(
-        [sys.executable, __file__, "--child", mode, algorithm, url, str(port), str(seconds)],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            algorithm,
+            url,
+            str(port),
+            "hot" if hot else "many",
+            str(seconds),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -226,11 +251,14 @@ def trial(
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        mode, algorithm, url, port, seconds = sys.argv[2:7]
-        asyncio.run(child_trial(url, int(port), mode, algorithm, float(seconds)))
+        mode, algorithm, url, port, where, seconds = sys.argv[2:8]
+        asyncio.run(child_trial(url, int(port), mode, algorithm, where == "hot", float(seconds)))
         return
     parser = in_situ_options(__doc__, ALGORITHMS)
     parser.add_argument("--peers", type=Path, help="a peers_in_situ.py raw record")
+    parser.add_argument(
+        "--hot", action="store_true", help="one hot identity (else 1,000 identities)"
+    )
     parser.add_argument(
         "--with-peers",
         action="store_true",
@@ -248,6 +276,7 @@ def main() -> None:
     server = RedisServer().start()
     rows: list[dict[str, Any]] = []
     try:
+        where = "hot" if options.hot else "1,000 identities"  # TARGET_FACTOR's keys
         for algorithm in options.algorithms:
             these = (*modes, "layout") if algorithm in LAID_OUT else modes
             samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in these}
@@ -261,11 +290,12 @@ def main() -> None:
                             server.port,
                             mode,
                             algorithm,
+                            options.hot,
                             options.seconds,
                             options.before,
                         )
                     )
-            row: dict[str, Any] = {"algorithm": algorithm, "identities": f"{IDENTITIES:,}"}
+            row: dict[str, Any] = {"algorithm": algorithm, "identities": where}
             for mode, trials in samples.items():
                 for field in ("checks_per_s", "redis_us_per_decision", "checks_per_call"):
                     row[f"{mode}_{field}"] = statistics.median(t[field] for t in trials)
@@ -298,14 +328,12 @@ def main() -> None:
                     row["layout_checks_per_s_over_before"] = (
                         row["layout_checks_per_s"] / row["before_checks_per_s"]
                     )
-            peer_us = best.get((algorithm, "1,000 identities"))
+            peer_us = best.get((algorithm, where))
             if "peers" in samples:
                 # This run's best peer: its median over the trials (each trial's best).
                 peer_us = row["peers_redis_us_per_decision"]
                 row["best_peers"] = [t["best_peer"] for t in samples["peers"]]
-            row["target_us"] = (
-                peer_us * TARGET_FACTOR["1,000 identities"] if peer_us is not None else None
-            )
+            row["target_us"] = peer_us * TARGET_FACTOR[where] if peer_us is not None else None
             row["moderato_over_best_peer"] = (
                 row["moderato_redis_us_per_decision"] / peer_us if peer_us is not None else None
             )

@@ -29,9 +29,11 @@ With ``--hot`` every check is one hot identity's, and the floor's script is the 
 sketch of one key's run (``state_floor.HOT``: the state read once and written once, every
 check of the call decided between), the target 0.1x the best peer.
 
-For the sliding log, "layout" trials swap in the sketch of the state layout it keeps
-(``state_floor.SPREAD["log as laid out"]``: its three commands, no entry checked),
-beside the family's count sketch, which is cheaper than any log of unequal costs.
+For the sliding log and the buckets, "layout" trials swap in the sketch of the state
+layout they keep (``state_floor.SPREAD["log as laid out"]``: its three commands, no entry
+checked; ``["bucket as laid out"]``: the three fields read), beside the family's sketch,
+which is cheaper than any log of unequal costs, or reads two fields where a bucket has
+three.
 
 With ``--with-peers`` the family's peers run as trials of their own ("peers": each peer
 of peers_in_situ.py over one window, the one costing Redis least a decision taken), so
@@ -85,13 +87,18 @@ from moderato.scripts import Script  # noqa: E402
 MODES = ("off", "moderato", "floor")
 WITH_BEFORE = ("before", *MODES)
 # Each algorithm's family sketch (its first in state_floor.FAMILIES), and for the sliding
-# log also the sketch of the state layout it keeps ("layout" trials): the count sketch is
-# cheaper than any log that admits checks of unequal costs.
+# log and the buckets also the sketch of the state layout they keep ("layout" trials): the
+# count sketch is cheaper than any log that admits checks of unequal costs, the hash
+# sketch reads two fields where a bucket's layout has three.
 SHAPE_OF: dict[str, str] = {}
 for _shape, _names in FAMILIES.items():
     for _name in _names:
         SHAPE_OF.setdefault(_name, _shape)
-LAID_OUT = {"sliding_log": "log as laid out"}
+LAID_OUT = {
+    "sliding_log": "log as laid out",
+    "token_bucket": "bucket as laid out",
+    "leaky_bucket": "bucket as laid out",
+}
 
 # The client's call layout read into the keys of its parts, and the policy's integers as
 # state_floor.HEAD names them (from the first part, sent in full: its key count, its

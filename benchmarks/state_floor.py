@@ -19,6 +19,10 @@ decision in one flat array). The shapes are the shipped scripts' state commands:
   ``PEXPIREAT``;
 - **log** (sliding log): ``ZREMRANGEBYSCORE`` of what left the window, ``ZCARD``,
   ``ZADD`` of the new entry, ``PEXPIRE``.
+- **bucket as laid out** (token and leaky bucket, in the layout the spec fixes: the
+  amount, the base and the units credited since it, three fields): ``HMGET`` of the
+  three, ``HSET`` of the base alone when the other two keep their text (a bucket
+  refilled in full, as over many identities), ``PEXPIREAT``;
 - **log as laid out** (sliding log, in the layout issue 30 keeps: members of a running
   total and a cost, so checks of any cost are exact): ``ZRANGE`` of the newest entry
   with its score (the stamp), ``ZRANGE`` of the first in the window by score (the usage,
@@ -169,6 +173,23 @@ for i = 1, #KEYS do
   answer(1, capacity_scaled - level_scaled, 0, now_ms + window_ms)
 end
 """,
+    "bucket as laid out": """
+local now_text = format('%d', now_ms)
+local expiry_text = format('%d', now_ms + 2 * window_ms + 60000)
+local full_text = format('%d', capacity_scaled - cost_scaled)
+for i = 1, #KEYS do
+  local state = redis.call('HMGET', KEYS[i], 'tokens', 'base', 'credited')
+  local held_scaled = tonumber(state[1]) or capacity_scaled
+  local base_ms, credited_scaled = tonumber(state[2]) or now_ms, tonumber(state[3]) or 0
+  if state[1] == full_text and state[3] == '0' then
+    redis.call('HSET', KEYS[i], 'base', now_text)
+  else
+    redis.call('HSET', KEYS[i], 'tokens', full_text, 'base', now_text, 'credited', '0')
+  end
+  redis.call('PEXPIREAT', KEYS[i], expiry_text)
+  answer(1, capacity_scaled - cost_scaled, 0, now_ms + window_ms)
+end
+""",
     "log": """
 local cutoff_text, now_text = format('%d', now_ms - window_ms), format('%d', now_ms)
 local window_text = format('%d', window_ms)
@@ -244,6 +265,18 @@ else
 end
 redis.call('PEXPIREAT', KEYS[1], format('%d', now_ms + window_ms))
 """,
+    "bucket as laid out": """
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'base', 'credited')
+local held_scaled = tonumber(state[1]) or capacity_scaled
+local base_ms, credited_scaled = tonumber(state[2]) or now_ms, tonumber(state[3]) or 0
+held_scaled = capacity_scaled
+for _ = 1, tonumber(ARGV[4]) do
+  held_scaled = held_scaled - cost_scaled
+  answer(1, held_scaled, 0, now_ms + window_ms)
+end
+redis.call('HSET', KEYS[1], 'tokens', format('%d', held_scaled), 'base', format('%d', now_ms))
+redis.call('PEXPIREAT', KEYS[1], format('%d', now_ms + 2 * window_ms + 60000))
+""",
     "log": """
 local now_text = format('%d', now_ms)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', format('%d', now_ms - window_ms))
@@ -280,6 +313,7 @@ FAMILIES = {
     "hash": ("token_bucket", "leaky_bucket", "gcra"),
     "log": ("sliding_log",),
     "log as laid out": ("sliding_log",),
+    "bucket as laid out": ("token_bucket", "leaky_bucket"),
 }
 TARGET_FACTOR = {"1,000 identities": 0.2, "hot": 0.1}
 
@@ -294,6 +328,7 @@ SHIPPED_KEYS = {
     # (the same length as the log's, not its keys: the count sketch's entries are not
     # entries of this layout)
     "log as laid out": "moderato:sl:{{:{identity}}}:3600:LOG",
+    "bucket as laid out": "moderato:tb:{{:{identity}}}:3600:bucket:v2",
 }
 
 

@@ -38,18 +38,18 @@ are validated as read.
 ]]
 
 local FIELDS_PER_POLICY = 2
--- What the straight-line path's pieces hand on: the log's key (the key piece's), the cutoff
--- and its '%d' text (the policy's piece's); the stamp of an admission now, the expiry an
--- admission sets (false: not due), the usage and the running total an admission adds to
--- (the read's, then as the checks decided leave them; usage nil: the general path's); the
--- first entry admitted and the rest (score, member, ...), for the write. The reader of an
--- entry of the usual shape (the policy's piece's). For a denial's wait: the newest entry's
--- score and the running total before the first entry in the window (the read's); the cost
--- of the run's last denial searched (nil: none, or its search left it to the general path),
--- whose decided_* scalars stand (see the decision).
-local state_key, cutoff_ms, cutoff_text, open_cutoff_text, stamp_ms, expire_at_ms, usage_scaled, last_total_scaled,
-  admitted_member, more_entries, usual_entry, newest_read_ms, base_total_scaled,
-  denied_cost_scaled, stamp_text, stamp_text_of
+-- What the straight-line path's pieces hand on: the log's key (the key piece's), the cutoff,
+-- its '%d' text and that text after '(' (the policy's piece's); the stamp of an admission
+-- now, the expiry an admission sets (false: not due), the usage and the running total an
+-- admission adds to (the read's, then as the checks decided leave them; usage nil: the
+-- general path's); the first entry admitted and the rest (score, member, ...), for the
+-- write. The reader of an entry of the usual shape (the policy's piece's). For a denial's
+-- wait: the newest entry's score and the running total before the first entry in the
+-- window (the read's); the cost of the run's last denial searched (nil: none, or its
+-- search left it to the general path), whose decided_* scalars stand (see the decision).
+local state_key, cutoff_ms, cutoff_text, open_cutoff_text, stamp_ms, expire_at_ms, usage_scaled,
+  last_total_scaled, admitted_member, more_entries, usual_entry, newest_read_ms,
+  base_total_scaled, denied_cost_scaled, stamp_text, stamp_text_of
 --#include one_policy.lua
 
 -- The common case, straight-line: one policy, charging, short decimal arguments within
@@ -171,7 +171,8 @@ if cost_scaled and cost_scaled <= capacity_scaled then
       while low < high do
         local middle = (low + high - (low + high) % 2) / 2
         local rank_text = string_format('%d', middle)
-        local at_ms, total = usual_entry(redis_call('ZRANGE', state_key, rank_text, rank_text, 'WITHSCORES'))
+        local at_ms, total = usual_entry(
+          redis_call('ZRANGE', state_key, rank_text, rank_text, 'WITHSCORES'))
         if not at_ms then
           leaving_at_ms = nil
           break
@@ -278,7 +279,8 @@ local function evaluate(i, first, cost_scaled, now_ms)
   if newest_at_ms and newest_at_ms > cutoff_ms then
     -- The first entry in the window, by rank: the first scored after the cutoff.
     first_at_ms, first_total, first_cost = first_entry(key,
-      redis.pcall('ZRANGE', key, string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES'))
+      redis.pcall('ZRANGE', key, string.format('(%d', cutoff_ms), '+inf', 'BYSCORE', 'LIMIT', '0', '1',
+        'WITHSCORES'))
     -- Everything up to the first entry in the window, in running-total terms.
     base_total = first_total - first_cost
     if newest_total < first_total then

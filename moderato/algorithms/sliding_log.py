@@ -12,5 +12,6 @@ from .base import Algorithm
 # call's bound with denials"). A repeat of the check before weighs a quarter, as other
 # algorithms' do: a run reads the log once and adds its entries in one ZADD, so a check
 # and 28 repeats on one key cost Redis about what eight checks on eight keys do, admitted
-# or denied (BENCHMARKS.md, "The sliding log's repeats weigh less").
+# or denied (BENCHMARKS.md, "Issue 30's targets, measured against the build it started
+# from").
 ALGORITHM = Algorithm(name="sliding_log", key_tag="sl", state_suffixes=(":log",), batch_parts=8)

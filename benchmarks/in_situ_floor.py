@@ -94,6 +94,18 @@ SHAPE_OF: dict[str, str] = {}
 for _shape, _names in FAMILIES.items():
     for _name in _names:
         SHAPE_OF.setdefault(_name, _shape)
+# The rows' ratios of one mode's median to another's (where both ran): Redis time a
+# decision against a floor, checks/s against a before.
+RATIOS = {
+    "moderato_over_floor": ("moderato", "floor", "redis_us_per_decision"),
+    "moderato_over_layout": ("moderato", "layout", "redis_us_per_decision"),
+    **{
+        f"{top}_checks_per_s_over_{bottom}": (top, bottom, "checks_per_s")
+        for bottom in ("off", "before")
+        for top in ("moderato", "floor", "layout", "off")
+        if top != bottom
+    },
+}
 LAID_OUT = {
     "sliding_log": "log as laid out",
     "token_bucket": "bucket as laid out",
@@ -307,34 +319,9 @@ def main() -> None:
                 for field in ("checks_per_s", "redis_us_per_decision", "checks_per_call"):
                     row[f"{mode}_{field}"] = statistics.median(t[field] for t in trials)
                 row[f"{mode}_trials"] = trials
-            row["moderato_over_floor"] = (
-                row["moderato_redis_us_per_decision"] / row["floor_redis_us_per_decision"]
-            )
-            row["floor_checks_per_s_over_off"] = row["floor_checks_per_s"] / row["off_checks_per_s"]
-            row["moderato_checks_per_s_over_off"] = (
-                row["moderato_checks_per_s"] / row["off_checks_per_s"]
-            )
-            if options.before:
-                row["moderato_checks_per_s_over_before"] = (
-                    row["moderato_checks_per_s"] / row["before_checks_per_s"]
-                )
-                row["off_checks_per_s_over_before"] = (
-                    row["off_checks_per_s"] / row["before_checks_per_s"]
-                )
-                row["floor_checks_per_s_over_before"] = (
-                    row["floor_checks_per_s"] / row["before_checks_per_s"]
-                )
-            if "layout" in samples:
-                row["moderato_over_layout"] = (
-                    row["moderato_redis_us_per_decision"] / row["layout_redis_us_per_decision"]
-                )
-                row["layout_checks_per_s_over_off"] = (
-                    row["layout_checks_per_s"] / row["off_checks_per_s"]
-                )
-                if options.before:
-                    row["layout_checks_per_s_over_before"] = (
-                        row["layout_checks_per_s"] / row["before_checks_per_s"]
-                    )
+            for name, (top, bottom, field) in RATIOS.items():
+                if top in samples and bottom in samples:
+                    row[name] = row[f"{top}_{field}"] / row[f"{bottom}_{field}"]
             peer_us = best.get((algorithm, where))
             if "peers" in samples:
                 # This run's best peer: its median over the trials (each trial's best).

@@ -180,6 +180,7 @@ local full_text = format('%d', capacity_scaled - cost_scaled)
 for i = 1, #KEYS do
   local state = redis.call('HMGET', KEYS[i], 'tokens', 'base', 'credited')
   local held_scaled = tonumber(state[1]) or capacity_scaled
+  -- (the fields read as numbers, as a decision reads them; the sketch's math needs none)
   local base_ms, credited_scaled = tonumber(state[2]) or now_ms, tonumber(state[3]) or 0
   if state[1] == full_text and state[3] == '0' then
     redis.call('HSET', KEYS[i], 'base', now_text)

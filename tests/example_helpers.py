@@ -79,6 +79,18 @@ async def clear_of_boundary(window_s: int, margin_s: float = 1.0) -> None:
     (this machine's, for a local Redis or memory://), so a short sequence of
     requests then falls inside one window and its numbers are exact.
     """
+    wait_s = _wait_for_boundary_s(window_s, margin_s)
+    if wait_s:
+        await asyncio.sleep(wait_s)
+
+
+def clear_of_boundary_blocking(window_s: int, margin_s: float = 1.0) -> None:
+    """:func:`clear_of_boundary` for synchronous tests: blocks the thread instead."""
+    wait_s = _wait_for_boundary_s(window_s, margin_s)
+    if wait_s:
+        time.sleep(wait_s)
+
+
+def _wait_for_boundary_s(window_s: int, margin_s: float) -> float:
     left_s = window_s - time.time() % window_s
-    if left_s < margin_s:
-        await asyncio.sleep(left_s + 0.05)
+    return left_s + 0.05 if left_s < margin_s else 0.0

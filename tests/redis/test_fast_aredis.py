@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import pytest
 import pytest_asyncio
+from example_helpers import clear_of_boundary
 from one_call_helpers import Counted, comparable, redis_state, twin_cases
 from redis_servers import RedisServer
 
@@ -182,12 +183,15 @@ async def test_paused_server_times_out_and_the_next_check_is_in_step(
         command_timeout_s=0.3,
         denial_cache_size=cache_size,
     )
-    assert (await limiter.check_with_info("p", "100/minute")).remaining == 99
-    assert (await limiter.check_with_info("p", "100/minute")).remaining == 98  # the C path
+    # A timeout makes this test last about a second (more under the sanitizers): it
+    # must not straddle a window's boundary, or the counts start again mid-test.
+    await clear_of_boundary(3600, margin_s=5.0)
+    assert (await limiter.check_with_info("p", "100/hour")).remaining == 99
+    assert (await limiter.check_with_info("p", "100/hour")).remaining == 98  # the C path
     own_redis_server.pause()
     try:
         started = time.monotonic()
-        call = limiter.check_with_info("p", "100/minute")
+        call = limiter.check_with_info("p", "100/hour")
         assert type(call) is _accel.PendingCheck
         with pytest.raises(BackendError, match="command timeout"):
             await call
@@ -197,8 +201,8 @@ async def test_paused_server_times_out_and_the_next_check_is_in_step(
     assert 0.25 <= took < 1.0
     # The resumed server ran the timed-out command: it counts, and its late reply
     # went to nobody else.
-    assert (await limiter.check_with_info("p", "100/minute")).remaining == 96
-    assert (await limiter.check_with_info("p", "100/minute")).remaining == 95
+    assert (await limiter.check_with_info("p", "100/hour")).remaining == 96
+    assert (await limiter.check_with_info("p", "100/hour")).remaining == 95
     await limiter.close()
 
 
@@ -237,10 +241,11 @@ async def test_cancelled_task_leaves_the_stream_in_step(
         command_timeout_s=2.0,
         denial_cache_size=cache_size,
     )
-    await limiter.check_with_info("c", "100/minute")
+    await clear_of_boundary(3600, margin_s=5.0)  # one window throughout, as above
+    await limiter.check_with_info("c", "100/hour")
     own_redis_server.pause()
     try:
-        task = asyncio.ensure_future(limiter.check_with_info("c", "100/minute"))
+        task = asyncio.ensure_future(limiter.check_with_info("c", "100/hour"))
         await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -248,7 +253,7 @@ async def test_cancelled_task_leaves_the_stream_in_step(
     finally:
         own_redis_server.resume()
     # The cancelled command ran; its reply freed its slot and reached nobody.
-    results = await asyncio.gather(*(limiter.check_with_info("c", "100/minute") for _ in range(3)))
+    results = await asyncio.gather(*(limiter.check_with_info("c", "100/hour") for _ in range(3)))
     assert [result.remaining for result in results] == [97, 96, 95]
     await limiter.close()
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
+from example_helpers import clear_of_boundary_blocking
 from fork_helpers import in_child
 from one_call_helpers import Counted, comparable, redis_state, twin_cases
 from redis_servers import RedisServer
@@ -150,21 +151,24 @@ def test_paused_server_times_out_and_the_next_check_is_in_step(
     own_redis_server: RedisServer,
 ) -> None:
     limiter = RateLimiter(own_redis_server.url, key_prefix="paused", command_timeout_s=0.3)
-    assert limiter.check_with_info("p", "100/minute").remaining == 99
-    assert limiter.check_with_info("p", "100/minute").remaining == 98  # the C path
+    # A timeout makes this test last about a second (more under the sanitizers): it
+    # must not straddle a window's boundary, or the counts start again mid-test.
+    clear_of_boundary_blocking(3600, margin_s=5.0)
+    assert limiter.check_with_info("p", "100/hour").remaining == 99
+    assert limiter.check_with_info("p", "100/hour").remaining == 98  # the C path
     own_redis_server.pause()
     try:
         started = time.monotonic()
         with pytest.raises(BackendError, match="command timeout"):
-            limiter.check_with_info("p", "100/minute")
+            limiter.check_with_info("p", "100/hour")
         took = time.monotonic() - started
     finally:
         own_redis_server.resume()
     assert 0.25 <= took < 1.0
     assert client_of(limiter).open_connections == 0  # closed, not given back
     # The resumed server ran the timed-out command: it counts.
-    assert limiter.check_with_info("p", "100/minute").remaining == 96
-    assert limiter.check_with_info("p", "100/minute").remaining == 95
+    assert limiter.check_with_info("p", "100/hour").remaining == 96
+    assert limiter.check_with_info("p", "100/hour").remaining == 95
     limiter.close()
 
 
@@ -188,16 +192,17 @@ def test_killed_server(own_redis_server: RedisServer, fail_open: bool) -> None:
 
 def test_fork_child_opens_its_own(redis_url: str) -> None:
     limiter = RateLimiter(redis_url, key_prefix="forked")
-    assert limiter.check_with_info("f", "100/minute").remaining == 99
-    assert limiter.check_with_info("f", "100/minute").remaining == 98
+    clear_of_boundary_blocking(3600, margin_s=5.0)  # a fork takes a while: one window
+    assert limiter.check_with_info("f", "100/hour").remaining == 99
+    assert limiter.check_with_info("f", "100/hour").remaining == 98
 
     def child() -> list[int]:
         client = client_of(limiter)
         assert client.open_connections == 0 and client.idle_connections == 0
-        return [limiter.check_with_info("f", "100/minute").remaining for _ in range(3)]
+        return [limiter.check_with_info("f", "100/hour").remaining for _ in range(3)]
 
     assert in_child(child) == [97, 96, 95]
-    assert limiter.check_with_info("f", "100/minute").remaining == 94  # the parent's, in step
+    assert limiter.check_with_info("f", "100/hour").remaining == 94  # the parent's, in step
     assert client_of(limiter).open_connections == 1
     limiter.close()
 

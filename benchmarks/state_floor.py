@@ -268,6 +268,8 @@ redis.call('PEXPIREAT', KEYS[1], format('%d', now_ms + window_ms))
 """,
     "bucket as laid out": """
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'base', 'credited')
+-- (the fields read as numbers, as a run's read takes them; the sketch's math, a bucket
+-- refilled in full, uses none of them)
 local held_scaled = tonumber(state[1]) or capacity_scaled
 local base_ms, credited_scaled = tonumber(state[2]) or now_ms, tonumber(state[3]) or 0
 held_scaled = capacity_scaled
